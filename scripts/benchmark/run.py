@@ -1,0 +1,41 @@
+"""Miles vs VERL throughput benchmark: plan matched launches, run them, read both metric sinks, report.
+
+Prerequisites: for --dry-run nothing but this checkout's Python dependencies (pip install -e ".[verl]"). To run for
+real: a GPU node (or Ray cluster) with Miles and/or VERL installed; see docs/benchmark.md.
+
+Examples:
+    python scripts/benchmark/run.py --backend all --compare-verl --preset qwen3-1.7b-base --output-dir out --dry-run
+    python scripts/benchmark/run.py flops --model qwen3-4b --seq-lens 1024,4096 --json
+    python scripts/benchmark/run.py report out
+
+Each subcommand lives in scripts/benchmark/commands/<name>.py and exposes register(app); heavy imports happen inside
+the command bodies so that --help stays fast.
+"""
+
+import importlib
+import sys
+from pathlib import Path
+
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(_REPO_ROOT) not in sys.path:  # run as a script from anywhere: make `scripts.` and `miles.` importable
+    sys.path.insert(0, str(_REPO_ROOT))
+
+import typer  # noqa: E402
+
+# Order is the order of `--help`. The plan command owns the app callback (the main job without a subcommand).
+COMMAND_MODULES: tuple[str, ...] = ()
+
+
+def build_app() -> typer.Typer:
+    app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False)
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"scripts.benchmark.commands.{name}").register(app)
+    return app
+
+
+def main() -> None:
+    build_app()()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,20 @@
+"""Shared fixtures: where the real upstream artifacts live (the isolated VERL 0.9.1 wheel)."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def verl_root() -> Path:
+    """Folder holding the VERL 0.9.1 wheel installed with `pip install --no-deps --target`, never on sys.path."""
+    root = Path(os.environ.get("VERL_ISOLATED_DIR", REPO_ROOT / ".cache" / "verl-0.9.1"))
+    if not (root / "verl" / "trainer" / "config" / "ppo_trainer.yaml").is_file():
+        pytest.fail(
+            f"VERL 0.9.1 is not installed at {root}: run "
+            "`pip install --no-deps --target .cache/verl-0.9.1 verl==0.9.1` (or set VERL_ISOLATED_DIR)"
+        )
+    return root
