@@ -54,8 +54,8 @@ def check_runs(
             if metric == "step_time_s" and recent:
                 used = window_runs[-settings.window :]
                 notes.append(
-                    f"`{run.cell_id}`: baseline = median of trusted runs {_id_range(used)} "
-                    f"(commits {_commit_range(used)}) of series `{label}`."
+                    f"`{run.cell_id}`: baseline = trusted runs {_id_range(used)} "
+                    f"(commits {_commit_range(used)}) of series `{label}`; runs beyond 3.5 robust SDs are left out."
                 )
     if any(c.verdict is Verdict.ERROR for c in checks):
         notes.append("ERROR: a metric the check needs is missing or non-finite (NaN/Inf); that is not a pass.")
