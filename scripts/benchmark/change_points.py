@@ -46,7 +46,9 @@ def find_change_points(
     series = [float(v) for v in values]
     if len(series) < 2 * min_segment:
         return []
-    points, _weak = compute_change_points(series, window_len=window, max_pvalue=max_pvalue, min_magnitude=min_magnitude)
+    points, _weak = compute_change_points(
+        series, window_len=window, max_pvalue=max_pvalue, min_magnitude=min_magnitude
+    )
     tester = TTestSignificanceTester(max_pvalue)
     points = sorted(points, key=lambda cp: cp.index)
     while True:

@@ -86,12 +86,14 @@ def simulate_steps(rng: np.random.Generator, s: SimulationSettings, cv: float) -
         innovation = rng.normal(0, sd_step, shape[:3])
         noise[..., k] = s.step_phi * noise[..., k - 1] + np.sqrt(1 - s.step_phi**2) * innovation
     steps = 1.0 + offsets[..., None, None] + noise
-    steps *= 1 + (rng.random(shape[:3]) < s.repeat_outlier_prob)[..., None] * rng.uniform(0.1, 0.4, shape[:3])[
-        ..., None
-    ]
-    steps *= 1 + (rng.random(shape[:2]) < s.run_outlier_prob)[..., None, None] * rng.uniform(0.1, 0.4, shape[:2])[
-        ..., None, None
-    ]
+    steps *= (
+        1 + (rng.random(shape[:3]) < s.repeat_outlier_prob)[..., None] * rng.uniform(0.1, 0.4, shape[:3])[..., None]
+    )
+    steps *= (
+        1
+        + (rng.random(shape[:2]) < s.run_outlier_prob)[..., None, None]
+        * rng.uniform(0.1, 0.4, shape[:2])[..., None, None]
+    )
     steps *= np.where(rng.random(shape) < s.step_spike_prob, rng.uniform(1.5, 3.0, shape), 1.0)
     return steps
 
@@ -146,9 +148,7 @@ def run_simulation(s: SimulationSettings) -> SimulationResult:
         )
         for (cv, delta), c in cells.items()
     ]
-    return SimulationResult(
-        rows=rows, last_run_matched_threshold=lr_thr, band_matched_threshold=band_thr, settings=s
-    )
+    return SimulationResult(rows=rows, last_run_matched_threshold=lr_thr, band_matched_threshold=band_thr, settings=s)
 
 
 def render_table(result: SimulationResult) -> str:

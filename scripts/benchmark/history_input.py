@@ -54,8 +54,10 @@ def read_report_runs(run_dir: Path) -> list[RunToRecord]:
         if not isinstance(summaries, dict):
             raise ValueError(f"{where} ({cell['id']}): field 'summaries' must be an object")
         samples = cell.get("samples") or {}
-        values = [_metric_value(name, summary, samples.get(name), f"{where}.summaries.{name}") for name, summary in
-                  sorted(summaries.items())]
+        values = [
+            _metric_value(name, summary, samples.get(name), f"{where}.summaries.{name}")
+            for name, summary in sorted(summaries.items())
+        ]
         runs.append(
             RunToRecord(
                 series=SeriesKey(

@@ -40,16 +40,25 @@ def store_url(request, tmp_path) -> str:
 
 
 def _record(store_url: str, run_dir: Path, *, commit: str, trust: str = "auto", reset: bool = False) -> list[int]:
-    provenance = Provenance(commit=commit, pr=None, ci_run_id=f"ci-{commit}", trigger="schedule", ref="refs/heads/main")
+    provenance = Provenance(
+        commit=commit, pr=None, ci_run_id=f"ci-{commit}", trigger="schedule", ref="refs/heads/main"
+    )
     return record_impl(
-        run_dir, store_url, provenance, trust=trust, baseline_reset=reset, settings=_settings(None, None, None, None, None)
+        run_dir,
+        store_url,
+        provenance,
+        trust=trust,
+        baseline_reset=reset,
+        settings=_settings(None, None, None, None, None),
     )
 
 
 def _seed_history(store_url: str, root: Path, count: int, *, level=lambda i: 1.0, start: int = 0) -> None:
     for i in range(start, start + count):
         run_dir = root / f"night-{i:03d}"
-        write_report(run_dir, slowdown=level(i), seed=i, generated_at=f"2026-11-{1 + i % 28:02d}T0{i % 10}:00:{i % 60:02d}")
+        write_report(
+            run_dir, slowdown=level(i), seed=i, generated_at=f"2026-11-{1 + i % 28:02d}T0{i % 10}:00:{i % 60:02d}"
+        )
         _record(store_url, run_dir, commit=f"{i:07x}aaaa", trust="yes")
 
 
@@ -72,7 +81,12 @@ class TestHistoryStore:
                 "smoke/verl/fsdp/colocate/8x NVIDIA H200/abcdef123456",
             ]
             run = store.runs(labels[0])[0]
-            assert (run.commit, run.ci_run_id, run.trigger, run.trusted) == ("deadbeef", "ci-deadbeef", "schedule", True)
+            assert (run.commit, run.ci_run_id, run.trigger, run.trusted) == (
+                "deadbeef",
+                "ci-deadbeef",
+                "schedule",
+                True,
+            )
             value = store.values([run.id], "step_time_s")[run.id]
             assert value == pytest.approx(60.0, rel=0.02)
 
@@ -87,7 +101,17 @@ class TestHistoryStore:
         """Trust is revocable without deleting anything, through the real CLI."""
         write_report(tmp_path / "run")
         (run_id,) = _record(store_url, tmp_path / "run", commit="feedface")
-        cli = [sys.executable, str(RUN_PY), "untrust", "--store", store_url, "--commit", "feed", "--reason", "bad node"]
+        cli = [
+            sys.executable,
+            str(RUN_PY),
+            "untrust",
+            "--store",
+            store_url,
+            "--commit",
+            "feed",
+            "--reason",
+            "bad node",
+        ]
         assert subprocess.run(cli, capture_output=True, text=True, timeout=120).returncode == 0
         with HistoryStore(store_url) as store:
             (run,) = store.runs(store.list_series()[0])

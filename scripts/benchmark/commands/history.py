@@ -26,8 +26,13 @@ _STORE_HELP = "history database: a SQLite file path or URL (sqlite:///x.db), or 
 StoreOpt = Annotated[str, typer.Option("--store", help=_STORE_HELP)]
 
 
-def _settings(thresholds: list[str] | None, window: int | None, min_history: int | None, alpha: float | None,
-              drift_horizon: int | None):
+def _settings(
+    thresholds: list[str] | None,
+    window: int | None,
+    min_history: int | None,
+    alpha: float | None,
+    drift_horizon: int | None,
+):
     """CheckSettings from the CLI; an option left out keeps the CheckSettings default (one source of defaults)."""
     from scripts.benchmark.regression_check import DEFAULT_GATES, CheckSettings, MetricGate
 
@@ -173,7 +178,9 @@ def register(app: typer.Typer) -> None:
     @app.command("history")
     def history(
         store: StoreOpt = "bench-history.db",
-        output_dir: Annotated[Path, typer.Option(help="history.md and one trend PNG per series")] = Path("bench-history"),
+        output_dir: Annotated[Path, typer.Option(help="history.md and one trend PNG per series")] = Path(
+            "bench-history"
+        ),
         series: Annotated[str | None, typer.Option(help="only series whose label contains this")] = None,
         metric: Annotated[list[str] | None, typer.Option(help="metrics (default: the gated ones)")] = None,
         p_value: Annotated[float, typer.Option(help="Otava's max p-value")] = 0.001,
