@@ -20,6 +20,7 @@ Caveats:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -46,6 +47,9 @@ class SimulationSettings:
     band_abs_floor: float = 0.0
     design_cv: float = 0.02
     design_regression: float = 0.05
+    drift_history: int = 60
+    drift_cvs: tuple[float, ...] = (0.02, 0.05)
+    drift_per_run: tuple[float, ...] = (0.0, 0.001, 0.002)
     seed: int = 0
     check: CheckSettings = field(default_factory=CheckSettings)
 
@@ -64,8 +68,21 @@ class SimulationRow:
 
 
 @dataclass(frozen=True, kw_only=True)
+class DriftRow:
+    """Slow drift: run t of the series is (1 + drift * t) slower; rates as in SimulationRow."""
+
+    cv: float
+    drift: float
+    check: float
+    check_without_anchor: float
+    last_run: float
+    band: float
+
+
+@dataclass(frozen=True, kw_only=True)
 class SimulationResult:
     rows: list[SimulationRow]
+    drift_rows: list[DriftRow]
     last_run_matched_threshold: float
     band_matched_threshold: float
     settings: SimulationSettings
@@ -148,7 +165,41 @@ def run_simulation(s: SimulationSettings) -> SimulationResult:
         )
         for (cv, delta), c in cells.items()
     ]
-    return SimulationResult(rows=rows, last_run_matched_threshold=lr_thr, band_matched_threshold=band_thr, settings=s)
+    return SimulationResult(
+        rows=rows,
+        drift_rows=_drift_rows(rng, s),
+        last_run_matched_threshold=lr_thr,
+        band_matched_threshold=band_thr,
+        settings=s,
+    )
+
+
+def _drift_rows(rng: np.random.Generator, s: SimulationSettings) -> list[DriftRow]:
+    """A long series drifting slowly: the rolling baseline follows it, the anchor of the drift guard does not."""
+    long = dataclasses.replace(s, trials=max(s.trials // 2, 100), history=s.drift_history)
+    gate, c = s.check.gates["step_time_s"], s.check
+    rows = []
+    for cv in s.drift_cvs:
+        steps = simulate_steps(rng, long, cv)
+        for drift in s.drift_per_run:
+            values = run_values(steps * (1 + drift * np.arange(long.history + 1))[None, :, None, None])
+            history, candidate = values[:, :-1], values[:, -1]
+            recent = judge(history[:, -c.window :], candidate, direction="lower")
+            anchor = judge(history[:, -(c.drift_horizon + c.window) : -c.drift_horizon], candidate, direction="lower")
+            rolling = classify(recent, threshold=gate.threshold, alpha=c.alpha)
+            anchored = classify(anchor, threshold=gate.threshold, alpha=c.alpha)
+            ref = history[:, -20:].mean(axis=1)
+            rows.append(
+                DriftRow(
+                    cv=cv,
+                    drift=drift,
+                    check=float((rolling | anchored).mean()),
+                    check_without_anchor=float(rolling.mean()),
+                    last_run=float((candidate / history[:, -1] - 1 > s.fixed_threshold).mean()),
+                    band=float((candidate - ref > np.maximum(s.band_rel * np.abs(ref), s.band_abs_floor)).mean()),
+                )
+            )
+    return rows
 
 
 def render_table(result: SimulationResult) -> str:
@@ -160,8 +211,8 @@ def render_table(result: SimulationResult) -> str:
         f"between-run share of the variance {s.between_run_share}; seed {s.seed}.",
         f"(a) threshold {gate.threshold:.0%}, alpha {s.check.alpha}, window {s.check.window}. "
         f"(b) last run +{s.fixed_threshold:.0%}. (c) band rel {s.band_rel:.0%}, abs floor {s.band_abs_floor}. "
-        f"Matched: one threshold per method, set so that its detection at CV {s.design_cv:.0%} / "
-        f"{s.design_regression:.0%} equals (a)'s: (b) {result.last_run_matched_threshold:+.2%}, "
+        f"Matched: one threshold per method, set so that its detection at CV {s.design_cv:.0%} of a "
+        f"{s.design_regression:.0%} regression equals (a)'s: (b) {result.last_run_matched_threshold:+.2%}, "
         f"(c) {result.band_matched_threshold:+.2%}.",
         "",
         "| CV | injected regression | rate | (a) this check | (b) last run +5% | (c) Miles band 5% | "
@@ -173,5 +224,21 @@ def render_table(result: SimulationResult) -> str:
         lines.append(
             f"| {r.cv:.0%} | {r.regression:.0%} | {measure} | {r.check:.1%} | {r.last_run:.1%} | {r.band:.1%} | "
             f"{r.last_run_matched:.1%} | {r.band_matched:.1%} |"
+        )
+    lines += [
+        "",
+        f"Slow drift: run t is (1 + drift x t) slower, {s.drift_history} trusted runs then the candidate; "
+        f"{max(s.trials // 2, 100)} trials per row; (a) with its drift guard (anchor: {s.check.window} runs ending "
+        f"{s.check.drift_horizon} runs back) and with the rolling baseline only.",
+        "",
+        "| CV | drift per run | rate | (a) this check | (a) rolling baseline only | (b) last run +5% | "
+        "(c) Miles band 5% |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in result.drift_rows:
+        measure = "false alarms" if r.drift == 0 else "detection"
+        lines.append(
+            f"| {r.cv:.0%} | {r.drift:.1%} | {measure} | {r.check:.1%} | {r.check_without_anchor:.1%} | "
+            f"{r.last_run:.1%} | {r.band:.1%} |"
         )
     return "\n".join(lines) + "\n"

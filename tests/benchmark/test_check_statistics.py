@@ -88,7 +88,7 @@ class TestCheckSimulation:
     def test_defaults_meet_the_targets_and_beat_last_run_and_band_gates(self):
         """Small run of the docs table: at CV 2% <= 5% false alarms and >= 90% detection of a 5% regression; at
         (a)'s detection power the last-run and band gates raise more false alarms at every CV."""
-        result = run_simulation(SimulationSettings(trials=3000, seed=11))
+        result = run_simulation(SimulationSettings(trials=3000, seed=11, drift_cvs=()))
         rows = {(r.cv, r.regression): r for r in result.rows}
         assert rows[(0.02, 0.0)].check <= 0.04
         assert rows[(0.02, 0.05)].check >= 0.92
@@ -100,6 +100,17 @@ class TestCheckSimulation:
         for cv in (0.05, 0.10):
             assert rows[(cv, 0.0)].check < min(rows[(cv, 0.0)].last_run, rows[(cv, 0.0)].band)
         assert "| 2% | 5% | detection |" in render_table(result)
+
+    def test_drift_guard_catches_a_slow_drift_that_rolling_baselines_absorb(self):
+        """0.2% slower per night for 60 nights: every rolling gate misses it, the anchored check does not."""
+        result = run_simulation(
+            SimulationSettings(trials=1000, seed=12, cvs=(0.02,), regressions=(0.0, 0.05), drift_cvs=(0.02,))
+        )
+        rows = {(r.cv, r.drift): r for r in result.drift_rows}
+        assert rows[(0.02, 0.0)].check <= 0.05
+        drifting = rows[(0.02, 0.002)]
+        assert drifting.check >= 0.95
+        assert max(drifting.check_without_anchor, drifting.last_run, drifting.band) <= 0.3
 
     def test_cli_prints_the_table(self):
         result = subprocess.run(
