@@ -36,8 +36,8 @@ def check_runs(
             by_id = store.values([r.id for r in trusted], metric)
             window_runs = [r for r in trusted if _finite(by_id.get(r.id))]
             history = [by_id[r.id] for r in window_runs]
-            if metric not in candidate and not gate.required and not history:
-                continue
+            if not _finite(candidate.get(metric)) and not gate.required and not history:
+                continue  # not measured in this series at all (e.g. MFU on a GPU without a peak entry)
             recent = history[-settings.window :]
             anchor_end = len(history) - settings.drift_horizon
             anchor = history[max(0, anchor_end - settings.window) : anchor_end] if anchor_end > 0 else []

@@ -184,6 +184,15 @@ class TestCheck:
         verdicts = {c["metric"]: c["verdict"] for c in data["checks"]}
         assert code == 2 and verdicts["train_tokens_per_s"] == "ERROR"
 
+    def test_an_optional_metric_the_series_never_had_is_skipped_not_an_error(self, store_url, tmp_path):
+        """MFU is null when the GPU has no peak entry; if the history never had it either, nothing is judged."""
+        for i in range(6):
+            write_report(tmp_path / f"n{i}", seed=i, overrides={"train_mfu": None}, generated_at=f"2026-11-0{i + 1}")
+            _record(store_url, tmp_path / f"n{i}", commit=f"c{i}", trust="yes")
+        write_report(tmp_path / "cand", seed=9, overrides={"train_mfu": None})
+        code, _, data = _check(store_url, tmp_path / "cand", tmp_path)
+        assert code == 0 and "train_mfu" not in {c["metric"] for c in data["checks"]}
+
     def test_one_outlier_run_in_history_does_not_move_the_baseline(self, store_url, tmp_path):
         """A 40% slow night in the baseline is left out; the baseline stays at the healthy level."""
         _seed_history(store_url, tmp_path, 10, level=lambda i: 1.4 if i == 5 else 1.0)

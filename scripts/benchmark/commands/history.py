@@ -17,9 +17,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from scripts.benchmark.history_store import Provenance
+    from scripts.benchmark.regression_check import CheckSettings
 
 _STORE_HELP = "history database: a SQLite file path or URL (sqlite:///x.db), or postgresql://user@host/db"
 
@@ -32,7 +36,7 @@ def _settings(
     min_history: int | None,
     alpha: float | None,
     drift_horizon: int | None,
-):
+) -> CheckSettings:
     """CheckSettings from the CLI; an option left out keeps the CheckSettings default (one source of defaults)."""
     from scripts.benchmark.regression_check import DEFAULT_GATES, CheckSettings, MetricGate
 
@@ -47,7 +51,7 @@ def _settings(
     return CheckSettings(gates=gates, **{k: v for k, v in given.items() if v is not None})
 
 
-def check_impl(run_dir: Path, store_url: str, settings, output: Path | None) -> int:
+def check_impl(run_dir: Path, store_url: str, settings: CheckSettings, output: Path | None) -> int:
     """Judge run_dir, write the markdown verdict (and check.json) and return the exit code."""
     from scripts.benchmark.history_gate import check_runs
     from scripts.benchmark.history_input import read_report_runs
@@ -73,7 +77,15 @@ def check_impl(run_dir: Path, store_url: str, settings, output: Path | None) -> 
     return exit_code(checks)
 
 
-def record_impl(run_dir: Path, store_url: str, provenance, *, trust: str, baseline_reset: bool, settings) -> list[int]:
+def record_impl(
+    run_dir: Path,
+    store_url: str,
+    provenance: Provenance,
+    *,
+    trust: str,
+    baseline_reset: bool,
+    settings: CheckSettings,
+) -> list[int]:
     """Record every cell; trust 'auto' means trusted iff the check passes (0), as in Miles's gate."""
     from scripts.benchmark.history_gate import check_runs
     from scripts.benchmark.history_input import read_report_runs
