@@ -35,6 +35,8 @@ def read_report(run_dir: Path) -> dict[str, Any]:
     report = decode_nonfinite(json.loads(path.read_text(encoding="utf-8")))
     if report.get("schema_version") != 1:
         raise ValueError(f"{path}: schema_version is {report.get('schema_version')!r}, expected 1")
+    if not report.get("spec_hash"):
+        raise ValueError(f"{path}: spec_hash is {report.get('spec_hash')!r}; a run without a spec hash has no series")
     for key, kind in (("spec_hash", str), ("generated_at", str), ("cells", list)):
         if not isinstance(report.get(key), kind):
             raise ValueError(f"{path}: field {key!r} must be a {kind.__name__}, got {report.get(key)!r}")

@@ -48,12 +48,17 @@ def write_report(
     frameworks: tuple[str, ...] = ("miles",),
     overrides: dict[str, float | None] | None = None,
     drop: tuple[str, ...] = (),
+    nan_steps: tuple[str, ...] = (),
     generated_at: str = "2026-12-01T00:00:00+00:00",
     spec_hash: str = "abcdef123456",
     repeats: int = 2,
     steps: int = 6,
 ) -> Path:
-    """A report.json whose time metrics are NOMINAL * slowdown and rate metrics NOMINAL / slowdown, with noise."""
+    """A report.json whose time metrics are NOMINAL * slowdown and rate metrics NOMINAL / slowdown, with noise.
+
+    `overrides` sets a metric's level (None: never reported), `drop` leaves metrics out, `nan_steps` puts a NaN step
+    into repeat 0 of the named metrics.
+    """
     rng = np.random.default_rng(seed)
     overrides = overrides or {}
     cells = []
@@ -65,16 +70,18 @@ def write_report(
             level = nominal * slowdown if METRICS[name].direction == "lower" else nominal / slowdown
             if name in overrides:
                 level = overrides[name]
-            reps = [
-                [float("nan") if level is None else level * (1 + noise * rng.standard_normal()) for _ in range(steps)]
-                for _ in range(repeats)
-            ]
+            # As `run.py report` writes it: a metric never reported has an empty list per repeat and a null median;
+            # a missing or non-finite step stays in place as NaN.
+            reps = [[] if level is None else [level * (1 + noise * rng.standard_normal()) for _ in range(steps)]
+                    for _ in range(repeats)]  # fmt: skip
+            if name in nan_steps:
+                reps[0][0] = float("nan")
             flat = [x for r in reps for x in r]
-            median = statistics.median(flat) if level is not None else float("nan")
+            median = statistics.median(flat) if flat and name not in nan_steps else None
             summaries[name] = {
                 "median": median,
-                "ci_low": median * 0.99,
-                "ci_high": median * 1.01,
+                "ci_low": None if median is None else median * 0.99,
+                "ci_high": None if median is None else median * 1.01,
                 "n": len(flat),
                 "method": "bootstrap",
                 "unit": METRICS[name].unit,

@@ -175,7 +175,7 @@ class TestCheck:
 
     def test_nan_or_missing_required_metric_is_an_error_not_a_pass(self, store_url, tmp_path):
         _seed_history(store_url, tmp_path, 6)
-        write_report(tmp_path / "nan", seed=50, overrides={"step_time_s": None})
+        write_report(tmp_path / "nan", seed=50, nan_steps=("step_time_s",))
         write_report(tmp_path / "missing", seed=51, drop=("train_tokens_per_s",))
         code, markdown, data = _check(store_url, tmp_path / "nan", tmp_path)
         verdicts = {c["metric"]: c["verdict"] for c in data["checks"]}
@@ -258,6 +258,14 @@ class TestReportInput:
         del data["cells"][0]["layout"]
         path.write_text(json.dumps(data))
         with pytest.raises(ValueError, match=r"cells\[0\]: field 'layout' must be a string"):
+            read_report_runs(tmp_path / "run")
+
+    def test_a_report_without_spec_hash_has_no_series(self, tmp_path):
+        path = write_report(tmp_path / "run")
+        data = json.loads(path.read_text())
+        data["spec_hash"] = None
+        path.write_text(json.dumps(data))
+        with pytest.raises(ValueError, match="spec_hash is None; a run without a spec hash has no series"):
             read_report_runs(tmp_path / "run")
 
     def test_absent_report_says_how_to_make_it(self, tmp_path):
