@@ -5,7 +5,7 @@
 - Validation rejects what cannot run, naming the field and the numbers: batch geometry vs the data-parallel size of
   each backend, parallel sizes vs the GPU count, a disaggregated split with no train or rollout GPUs, a token budget
   shorter than the longest sequence, an unknown architecture.
-- `spec_hash(spec)`: first 12 hex digits of the sha256 of the canonical JSON of the resolved spec (model config inlined).
+- `spec_hash(spec)`: first 12 hex digits of sha256 over the canonical JSON of the resolved spec (config inlined).
 - `load_preset(name)`, `load_spec_file(path)`, `with_overrides(spec, ...)`; `PRESETS_DIR`, `MODEL_CONFIGS_DIR`.
 
 Caveats:
