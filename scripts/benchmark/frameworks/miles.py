@@ -230,7 +230,7 @@ def build_miles_launch(
         layout=layout,
         argv=argv,
         launch_argv=launch_argv + argv,
-        env={"PYTHONUNBUFFERED": "1", "RAY_ADDRESS": paths.ray_dashboard},
+        env={"PYTHONUNBUFFERED": "1"},
         sink={"format": "miles-event-log", "path": SINK_DIR},
         ray_head_argv=head,
         blocks=blocks,
