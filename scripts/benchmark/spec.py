@@ -333,6 +333,7 @@ def _parallel_problems(spec: BenchmarkSpec, layout: Layout) -> list[str]:
     hf, mg, batch = spec.model.hf_config(), spec.megatron, spec.batch
     train, rollout, problems = spec.train_gpus(layout), spec.rollout_gpus(layout), []
     where = f"[{layout}: {train} train GPUs]"
+    megatron_invalid = bool(train % mg.model_parallel or train % (mg.ep * mg.etp * mg.pp))
     if train % mg.model_parallel:
         problems.append(
             f"megatron: tp {mg.tp} x pp {mg.pp} x cp {mg.cp} = {mg.model_parallel} does not divide the {train} train "
@@ -341,7 +342,7 @@ def _parallel_problems(spec: BenchmarkSpec, layout: Layout) -> list[str]:
     elif train % (mg.ep * mg.etp * mg.pp):
         problems.append(f"megatron: ep {mg.ep} x etp {mg.etp} x pp {mg.pp} does not divide the {train} GPUs {where}")
     for backend in BACKENDS:
-        if problems and backend == "megatron":
+        if megatron_invalid and backend == "megatron":
             continue
         dp = spec.data_parallel_size(backend, layout)
         if batch.samples_per_optimizer_step % dp:
