@@ -223,6 +223,10 @@ class BenchmarkSpec(_Frozen):
             return self.train_gpus(layout) + self.rollout_gpus(layout)
         return self.run.gpus_per_node * self.run.nodes
 
+    def gpus_per_node(self, layout: Layout | None = None) -> int:
+        """GPUs a node must offer: the disaggregated split may need more than the colocated node size (smoke)."""
+        return max(self.run.gpus_per_node, -(-self.total_gpus(layout) // self.run.nodes))
+
     def data_parallel_size(self, backend: Backend, layout: Layout | None = None) -> int:
         if backend == "megatron":
             return self.train_gpus(layout) // self.megatron.model_parallel
