@@ -46,6 +46,7 @@ VERL_PHASE_KEYS: dict[str, str] = {
 VERL_REQUIRED_KEYS: tuple[str, ...] = (
     VERL_STEP_TIME_KEY,
     "timing_s/gen",
+    "timing_s/old_log_prob",
     "timing_s/update_actor",
     "timing_s/update_weights",
     "perf/total_num_tokens",
@@ -68,6 +69,7 @@ MILES_REQUIRED_KEYS: tuple[str, ...] = (
     "perf/train_wait_time",
     "perf/train_time",
     "perf/actor_train_time",
+    "perf/log_probs_time",
     "perf/rollout_time",
     "perf/actor_train_tok_per_s",
     "rollout/total_lengths",
@@ -77,6 +79,7 @@ MILES_REQUIRED_KEYS: tuple[str, ...] = (
 # RolloutManager's rollout perf, or VERL's step timer).
 COMPLETE_ANCHORS: tuple[str, ...] = ("perf/train_time", "perf/rollout_time", VERL_STEP_TIME_KEY)
 _FILE_ORDER_STRIDE = 1_000_000_000
+_STEP_KEYS = frozenset({MILES_STEP_KEY, "training/global_step"})
 
 
 @dataclass(kw_only=True)
@@ -242,10 +245,14 @@ def merge_native_events(events: list[NativeEvent], issues: list[_Issue] = ()) ->
         attempts: dict[int, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
         epoch, max_seen = 0, None
         for event in source_events:
-            if max_seen is not None and event.step < max_seen:
-                epoch += 1  # the process restarted and logs an earlier step again
-            max_seen = event.step if max_seen is None or event.step < max_seen else max(max_seen, event.step)
             step_attempts = attempts[event.step]
+            # One process logs each metric of a step once; the same key again means the step is being re-run.
+            relogged = bool(step_attempts) and any(
+                k in step_attempts[-1][1] for k in event.metrics if k not in _STEP_KEYS
+            )
+            if relogged or (max_seen is not None and event.step < max_seen):
+                epoch += 1  # the process restarted and logs this step again
+            max_seen = event.step if max_seen is None or event.step < max_seen else max(max_seen, event.step)
             if not step_attempts or step_attempts[-1][0] != epoch:
                 step_attempts.append((epoch, {}))
             step_attempts[-1][1].update(event.metrics)
