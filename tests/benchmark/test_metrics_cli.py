@@ -40,6 +40,19 @@ class TestFlopsCommand:
         by_name = run_cli("flops", "--model", "qwen3-0.6b", "--seq-lens", "512", "--json")
         assert json.loads(by_path.stdout)["per_sequence"] == json.loads(by_name.stdout)["per_sequence"]
 
+    def test_markdown_table_lists_every_model_and_length(self):
+        result = run_cli("flops", "--model", "qwen3-1.7b-base,qwen3-30b-a3b", "--seq-lens", "1024,4096", "--markdown")
+        assert result.returncode == 0, result.stderr
+        rows = [line for line in result.stdout.splitlines() if line.startswith("| qwen3")]
+        assert [row.split(" | ")[:2] for row in rows] == [
+            ["| qwen3-1.7b-base", "1024"],
+            ["| qwen3-1.7b-base", "4096"],
+            ["| qwen3-30b-a3b", "1024"],
+            ["| qwen3-30b-a3b", "4096"],
+        ]
+        # Qwen3-1.7B has heads*head_dim == hidden and no router: Miles's formula equals ours there.
+        assert rows[0].split(" | ")[3] == "1.000"
+
     def test_bad_inputs_are_named(self, tmp_path):
         result = run_cli("flops", "--model", "qwen3-4b", "--seq-lens", "1024,abc")
         assert result.returncode != 0 and "--seq-lens" in result.stderr
