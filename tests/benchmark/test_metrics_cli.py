@@ -1,7 +1,6 @@
 """`run.py ingest` and `run.py flops` as a user runs them (real subprocesses), and the MFU peak resolution."""
 
 import json
-import math
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from miles.utils.bench_flops import ModelArch, forward_flops
-from miles.utils.bench_metrics import RunContext, read_records
+from miles.utils.bench_metrics import read_records
 from tests.benchmark.test_miles_reader import miles_log_calls, write_event_log
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -102,28 +101,3 @@ class TestIngestCommand:
             "-o", str(out),
         )  # fmt: skip
         assert result.returncode == 2 and "nope.jsonl: no such file" in result.stderr and not out.exists()
-
-
-class TestRunContextPeak:
-    """The MFU peak: an override wins, then a measured peak, then the table; unknown devices give None + reason."""
-
-    def test_resolution_order(self):
-        table = RunContext.build(arch=None, num_train_gpus=8, device_name="NVIDIA H20")
-        assert (table.peak_tflops, table.peak_source) == (148.0, "table:H20")
-        measured = RunContext.build(arch=None, num_train_gpus=8, device_name="NVIDIA H20", measured_peak_tflops=131.0)
-        assert (measured.peak_tflops, measured.peak_source) == (131.0, "measured")
-        override = RunContext.build(
-            arch=None, num_train_gpus=8, device_name="NVIDIA H20", measured_peak_tflops=131.0, peak_tflops=150.0
-        )
-        assert (override.peak_tflops, override.peak_source) == (150.0, "override")
-
-    def test_unknown_device_is_none_with_a_reason(self):
-        ctx = RunContext.build(arch=None, num_train_gpus=8, device_name="Ascend 910B")
-        assert ctx.peak_tflops is None and "'Ascend 910B' is not in the peak table" in ctx.peak_source
-        assert ctx.num_rollout_gpus == 8  # colocated by default
-
-    def test_invalid_numbers_are_rejected_with_the_field(self):
-        with pytest.raises(ValueError, match="peak_tflops must be a finite number > 0, got inf"):
-            RunContext.build(arch=None, num_train_gpus=8, peak_tflops=math.inf)
-        with pytest.raises(ValueError, match="num_train_gpus must be > 0, got 0"):
-            RunContext.build(arch=None, num_train_gpus=0)
