@@ -316,11 +316,11 @@ class BenchMetricsBackend:
     """A Miles tracking backend (TrackingBackend: init/log/finish) that appends schema-v1 records as the job runs.
 
     Each process that logs writes its own file `<dir>/bench-<role>.jsonl` (role: `main` for the primary,
-    `rollout_manager` for the secondary given a router address, `train` otherwise; one name per role, so a restarted
-    process appends to its file and restarts are recognised); every `tracking.log` call keyed by `rollout/step` becomes one record whose
-    `raw` is the call's metrics verbatim, with the phases that process knows (flag "miles_unmerged"). `run.py ingest
-    --framework miles <dir>` merges the processes and applies the step-shift normalisation, exactly as for the event
-    log. Enabled by the registry's args attribute; the folder is `args.bench_metrics_dir` if set, else
+    `rollout_manager` for the secondary given a router address, `train` otherwise; one name per role, so a
+    restarted process appends to its file and the restart is recognised). Every `tracking.log` call keyed by
+    `rollout/step` becomes one record whose `raw` is the call's metrics verbatim, with the phases that process
+    knows (flag "miles_unmerged"). `run.py ingest --framework miles <dir>` merges the processes and applies the
+    step-shift normalisation, exactly as for the event log. The folder is `args.bench_metrics_dir` if set, else
     `<args.save_debug_event_data>/bench_metrics`. Duck-typed on Miles's TrackingBackend (no Miles import here).
     """
 

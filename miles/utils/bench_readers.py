@@ -1,12 +1,12 @@
 # doc-dev: docs/benchmark.md
 """Readers that turn each framework's own metric sink into schema-v1 `StepRecord`s, with no change to either framework.
 
-- `read_verl_file_logger(paths, ctx)`: VERL 0.9.1 `trainer.logger=[file]` JSONL, one `{"step", "data"}` line per step;
-  the step-0 validation line (only `val-*` keys) is skipped.
-- `read_miles_event_log(paths, ctx)`: the files written by Miles's `--save-debug-event-data` (one JSONL per process; every
-  `tracking.log` call is a `{"type": "metric", "metrics": {...}, "timestamp", "source", ...}` line), the `perf N:` /
-  `rollout N:` dict lines of a Miles job's stdout (fallback), or files written by `BenchMetricsBackend`; the kind is
-  detected per file. The RolloutManager's and the train rank's records of one rollout are merged.
+- `read_verl_file_logger(paths, ctx)`: VERL 0.9.1 `trainer.logger=[file]` JSONL, one `{"step", "data"}` line per
+  step; the step-0 validation line (only `val-*` keys) is skipped.
+- `read_miles_event_log(paths, ctx)`: the files written by Miles's `--save-debug-event-data` (one JSONL per process;
+  every `tracking.log` call is a `{"type": "metric", "metrics": {...}, "timestamp", "source", ...}` line), the
+  `perf N:` / `rollout N:` dict lines of a Miles job's stdout (fallback), or files written by `BenchMetricsBackend`;
+  the kind is detected per file. The RolloutManager's and the train rank's records of one rollout are merged.
 - `normalize_miles_steps` moves the work Miles books into the next step's `train_wait` (weight update, trainer
   offload, checkpoint save; miles.md Gotchas 4-7) back into the step that caused it, as VERL books it.
 - `build_step_records(framework, sources, ctx)` is the one entry point: read, normalise, map, derive.
