@@ -10,6 +10,7 @@ import pytest
 from miles.utils.bench_flops import ModelArch, forward_flops
 from miles.utils.bench_metrics import read_records
 from tests.benchmark.test_miles_reader import miles_log_calls, write_event_log
+from tests.benchmark.test_verl_reader import load_file_logger_class, write_verl_run
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RUN_PY = REPO_ROOT / "scripts" / "benchmark" / "run.py"
@@ -93,6 +94,22 @@ class TestIngestCommand:
         assert four.rollout_tokens_per_gpu_s == pytest.approx(2 * eight.rollout_tokens_per_gpu_s)
         assert four.train_tflops_per_gpu == eight.train_tflops_per_gpu
         assert four.train_mfu is None and any(f.startswith("mfu_unavailable:") for f in four.flags)
+
+    def test_ingest_a_killed_verl_run_written_by_the_real_file_logger(self, verl_root, tmp_path, monkeypatch):
+        file_logger_class = load_file_logger_class(verl_root)
+        sink = tmp_path / "sink" / "verl.jsonl"
+        sink.parent.mkdir()
+        write_verl_run(file_logger_class, sink, monkeypatch, range(1, 6), kill_mid_last_line=True)
+        out = tmp_path / "metrics.jsonl"
+        result = run_cli(
+            "ingest", "--framework", "verl", "--model", str(MODEL_CONFIGS / "qwen3-0.6b.json"), "--gpus", "8",
+            "--peak-tflops", "900", str(sink.parent), "-o", str(out),
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        records = read_records(out)
+        assert [r.step for r in records] == [1, 2, 3, 4, 5]
+        assert records[1].train_mfu == pytest.approx(records[1].train_tflops_per_gpu / 900)
+        assert any(f.startswith("truncated_last_line:") for f in records[-1].flags)
 
     def test_a_missing_source_fails_before_writing(self, tmp_path):
         out = tmp_path / "metrics.jsonl"
