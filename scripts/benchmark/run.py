@@ -26,6 +26,7 @@ import typer  # noqa: E402
 COMMAND_MODULES: tuple[str, ...] = (
     "plan",
     "convert_data",
+    "metrics",
 )
 
 
