@@ -189,8 +189,21 @@ def check_metric(
     if len(anchor) >= settings.min_history:
         a = judge(np.asarray(anchor), np.asarray(candidate), direction=direction)
         if classify(a, threshold=gate.threshold, alpha=settings.alpha):
-            note = f"{float(a.change):+.1%} vs the anchor (median of {len(anchor)} older trusted runs)"
-            return MetricCheck(**base, **fields, p_value=float(a.p_worse), verdict=Verdict.DRIFTED, note=note)
+            # Report the comparison that fired: baseline, change, CI and p are the anchor's.
+            note = (
+                f"baseline is the anchor: {len(anchor)} trusted runs ending {settings.drift_horizon} runs back; "
+                f"vs the last {base['n_baseline']} runs the change is only {float(j.change):+.1%}"
+            )
+            anchor_fields = dict(
+                baseline=float(a.baseline), change=float(a.change), ci_low=float(a.ci_low), ci_high=float(a.ci_high)
+            )
+            return MetricCheck(
+                **{**base, "n_baseline": len(anchor)},
+                **anchor_fields,
+                p_value=float(a.p_worse),
+                verdict=Verdict.DRIFTED,
+                note=note,
+            )
     else:
         drift_note = "drift guard inactive (history shorter than window + drift horizon)"
     if classify_improved(j, threshold=gate.threshold, alpha=settings.alpha):

@@ -218,8 +218,10 @@ class TestCheck:
         write_report(tmp_path / "cand", seed=500, slowdown=1.0 + 0.003 * 60)
         code, markdown, data = _check(store_url, tmp_path / "cand", tmp_path)
         step = next(c for c in data["checks"] if c["metric"] == "step_time_s")
-        assert step["change"] < 0.03  # the rolling baseline alone would not flag it
-        assert code == 1 and step["verdict"] == "DRIFTED" and "vs the anchor" in markdown
+        assert code == 1 and step["verdict"] == "DRIFTED" and "baseline is the anchor" in markdown
+        assert step["change"] == pytest.approx(1.18 / 1.0585 - 1, abs=0.01)  # vs the anchor: nights 10..29
+        rolling = float(step["note"].split("the change is only ")[1].rstrip("%")) / 100
+        assert rolling < 0.03  # the rolling baseline alone would not flag it
 
     def test_baseline_reset_accepts_a_new_level(self, store_url, tmp_path):
         """After an accepted 20% slowdown is recorded with --baseline-reset, runs at the new level pass."""
