@@ -149,7 +149,7 @@ class PostgresServer:
 
     def start(self) -> None:
         self._run(str(self.bindir / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "bench", "-E", "UTF8",
-                  "--no-sync")  # fmt: skip
+                  "--locale=C", "--no-sync")  # fmt: skip
         options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -F"
         self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-l", str(self.root / "log.txt"), "-o", options,
                   "-w", "-t", "60", "start")  # fmt: skip

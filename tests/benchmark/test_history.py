@@ -157,6 +157,19 @@ class TestCheck:
         assert "**REGRESSED**" in rate_row and "-9." in rate_row  # higher-is-better metric fell
         assert summary.read_text().count("### Performance check") == 2
 
+    def test_an_unreachable_store_is_could_not_judge_never_regression(self, tmp_path):
+        """Exit 1 is reserved for a regression; a database that cannot be reached is exit 2."""
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]  # nothing listens there once the socket is closed
+        write_report(tmp_path / "cand")
+        store = f"postgresql://bench@127.0.0.1:{port}/none?connect_timeout=5"
+        result = subprocess.run([sys.executable, str(RUN_PY), "check", str(tmp_path / "cand"), "--store", store],
+                                capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert result.returncode == 2 and "could not judge: OperationalError" in result.stderr
+
     def test_faster_run_is_improved_not_regressed(self, store_url, tmp_path):
         _seed_history(store_url, tmp_path, 8)
         write_report(tmp_path / "fast", seed=100, slowdown=0.9)

@@ -134,8 +134,8 @@ def register(app: typer.Typer) -> None:
                 run_dir, store, provenance, trust=trust, baseline_reset=baseline_reset,
                 settings=_settings(None, None, None, None, None),
             )  # fmt: skip
-        except (ValueError, FileNotFoundError) as e:
-            typer.echo(f"error: {e}", err=True)
+        except Exception as e:  # the nightly job must see the failure, distinct from a regression (1)
+            typer.echo(f"error: not recorded: {type(e).__name__}: {e}", err=True)
             raise typer.Exit(2) from e
 
     @app.command("check")
@@ -157,8 +157,8 @@ def register(app: typer.Typer) -> None:
         try:
             settings = _settings(threshold, window, min_history, alpha, drift_horizon)
             code = check_impl(run_dir, store, settings, output)
-        except (ValueError, FileNotFoundError) as e:
-            typer.echo(f"error: could not judge: {e}", err=True)
+        except Exception as e:  # exit 1 must only ever mean "regression": any failure to judge is 2
+            typer.echo(f"error: could not judge: {type(e).__name__}: {e}", err=True)
             raise typer.Exit(2) from e
         raise typer.Exit(code)
 
