@@ -45,7 +45,29 @@ DERIVED_METRICS: dict[str, MetricSpec] = {
         ),
     ]
 }
-REPORT_METRICS: dict[str, MetricSpec] = {**METRICS, **DERIVED_METRICS}
+_REPORT_ORDER = (
+    "step_time_s",
+    "phases_s.generate",
+    "generate_s_per_1k_response_tokens",
+    "phases_s.train",
+    "train_s_per_1k_tokens",
+    "phases_s.old_logprob",
+    "phases_s.ref_logprob",
+    "phases_s.weight_sync",
+    "phases_s.other",
+    "rollout_tokens_per_gpu_s",
+    "train_tflops_per_gpu",
+    "train_mfu",
+    "train_tokens_per_s",
+    "wait_ratio",
+    "response_length_mean",
+)
+_ALL_METRICS = {**METRICS, **DERIVED_METRICS}
+REPORT_METRICS: dict[str, MetricSpec] = {
+    **{name: _ALL_METRICS[name] for name in _REPORT_ORDER if name in _ALL_METRICS},
+    **{name: spec for name, spec in _ALL_METRICS.items() if name not in _REPORT_ORDER},
+}
+"""Report order: each per-token cost sits right under the raw phase time it normalises."""
 
 RESPONSE_LENGTH_RAW_KEYS = {
     "min": ("rollout/response_len/min", "response_length/min"),
