@@ -172,6 +172,7 @@ def _compare_pairs(
     reps: int,
     confidence: float,
     seed: int,
+    family_wise: bool,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     comparisons, attribution, refused = [], [], []
     by_key = {(c["framework"], c["backend"], c["layout"]): c for c in cells}
@@ -189,7 +190,13 @@ def _compare_pairs(
             refused.append({"backend": backend, "layout": layout, "reason": reason})
             continue
         metric_rows, phase_rows = compare_sides(
-            sides[miles["id"]], sides[verl["id"]], phases=PHASES, reps=reps, confidence=confidence, seed=seed
+            sides[miles["id"]],
+            sides[verl["id"]],
+            phases=PHASES,
+            reps=reps,
+            confidence=confidence,
+            seed=seed,
+            family_wise=family_wise,
         )
         for row in metric_rows:
             spec = REPORT_METRICS[row.metric]
@@ -256,6 +263,7 @@ def analyse_run_folder(
     reps: int = DEFAULT_REPS,
     confidence: float = DEFAULT_CONFIDENCE,
     seed: int = 0,
+    family_wise: bool = True,
     measured_peak_tflops: MeasuredPeak | None = None,
     roofline_tflops: Roofline | None = None,
 ) -> dict[str, Any]:
@@ -265,7 +273,7 @@ def analyse_run_folder(
     cells = [entry for entry, _ in analysed]
     sides = {entry["id"]: side for entry, side in analysed}
     comparisons, attribution, refused = _compare_pairs(
-        cells, sides, folder.parity, reps=reps, confidence=confidence, seed=seed
+        cells, sides, folder.parity, reps=reps, confidence=confidence, seed=seed, family_wise=family_wise
     )
     plan = folder.plan or {}
     calibration = None
@@ -284,6 +292,7 @@ def analyse_run_folder(
         "spec_hash": plan.get("spec_hash"),
         "preset": plan.get("preset"),
         "confidence": confidence,
+        "family_wise": family_wise,
         "bootstrap_reps": reps,
         "cells": cells,
         "incomplete": [r.__dict__ for r in folder.incomplete],

@@ -5,17 +5,20 @@
 - `compare_sides` returns one `MetricComparison` per metric (ratio Miles/VERL of means, harmonic means for rates,
   as Hoefler & Belli's rule 3 asks) and one `PhaseAttribution` per phase (seconds of the step-time gap it explains).
 - Uncertainty: a bootstrap that keeps the autocorrelation of steps. Within a run, arch's CircularBlockBootstrap
-  resamples blocks of steps (block length from arch's `optimal_block_length`, Politis & White 2004) and every
-  metric of a step moves together. With several repeats the repeats are resampled too (two-level bootstrap), so
-  run-to-run variance enters the interval. Percentile CI; two-sided bootstrap p-value; significant = CI excludes 1
+  resamples blocks of steps (block length: arch's `optimal_block_length`, Politis & White 2004, at least sqrt(n))
+  and every metric of a step moves together. With several repeats the repeats are resampled too (two-level
+  bootstrap), so run-to-run variance enters the interval. The spread is widened by `small_sample_factor` (few
+  blocks behave like a small sample). Percentile CI; two-sided bootstrap p-value.
+- Family-wise: by default the intervals of one pair are Bonferroni-adjusted over the metrics compared (each at
+  1 - 0.05/k), so that the whole table has a 5% chance of one false "significant"; significant = CI excludes 1
   (for a gap: excludes 0).
 - `refusal_reason(...)` says why two cells must not be compared (unexplained parity rows, different hardware).
 
 Caveats:
 - A metric with no finite value on either side gives a comparison of nulls with the reason in `method`.
 - The attribution is additive in means, not in medians: phase gaps plus the unattributed rest equal the step gap.
-- No correction for multiple comparisons: with ~15 metrics per pair, expect one spurious "significant" at 95%
-  now and then on metrics that did not move; read the step time and the phase the attribution names first.
+- Bonferroni is conservative for metrics as correlated as step time, tokens/s and MFU; a change just past the
+  unadjusted 95% level can show as not significant. The p-value column is unadjusted.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ import numpy as np
 RATE_METRICS = frozenset({"train_tflops_per_gpu", "train_mfu", "train_tokens_per_s", "rollout_tokens_per_gpu_s"})
 """Rates are averaged harmonically (the rate of the total work over the total time), costs arithmetically."""
 
-DEFAULT_REPS = 2000
+DEFAULT_REPS = 4000
+"""Enough for the tails of a Bonferroni-adjusted 95% interval over ~15 metrics (0.17% each side: ~7 resamples)."""
 DEFAULT_CONFIDENCE = 0.95
 
 
@@ -96,6 +100,8 @@ def small_sample_factor(num_blocks: float, num_repeats: int, confidence: float) 
 
     q = 0.5 + confidence / 2
     factor = float(scipy_stats.t.ppf(q, max(1.0, num_blocks - 1)) / scipy_stats.norm.ppf(q))
+    # The resampling variance of a mean over k blocks divides by k, the unbiased estimate by k - 1.
+    factor *= math.sqrt(num_blocks / max(1.0, num_blocks - 1))
     if num_repeats > 1:
         factor *= math.sqrt(num_repeats / (num_repeats - 1))
     return factor
@@ -147,7 +153,7 @@ def _bootstrap_side(
 
 def _percentile_ci(values: np.ndarray, confidence: float) -> tuple[float | None, float | None]:
     finite = values[np.isfinite(values)]
-    if len(finite) < 10:
+    if len(finite) < 2 / (1 - confidence):  # fewer resamples than it takes to put one in each tail
         return None, None
     tail = (1 - confidence) / 2 * 100
     low, high = np.percentile(finite, [tail, 100 - tail])
@@ -169,6 +175,8 @@ def _metric_comparison(
     *,
     harmonic: bool,
     confidence: float,
+    level: float,
+    num_compared: int,
     reps: int,
     widen: float,
     num_blocks: float,
@@ -199,8 +207,13 @@ def _metric_comparison(
             significant=False,
             method="not compared: the VERL value is 0",
         )
-    low, high = _percentile_ci(boot, confidence)
+    low, high = _percentile_ci(boot, level)
     significant = low is not None and (low > 1 or high < 1)
+    interval = f"{confidence:.0%} percentile CI"
+    if level != confidence:
+        interval = (
+            f"{confidence:.0%} family-wise percentile CI (Bonferroni over {num_compared} metrics: {level:.2%} each)"
+        )
     return MetricComparison(
         metric=name,
         miles=m,
@@ -211,7 +224,7 @@ def _metric_comparison(
         p_value=_p_value(boot, 1.0),
         significant=bool(significant),
         method=(
-            f"ratio of {average}; {confidence:.0%} percentile CI, circular block bootstrap ({reps} resamples), "
+            f"ratio of {average}; {interval}, circular block bootstrap ({reps} resamples), "
             f"spread widened x{widen:.2f} for {num_blocks:.0f} blocks"
         ),
     )
@@ -225,6 +238,7 @@ def compare_sides(
     reps: int = DEFAULT_REPS,
     confidence: float = DEFAULT_CONFIDENCE,
     seed: int = 0,
+    family_wise: bool = True,
 ) -> tuple[list[MetricComparison], list[PhaseAttribution]]:
     """All metric ratios and the phase attribution of the step-time gap for one Miles/VERL pair."""
     if miles.metrics != verl.metrics:
@@ -236,7 +250,10 @@ def compare_sides(
     point_v = _side_statistic(verl.repeats, harmonic)
     boot_m, blocks_m, repeats_m = _bootstrap_side(miles, harmonic, reps, rng)
     boot_v, blocks_v, repeats_v = _bootstrap_side(verl, harmonic, reps, rng)
-    widen = small_sample_factor(min(blocks_m, blocks_v), min(repeats_m, repeats_v), confidence)
+    num_compared = int(np.sum(np.isfinite(point_m) & np.isfinite(point_v) & (point_v != 0)))
+    # Bonferroni over the metrics of this pair: a table of ~15 ratios at 95% each would flag one by chance.
+    level = 1 - (1 - confidence) / max(1, num_compared) if family_wise else confidence
+    widen = small_sample_factor(min(blocks_m, blocks_v), min(repeats_m, repeats_v), level)
     boot_m = point_m + widen * (boot_m - point_m)
     boot_v = point_v + widen * (boot_v - point_v)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -249,13 +266,15 @@ def compare_sides(
             boot_ratio[:, i],
             harmonic=bool(harmonic[i]),
             confidence=confidence,
+            level=level,
+            num_compared=num_compared,
             reps=reps,
             widen=widen,
             num_blocks=min(blocks_m, blocks_v),
         )
         for i, name in enumerate(metrics)
     ]
-    attribution = _attribution(metrics, phases, point_m, point_v, boot_m - boot_v, confidence)
+    attribution = _attribution(metrics, phases, point_m, point_v, boot_m - boot_v, level)
     return comparisons, attribution
 
 

@@ -51,8 +51,14 @@ def t_interval(units: np.ndarray, confidence: float) -> tuple[float, float]:
 
 
 def batch_medians(values: np.ndarray) -> np.ndarray:
-    """Medians of up to MAX_BATCHES consecutive, non-overlapping batches of at least MIN_BATCH_STEPS steps."""
-    num_batches = min(MAX_BATCHES, len(values) // MIN_BATCH_STEPS)
+    """Medians of consecutive, non-overlapping batches, each at least as long as the series' block length.
+
+    The batch size is the circular-bootstrap block length of compare.py (arch's optimal_block_length, at least
+    sqrt(n)), at least MIN_BATCH_STEPS, so that neighbouring batches are close to independent; at most MAX_BATCHES."""
+    from scripts.benchmark.compare import block_length
+
+    size = max(MIN_BATCH_STEPS, block_length(values))
+    num_batches = min(MAX_BATCHES, len(values) // size)
     if num_batches < 2:
         return np.asarray([], dtype=float)
     size = len(values) // num_batches

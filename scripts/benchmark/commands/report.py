@@ -30,7 +30,7 @@ def load_calibration() -> tuple[Callable | None, Callable | None, str | None]:
 
 
 def report_impl(
-    run_dir: Path, *, reps: int, confidence: float, seed: int, calibration: bool = True
+    run_dir: Path, *, reps: int, confidence: float, seed: int, family_wise: bool = True, calibration: bool = True
 ) -> tuple[dict[str, Any], dict[str, Path]]:
     """Analyse and write; returns the report document and the written files."""
     from scripts.benchmark.analysis import analyse_run_folder
@@ -42,6 +42,7 @@ def report_impl(
         reps=reps,
         confidence=confidence,
         seed=seed,
+        family_wise=family_wise,
         measured_peak_tflops=measured_peak,
         roofline_tflops=roofline,
     )
@@ -54,9 +55,16 @@ def register(app: typer.Typer) -> None:
     @app.command("report")
     def report(
         run_dir: Annotated[Path, typer.Argument(help="run folder written by the runner (holds manifest.json)")],
-        reps: Annotated[int, typer.Option(help="bootstrap resamples per comparison")] = 2000,
+        reps: Annotated[int, typer.Option(help="bootstrap resamples per comparison")] = 4000,
         confidence: Annotated[float, typer.Option(help="confidence level of every interval")] = 0.95,
         seed: Annotated[int, typer.Option(help="bootstrap seed (fixed, so a report is reproducible)")] = 0,
+        family_wise: Annotated[
+            bool,
+            typer.Option(
+                "--family-wise/--per-metric",
+                help="Bonferroni-adjust the intervals of each Miles/VERL pair over its metrics (default) or not",
+            ),
+        ] = True,
         calibration: Annotated[
             bool, typer.Option(help="use the committed calibration data (measured peak, roofline)")
         ] = True,
@@ -70,7 +78,9 @@ def register(app: typer.Typer) -> None:
         if not (run_dir / "manifest.json").is_file():
             typer.echo(f"error: {run_dir}/manifest.json not found: not a benchmark run folder", err=True)
             raise typer.Exit(1)
-        doc, written = report_impl(run_dir, reps=reps, confidence=confidence, seed=seed, calibration=calibration)
+        doc, written = report_impl(
+            run_dir, reps=reps, confidence=confidence, seed=seed, family_wise=family_wise, calibration=calibration
+        )
         if not quiet:
             typer.echo(written["report.md"].read_text(encoding="utf-8"))
         typer.echo("wrote " + ", ".join(str(p) for p in written.values()), err=True)
