@@ -49,32 +49,64 @@ MeasuredPeak = Callable[[str], "float | None"]
 Roofline = Callable[[str, "str | None", bool], "float | None"]
 
 
-def _parity_rows(parity: Any) -> list[dict[str, Any]]:
-    if isinstance(parity, list):
-        return [r for r in parity if isinstance(r, dict)]
-    if isinstance(parity, dict):
-        for key in ("rows", "knobs", "table"):
-            if isinstance(parity.get(key), list):
-                return [r for r in parity[key] if isinstance(r, dict)]
-    return []
+def parity_tables(parity: Any) -> list[dict[str, Any]]:
+    """parity.json as tables: [{"backend", "layout", "title", "rows", "error"}], rows as {knob, status, values, note}.
+
+    The plan writes {"pairs": [{"backend", "layout", "miles_cell", "verl_cell", "error", "rows": [{knob, group, miles,
+    verl, status, note}]}]}; a flat {"rows": [...]} or a bare list (backend/layout per row, or none) is read too."""
+    if isinstance(parity, dict) and isinstance(parity.get("pairs"), list):
+        tables = []
+        for pair in parity["pairs"]:
+            rows = [
+                {
+                    "knob": r.get("knob", "?"),
+                    "status": str(r.get("status", "")),
+                    "values": {"miles": r.get("miles"), "verl": r.get("verl")},
+                    "note": r.get("note") or "",
+                }
+                for r in pair.get("rows", [])
+            ]
+            title = f"{pair.get('miles_cell', 'miles')} vs {pair.get('verl_cell', 'verl')}"
+            tables.append(
+                {"backend": pair.get("backend"), "layout": pair.get("layout"), "title": title, "rows": rows}
+                | {"error": pair.get("error")}
+            )
+        return tables
+    flat = parity if isinstance(parity, list) else (parity or {}).get("rows") if isinstance(parity, dict) else None
+    if not isinstance(flat, list):
+        return []
+    rows = [
+        {
+            "knob": r.get("knob") or r.get("name") or "?",
+            "status": str(r.get("status", "")),
+            "values": r.get("values") or {k: r[k] for k in ("miles", "verl") if k in r},
+            "note": r.get("note") or r.get("reason") or "",
+            "backend": r.get("backend"),
+            "layout": r.get("layout"),
+        }
+        for r in flat
+        if isinstance(r, dict)
+    ]
+    return [{"backend": None, "layout": None, "title": "all cells", "rows": rows, "error": None}]
 
 
 def unexplained_parity(parity: Any, backend: str, layout: str) -> list[str]:
-    """Parity rows of this backend/layout that are neither matched nor an asymmetry with a note, as short texts."""
-    problems = []
-    for row in _parity_rows(parity):
-        if row.get("backend") not in (None, backend) or row.get("layout") not in (None, layout):
-            continue
-        status = str(row.get("status", "")).lower()
-        knob = row.get("knob") or row.get("name") or "?"
-        if status in PARITY_OK_STATUSES:
-            continue
-        if status in PARITY_ASYMMETRY_STATUSES and (row.get("note") or row.get("reason")):
-            continue
-        values = row.get("values") or row.get("cells") or {k: row[k] for k in ("miles", "verl") if k in row}
-        problems.append(f"{knob} ({status or 'no status'}: {values})")
-    if isinstance(parity, dict) and parity.get("ok") is False and not problems:
-        problems.append("parity.json says ok=false")
+    """Why the parity proof does not cover this backend/layout: rows neither matched nor a declared asymmetry with a
+    note, a recorded parity error, a parity table for another spec, or no table at all."""
+    if parity is None:
+        return ["no parity.json in the run folder: the launches were never proven matched"]
+    tables = [t for t in parity_tables(parity) if t["backend"] in (None, backend) and t["layout"] in (None, layout)]
+    if not tables:
+        return [f"parity.json has no table for {backend}/{layout}"]
+    problems = [f"parity error: {t['error']}" for t in tables if t["error"]]
+    for table in tables:
+        for row in table["rows"]:
+            if row.get("backend") not in (None, backend) or row.get("layout") not in (None, layout):
+                continue
+            status = row["status"].lower()
+            if status in PARITY_OK_STATUSES or (status in PARITY_ASYMMETRY_STATUSES and row["note"]):
+                continue
+            problems.append(f"{row['knob']} ({row['status'] or 'no status'}: {row['values']})")
     return problems
 
 
@@ -173,16 +205,21 @@ def _compare_pairs(
     confidence: float,
     seed: int,
     family_wise: bool,
+    spec_hash: str | None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     comparisons, attribution, refused = [], [], []
+    parity_hash = parity.get("spec_hash") if isinstance(parity, dict) else None
     by_key = {(c["framework"], c["backend"], c["layout"]): c for c in cells}
     pairs = sorted({(c["backend"], c["layout"]) for c in cells})
     for backend, layout in pairs:
         miles, verl = by_key.get(("miles", backend, layout)), by_key.get(("verl", backend, layout))
         if miles is None or verl is None:
             continue
+        problems = unexplained_parity(parity, backend, layout)
+        if parity_hash and spec_hash and parity_hash != spec_hash:
+            problems.append(f"parity.json is for spec {parity_hash}, the plan for spec {spec_hash}")
         reason = refusal_reason(
-            unexplained_parity=unexplained_parity(parity, backend, layout),
+            unexplained_parity=problems,
             miles_hardware=miles["hardware"],
             verl_hardware=verl["hardware"],
         )
@@ -222,7 +259,7 @@ def calibration_view(
         tflops = cell["summaries"]["train_tflops_per_gpu"]["median"]
         peak = measured_peak_tflops(device) if device else None
         grad_ckpt = grad_ckpt_by_backend.get(cell["backend"], True)
-        roof = roofline_tflops(device, preset, grad_ckpt) if device else None
+        roof = roofline_tflops(device, preset, grad_ckpt) if device and preset else None
         rows.append(
             {
                 "id": cell["id"],
@@ -240,21 +277,22 @@ def calibration_view(
 
 
 def grad_ckpt_by_backend(plan: dict[str, Any] | None) -> dict[str, bool]:
-    """Whether each backend recomputes activations, from the resolved spec in plan.json (True when unknown)."""
+    """Whether each backend recomputes activations, from the resolved spec in plan.json (absent when unknown)."""
     spec = (plan or {}).get("spec") or {}
     found: dict[str, bool] = {}
-    parallel = spec.get("parallelism") or spec.get("parallel") or {}
-    fsdp = parallel.get("fsdp") if isinstance(parallel, dict) else None
-    megatron = parallel.get("megatron") if isinstance(parallel, dict) else None
-    if isinstance(fsdp, dict):
-        for key in ("gradient_checkpointing", "grad_ckpt"):
-            if key in fsdp:
-                found["fsdp"] = bool(fsdp[key])
-    if isinstance(megatron, dict):
-        for key in ("recompute", "recompute_granularity", "recompute_method"):
-            if key in megatron:
-                found["megatron"] = megatron[key] not in (None, False, "none", "")
+    fsdp, megatron = spec.get("fsdp"), spec.get("megatron")
+    if isinstance(fsdp, dict) and "gradient_checkpointing" in fsdp:
+        found["fsdp"] = bool(fsdp["gradient_checkpointing"])
+    if isinstance(megatron, dict) and "recompute" in megatron:
+        found["megatron"] = megatron["recompute"] not in (None, False, "none")
     return found
+
+
+def roofline_model_key(plan: dict[str, Any] | None) -> str | None:
+    """The calibration roofline is keyed by model config name (spec.model.config); the preset name otherwise."""
+    plan = plan or {}
+    config = ((plan.get("spec") or {}).get("model") or {}).get("config")
+    return config if isinstance(config, str) else plan.get("preset")
 
 
 def analyse_run_folder(
@@ -273,7 +311,14 @@ def analyse_run_folder(
     cells = [entry for entry, _ in analysed]
     sides = {entry["id"]: side for entry, side in analysed}
     comparisons, attribution, refused = _compare_pairs(
-        cells, sides, folder.parity, reps=reps, confidence=confidence, seed=seed, family_wise=family_wise
+        cells,
+        sides,
+        folder.parity,
+        reps=reps,
+        confidence=confidence,
+        seed=seed,
+        family_wise=family_wise,
+        spec_hash=(folder.plan or {}).get("spec_hash"),
     )
     plan = folder.plan or {}
     calibration = None
@@ -282,7 +327,7 @@ def analyse_run_folder(
             cells,
             measured_peak_tflops=measured_peak_tflops,
             roofline_tflops=roofline_tflops,
-            preset=plan.get("preset"),
+            preset=roofline_model_key(plan),
             grad_ckpt_by_backend=grad_ckpt_by_backend(plan),
         )
     return {

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from miles.utils.bench_metrics import encode_nonfinite
+from scripts.benchmark.analysis import parity_tables
 from scripts.benchmark.cells import REPORT_METRICS
 
 MARKDOWN_BUDGET = 60_000
@@ -311,17 +312,32 @@ def _calibration_blocks(doc: dict[str, Any]) -> list[Any]:
         "roofline TFLOP/s",
         "of roofline",
     ]
-    return blocks + [Table(header, rows)]
+    blocks.append(Table(header, rows))
+    uncalibrated = sorted({r["device"] for r in calibration if r["device"] and r["measured_peak_tflops"] is None})
+    if uncalibrated:
+        blocks.append(
+            Paragraph(
+                "n/a: no committed calibration for " + ", ".join(uncalibrated) + " (scripts/benchmark/calibration/; "
+                "run scripts/benchmark/calibrate.py on that GPU and commit its JSON)."
+            )
+        )
+    return blocks
 
 
-def _parity_rows(parity: Any) -> list[dict[str, Any]] | None:
-    if isinstance(parity, list):
-        return [r for r in parity if isinstance(r, dict)]
-    if isinstance(parity, dict):
-        for key in ("rows", "knobs", "table"):
-            if isinstance(parity.get(key), list):
-                return [r for r in parity[key] if isinstance(r, dict)]
-    return None
+def _packages(packages: Any) -> str:
+    """'torch 2.7.1, miles 0.1 (abc12345)' from {name: version} or the runner's {name: {version, commit}}."""
+    if not isinstance(packages, dict) or not packages:
+        return "n/a"
+    parts = []
+    for name, entry in sorted(packages.items()):
+        if isinstance(entry, dict):
+            if entry.get("version") is None and entry.get("commit") is None:
+                continue
+            commit = f" ({entry['commit'][:8]})" if entry.get("commit") else ""
+            parts.append(f"{name} {entry.get('version') or '?'}{commit}")
+        else:
+            parts.append(f"{name} {entry}")
+    return ", ".join(parts) or "n/a"
 
 
 def _compact(value: Any) -> str:
@@ -332,40 +348,35 @@ def _compact(value: Any) -> str:
 
 def _context_blocks(doc: dict[str, Any], *, environment_json: bool) -> list[Any]:
     blocks: list[Any] = [Heading(2, "Parity table")]
-    rows = _parity_rows(doc["parity"])
+    tables = parity_tables(doc["parity"])
     if doc["parity"] is None:
         blocks.append(Paragraph("No parity.json in this run folder: Miles and VERL cells are not proven matched."))
-    elif rows is None:
+    elif not tables:
         blocks.append(Details("parity.json (unrecognised layout, shown verbatim)", [Code(json.dumps(doc["parity"]))]))
-    else:
-        statuses = [str(r.get("status", "")) for r in rows]
-        summary = f"{len(rows)} knobs: " + ", ".join(f"{statuses.count(s)} {s}" for s in sorted(set(statuses)))
-        table = [
-            [
-                f"`{r.get('knob') or r.get('name') or '?'}`",
-                str(r.get("status", "")),
-                _compact(r.get("values") or r.get("cells") or {}),
-                str(r.get("note") or r.get("reason") or ""),
-            ]
-            for r in rows
-        ]
-        blocks.append(Details(summary, [Table(["knob", "status", "values", "note"], table)]))
+    for table in tables:
+        statuses = [r["status"] for r in table["rows"]]
+        counts = ", ".join(f"{statuses.count(s)} {s}" for s in sorted(set(statuses)))
+        summary = f"{table['title']}: {len(statuses)} knobs ({counts})"
+        rows = [[f"`{r['knob']}`", r["status"], _compact(r["values"]), r["note"]] for r in table["rows"]]
+        inner: list[Any] = [Paragraph(f"**Parity error**: {table['error']}")] if table["error"] else []
+        blocks.append(Details(summary, inner + [Table(["knob", "status", "values", "note"], rows)]))
     blocks.append(Heading(2, "Environments"))
     env_rows = []
     for cell in doc["cells"]:
         env = cell["environment"]
-        packages = env.get("packages") if isinstance(env.get("packages"), dict) else {}
+        cuda = env.get("cuda_runtime") or env.get("cuda") or env.get("cuda_driver")
         env_rows.append(
             [
                 f"`{cell['id']}`",
                 cell["hardware"] or "n/a",
-                str(env.get("driver", "n/a")),
-                str(env.get("cuda", "n/a")),
-                ", ".join(f"{k} {v}" for k, v in sorted(packages.items())) or "n/a",
-                str(env.get("hostname", "n/a")),
+                str(env.get("driver") or "n/a"),
+                str(cuda or "n/a"),
+                str(env.get("nccl") or "n/a"),
+                _packages(env.get("packages")),
+                str(env.get("hostname") or "n/a"),
             ]
         )
-    blocks.append(Table(["cell", "hardware", "driver", "CUDA", "packages", "host"], env_rows))
+    blocks.append(Table(["cell", "hardware", "driver", "CUDA", "NCCL", "packages", "host"], env_rows))
     if environment_json:
         for cell in doc["cells"]:
             blocks.append(

@@ -109,27 +109,57 @@ def build_records(cell: SyntheticCell, repeat: int) -> list[StepRecord]:
 
 
 def environment_record(cell: SyntheticCell, repeat: int) -> dict[str, Any]:
+    """The runner's environment.json layout (scripts/benchmark/environment_record.py)."""
+    gpus = [
+        {"index": i, "name": cell.gpu_model, "memory_total_mib": 143771.0, "driver": "570.86.15"}
+        for i in range(TRAIN_GPUS)
+    ]
     return {
+        "framework": cell.framework,
         "hostname": f"node-{repeat}",
-        "gpu": {"model": cell.gpu_model, "count": TRAIN_GPUS},
+        "gpu_model": cell.gpu_model,
+        "gpu_count": TRAIN_GPUS,
+        "gpus": gpus,
         "driver": "570.86.15",
-        "cuda": "12.8",
+        "cuda_driver": "12.8",
+        "cuda_runtime": "12.8",
         "nccl": "2.26.2",
-        "packages": {"torch": "2.7.1", "sglang": "0.4.9", cell.framework: "0.0.0-synthetic"},
+        "packages": {
+            "torch": {"version": "2.7.1", "commit": None},
+            "sglang": {"version": "0.4.9", "commit": None},
+            cell.framework: {"version": "0.0.0", "commit": "0123456789abcdef"},
+        },
+        "missing": {},
     }
 
 
-def matched_parity(cells: list[SyntheticCell]) -> dict[str, Any]:
-    rows = [
-        {"knob": "lr", "status": "matched", "values": {c.id: 1e-6 for c in cells}, "note": ""},
-        {
-            "knob": "disaggregated mode",
-            "status": "asymmetry",
-            "values": {c.id: c.layout for c in cells},
-            "note": "VERL 0.9.1 has no synchronous disaggregated mode",
-        },
-    ]
-    return {"schema_version": 1, "rows": rows}
+def matched_parity(cells: list[SyntheticCell], spec_hash: str = "0123456789ab") -> dict[str, Any]:
+    """The plan's parity.json layout (scripts/benchmark/parity.py): one table per backend/layout pair."""
+    pairs = []
+    for backend, layout in sorted({(c.backend, c.layout) for c in cells}):
+        rows = [
+            {"knob": "lr", "group": "optimizer", "miles": 1e-6, "verl": 1e-6, "status": "matched", "note": ""},
+            {
+                "knob": "completion_wait",
+                "group": "rollout",
+                "miles": "event",
+                "verl": "poll 2 s",
+                "status": "asymmetry",
+                "note": "VERL's generate phase ends up to 2 s late per step",
+            },
+        ]
+        pairs.append(
+            {
+                "backend": backend,
+                "layout": layout,
+                "miles_cell": f"miles-{backend}-{layout}",
+                "verl_cell": f"verl-{backend}-{layout}",
+                "error": None,
+                "counts": {"matched": 1, "asymmetry": 1, "MISMATCH": 0},
+                "rows": rows,
+            }
+        )
+    return {"schema_version": 1, "spec_hash": spec_hash, "pairs": pairs}
 
 
 def write_run_folder(
@@ -166,7 +196,12 @@ def write_run_folder(
             (folder / "environment.json").write_text(json.dumps(environment_record(cell, repeat)))
     manifest = {"schema_version": 1, "plan": "plan.json", "cells": entries}
     (root / "manifest.json").write_text(json.dumps(manifest, indent=1))
-    plan = {"schema_version": 1, "spec": {}, "spec_hash": "0123456789ab", "preset": "qwen3-1.7b-base", "cells": []}
+    spec = {
+        "model": {"hf_checkpoint": "/models/Qwen3-1.7B-Base", "config": "qwen3-1.7b-base"},
+        "fsdp": {"gradient_checkpointing": True},
+        "megatron": {"recompute": "none"},
+    }
+    plan = {"schema_version": 1, "spec": spec, "spec_hash": "0123456789ab", "preset": "qwen3-1.7b-base", "cells": []}
     (root / "plan.json").write_text(json.dumps(plan))
     if write_parity:
         (root / "parity.json").write_text(json.dumps(parity if parity is not None else matched_parity(cells)))

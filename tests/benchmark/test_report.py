@@ -195,6 +195,7 @@ class TestOutputs:
         assert {c.id for c in report.cells} == {c.id for c in planted_cells()}
         cell = report.cells[0]
         assert cell.hardware == "8x NVIDIA H200" and cell.environment["driver"] == "570.86.15"
+        assert cell.environment["packages"]["torch"]["version"] == "2.7.1"
         assert (
             len(cell.samples["step_time_s"]) == 1
             and len(cell.samples["step_time_s"][0]) == cell.summaries["step_time_s"].n
@@ -211,20 +212,45 @@ class TestOutputs:
 
 class TestRefusals:
     def test_unexplained_parity_row_refuses_the_comparison(self, tmp_path):
+        """A MISMATCH row in the megatron table refuses megatron only; fsdp is still compared."""
         cells = planted_cells()
         parity = matched_parity(cells)
-        parity["rows"].append(
-            {"knob": "max_response_len", "status": "mismatch", "values": {"miles": 8192, "verl": 4096}, "note": ""}
+        megatron = next(p for p in parity["pairs"] if p["backend"] == "megatron")
+        megatron["rows"].append(
+            {"knob": "max_response_len", "group": "lengths", "miles": 8192, "verl": 4096, "status": "MISMATCH"}
+            | {"note": "not a declared asymmetry"}
         )
         run_dir = write_run_folder(tmp_path, cells, parity=parity)
         doc, _ = report_impl(run_dir, reps=REPS, confidence=0.95, seed=0)
-        assert doc["comparisons"] == [] and doc["attribution"] == []
-        assert {(r["backend"], r["layout"]) for r in doc["refused"]} == {
-            ("fsdp", "colocate"),
-            ("megatron", "colocate"),
-        }
-        assert all("max_response_len" in r["reason"] for r in doc["refused"])
-        assert "comparison refused: parity table has unexplained differences" in (run_dir / "report.md").read_text()
+        assert {c["backend"] for c in doc["comparisons"]} == {"fsdp"}
+        assert {a["backend"] for a in doc["attribution"]} == {"fsdp"}
+        assert [(r["backend"], r["layout"]) for r in doc["refused"]] == [("megatron", "colocate")]
+        assert "max_response_len (MISMATCH: {'miles': 8192, 'verl': 4096})" in doc["refused"][0]["reason"]
+        text = (run_dir / "report.md").read_text()
+        assert "**megatron / colocate**: comparison refused: parity table has unexplained differences" in text
+
+    @pytest.mark.parametrize(
+        ("change", "reason"),
+        [
+            ("no_parity", "no parity.json in the run folder"),
+            ("parity_error", "parity error: megatron/colocate: lr: miles=1e-06 verl=2e-06"),
+            ("other_spec", "parity.json is for spec ffffffffffff, the plan for spec 0123456789ab"),
+            ("missing_pair", "parity.json has no table for megatron/colocate"),
+        ],
+    )
+    def test_a_comparison_without_a_valid_parity_proof_is_refused(self, tmp_path, change, reason):
+        cells = planted_cells()
+        parity = matched_parity(cells, spec_hash="ffffffffffff" if change == "other_spec" else "0123456789ab")
+        if change == "parity_error":
+            next(p for p in parity["pairs"] if p["backend"] == "megatron")[
+                "error"
+            ] = "megatron/colocate: lr: miles=1e-06 verl=2e-06"
+        if change == "missing_pair":
+            parity["pairs"] = [p for p in parity["pairs"] if p["backend"] != "megatron"]
+        run_dir = write_run_folder(tmp_path, cells, parity=parity, write_parity=change != "no_parity")
+        doc = analyse_run_folder(run_dir, reps=REPS)
+        refused = {r["backend"]: r["reason"] for r in doc["refused"]}
+        assert reason in refused["megatron"]
 
     def test_asymmetry_without_note_and_backend_scoped_rows(self):
         parity = {
@@ -293,6 +319,20 @@ class TestCalibrationHook:
         assert row["mfu_measured_peak"] == pytest.approx(row["train_tflops_per_gpu"] / 800.0)
         assert row["fraction_of_roofline"] == pytest.approx(row["train_tflops_per_gpu"] / 400.0)
         assert seen[0] == ("NVIDIA H200", "qwen3-1.7b-base", False) and seen[2][2] is True
+
+    def test_report_reads_the_committed_calibration_module(self, planted_run):
+        """calibration_data.py is merged: each cell gets a calibration row; unmeasured numbers stay null."""
+        run_dir, doc = planted_run
+        from scripts.benchmark.calibration_data import measured_peak_tflops
+
+        assert doc["calibration"] is not None and len(doc["calibration"]) == 4
+        row = doc["calibration"][0]
+        peak = measured_peak_tflops("NVIDIA H200")
+        assert row["measured_peak_tflops"] == peak
+        assert row["grad_ckpt"] is True and doc["calibration"][2]["grad_ckpt"] is False
+        if peak is None:
+            assert row["mfu_measured_peak"] is None
+        assert "## Calibration: measured peak and roofline" in (run_dir / "report.md").read_text()
 
 
 class TestCommand:
