@@ -159,7 +159,12 @@ def _analyse_cell(cell: Cell, confidence: float) -> tuple[dict[str, Any], SideSa
             "unit": spec.unit,
             "direction": spec.direction,
         }
-        samples[name] = [[v for v in values if v is not None] for values in per_repeat]
+        # Missing or non-finite steps stay in place as NaN ("NaN" in the JSON), so a consumer sees them; a metric
+        # with no finite value in a repeat (not reported) has an empty list.
+        samples[name] = [
+            [math.nan if v is None else v for v in values] if any(v is not None for v in values) else []
+            for values in per_repeat
+        ]
     environment = cell.repeats[0].environment
     entry = {
         "id": cell.id,

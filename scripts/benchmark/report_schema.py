@@ -8,7 +8,8 @@
   validation; a metric that was never reported is null, never 0.
 
 Caveats:
-- `samples` hold the finite steady-state values of each repeat, in step order; a NaN step is left out there.
+- `samples` hold every steady-state step of each repeat, in step order; a step whose value is missing or non-finite
+  is NaN there (so a consumer can refuse it); a metric the framework never reported has an empty list.
 """
 
 from __future__ import annotations

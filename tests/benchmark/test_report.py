@@ -1,6 +1,7 @@
 """`run.py report` end to end on generated run folders with a known warm-up, a planted 25% gap and a no-gap pair."""
 
 import json
+import math
 import re
 import struct
 from pathlib import Path
@@ -133,6 +134,9 @@ class TestPlantedDifferences:
         steady_steps = 80 - verl["steady_state"]["start_step"]
         assert verl["summaries"]["step_time_s"]["n"] == steady_steps - 2
         assert verl["summaries"]["phases_s.generate"]["n"] == steady_steps
+        samples = verl["samples"]["step_time_s"][0]
+        assert len(samples) == steady_steps and sum(math.isnan(x) for x in samples) == 2
+        assert verl["samples"]["phases_s.old_logprob"] == [[]]
 
     def test_per_token_costs_sit_beside_raw_times(self, planted_run):
         run_dir, doc = planted_run
