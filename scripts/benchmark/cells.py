@@ -188,6 +188,12 @@ def read_run_folder(run_dir: Path) -> RunFolder:
             )
             continue
         records = sorted(read_records(metrics_path), key=lambda r: r.step)
+        if not records:
+            reason = f"state complete but {metrics_path.name} holds no step"
+            incomplete.append(
+                IncompleteRepeat(cell_id=entry["id"], repeat=entry["repeat"], state="empty", reason=reason)
+            )
+            continue
         environment = _read_json(metrics_path.parent / "environment.json", required=False) or {}
         cell.repeats.append(
             Repeat(repeat=entry["repeat"], dir=str(metrics_path.parent), records=records, environment=environment)

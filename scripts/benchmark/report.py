@@ -118,7 +118,8 @@ def _pair_verdict(doc: dict[str, Any], backend: str, layout: str) -> str:
     step = next((c for c in rows if c["metric"] == "step_time_s"), None)
     name = f"**{backend} / {layout}**"
     if step is None or step["ratio"] is None:
-        return f"{name}: step time could not be compared ({step['method'] if step else 'no step time'})."
+        why = step["method"].removeprefix("not compared: ") if step else "no step time"
+        return f"{name}: step time could not be compared ({why})."
     ci = format_ratio_interval(step["ci_low"], step["ci_high"])
     change = (step["ratio"] - 1) * 100
     if not step["significant"]:
@@ -230,11 +231,12 @@ def _cell_blocks(doc: dict[str, Any]) -> list[Any]:
         row = [f"`{name}`", unit]
         for cell in cells:
             s = cell["summaries"][name]
-            row.append(
-                "n/a"
-                if s["median"] is None
-                else f"{format_number(s['median'], unit)} {format_interval(s['ci_low'], s['ci_high'], unit)}"
-            )
+            if s["median"] is None:
+                row.append("n/a")
+            elif s["ci_low"] is None:
+                row.append(f"{format_number(s['median'], unit)} (no CI)")
+            else:
+                row.append(f"{format_number(s['median'], unit)} {format_interval(s['ci_low'], s['ci_high'], unit)}")
         rows.append(row)
     blocks: list[Any] = [
         Heading(2, "Per-cell summaries"),

@@ -4,6 +4,8 @@ import json
 import math
 import re
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -294,6 +296,19 @@ class TestRepeatsAndFaults:
         assert generate["significant"] and generate["ci_low"] < 1.25 < generate["ci_high"]
         assert "## Incomplete cells" in written["report.md"].read_text()
 
+    def test_short_run_and_empty_metrics_are_reported_not_fatal(self, tmp_path):
+        """6 steps: never steady, no CI. A 'complete' repeat with an empty metrics.jsonl is listed as incomplete."""
+        cells = [SyntheticCell(framework="miles", num_steps=6, seed=1), SyntheticCell(framework="verl", seed=2)]
+        run_dir = write_run_folder(tmp_path, cells)
+        (run_dir / "cells/verl-fsdp-colocate/rep-0/metrics.jsonl").write_text("")
+        doc, written = report_impl(run_dir, reps=REPS, confidence=0.95, seed=0)
+        (miles,) = doc["cells"]
+        assert not miles["steady_state"]["reached"] and "too few" in miles["steady_state"]["repeats"][0]["method"]
+        assert miles["summaries"]["step_time_s"]["ci_low"] is None
+        assert doc["incomplete"][0]["state"] == "empty" and doc["comparisons"] == []
+        text = written["report.md"].read_text()
+        assert "(no CI)" in text and "Never reached a steady state: `miles-fsdp-colocate`" in text
+
     def test_single_framework_run_reports_cells_without_comparison(self, tmp_path):
         run_dir = write_run_folder(tmp_path, planted_cells()[:1], write_parity=False)
         doc, written = report_impl(run_dir, reps=REPS, confidence=0.95, seed=0)
@@ -358,6 +373,16 @@ class TestCommand:
         assert "# Miles vs VERL throughput report" in result.output
         for name in ("report.md", "report.json", "report.html", "plots/ratios.png"):
             assert (run_dir / name).is_file(), name
+
+    def test_run_py_report_as_a_maintainer_types_it(self, tmp_path):
+        """The real entry point in a subprocess: `python3 scripts/benchmark/run.py report DIR`."""
+        run_dir = write_run_folder(tmp_path, planted_cells()[:2])
+        repo = Path(__file__).resolve().parents[2]
+        argv = [sys.executable, str(repo / "scripts/benchmark/run.py"), "report", str(run_dir), "--reps", "200"]
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert "## Verdict" in result.stdout and "report.html" in result.stderr
+        validate_report_file(run_dir / "report.json")
 
     def test_not_a_run_folder_is_a_clear_error(self, tmp_path):
         result = CliRunner().invoke(self.app(), ["report", str(tmp_path)])
