@@ -4,8 +4,10 @@
 - `analyse_run_folder(run_dir, ...)` reads the folder (cells.py), detects each repeat's steady state on step time
   (steady_state.py), summarises every report metric per cell (stats.py), compares Miles with VERL per backend and
   layout (compare.py) unless the parity table or the hardware forbids it, and returns one JSON-ready dict.
-- `unexplained_parity(parity, backend, layout)` lists parity rows that are neither matched nor a declared asymmetry
-  with a note; any such row refuses the comparison of that pair.
+- `parity_tables(parity)` reads the plan's parity.json (one table per backend/layout pair);
+  `unexplained_parity(parity, backend, layout)` lists what keeps a pair from being proven matched: rows neither
+  matched nor a declared asymmetry with a note, a recorded parity error, no table for the pair, no parity.json.
+  Any of these (or a parity.json for another spec hash, or different GPU models) refuses that pair's comparison.
 - `calibration_view(...)` is the hook for measured ceilings: given `measured_peak_tflops(device)` and
   `roofline_tflops(device, preset, grad_ckpt)` it adds, per cell, MFU against the measured peak and training
   TFLOPs/GPU as a fraction of the roofline, next to the datasheet MFU of the records.
