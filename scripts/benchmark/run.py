@@ -27,6 +27,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "plan",
     "convert_data",
     "metrics",
+    "report",
     "history",
     "simulate_check",
 )
