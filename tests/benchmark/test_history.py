@@ -304,3 +304,27 @@ class TestReportInput:
         monkeypatch.setenv("GITHUB_EVENT_NAME", "pull_request")
         p = provenance_from_env(commit=None, pr=None, ci_run_id=None, trigger=None, ref=None)
         assert (p.commit, p.pr, p.ci_run_id, p.trigger) == ("0123abc", 42, "777", "pull_request")
+
+
+class TestWithTheRealReport:
+    def test_nightly_reports_from_run_report_are_recorded_and_a_slower_run_fails(self, tmp_path):
+        """End to end on SQLite: runner-layout folders -> the real `run.py report` -> record -> check."""
+        from scripts.benchmark.commands.report import report_impl
+        from tests.benchmark.synthetic_runs import SyntheticCell, write_run_folder
+
+        store = f"sqlite:///{tmp_path / 'history.db'}"
+
+        def nightly(name: str, seed: int, slowdown: float = 1.0) -> Path:
+            phases = {"generate": 60.0 * slowdown, "old_logprob": 8.0, "ref_logprob": 0.0, "train": 30.0 * slowdown}
+            cell = SyntheticCell(framework="miles", phase_means=phases, num_steps=24, repeats=2, cv=0.02, seed=seed)
+            run_dir = write_run_folder(tmp_path / name, [cell])
+            report_impl(run_dir, reps=200, confidence=0.95, seed=0, calibration=False)
+            return run_dir
+
+        for i in range(5):
+            _record(store, nightly(f"night-{i}", seed=i), commit=f"c{i}")
+        code, _, data = _check(store, nightly("same", seed=50), tmp_path)
+        assert code == 0, data
+        code, markdown, data = _check(store, nightly("slow", seed=51, slowdown=1.15), tmp_path)
+        verdicts = {c["metric"]: c["verdict"] for c in data["checks"]}
+        assert code == 1 and verdicts["step_time_s"] == "REGRESSED", markdown
