@@ -17,6 +17,7 @@ Caveats:
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 from collections.abc import Mapping, Sequence
@@ -52,6 +53,14 @@ class FrameworkRuntime:
             if "/" in self.python and sibling.exists():
                 return str(sibling)
         return "ray"
+
+
+def framework_interpreter_argv(launch_argv: Sequence[str], runtime: FrameworkRuntime) -> list[str]:
+    """The interpreter that runs the framework: --<fw>-python, else the first python word of launch_argv."""
+    if runtime.python:
+        return runtime.interpreter_argv()
+    found = next((w for w in launch_argv if re.fullmatch(r"python[0-9.]*", Path(w).name)), "python3")
+    return [*runtime.prefix, found]
 
 
 def substitute_cell_dir(value: str, cell_dir: Path) -> str:

@@ -21,7 +21,7 @@ import json
 import platform
 import shutil
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scripts.benchmark.process import capture_output
@@ -39,6 +39,7 @@ PACKAGES: dict[str, str] = {
 # Runs inside the framework's interpreter: stdlib only, imports no framework package.
 _PROBE = r"""
 import importlib.metadata as md, importlib.util as iu, json, os, re, subprocess, sys
+sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]  # what the framework sees, not the cwd
 packages = json.loads(sys.argv[1])
 out = {"python": sys.version.split()[0], "executable": sys.executable, "packages": {}}
 def commit_of(dist, module):
@@ -107,10 +108,12 @@ def read_gpus() -> dict[str, Any]:
     return {"gpus": gpus, "driver_cuda_version": cuda}
 
 
-def probe_packages(interpreter_argv: Sequence[str], *, timeout_s: float = 120.0) -> dict[str, Any]:
-    """Run the probe in the framework's interpreter; a failure yields a record that says so."""
+def probe_packages(
+    interpreter_argv: Sequence[str], *, env: Mapping[str, str] | None = None, timeout_s: float = 120.0
+) -> dict[str, Any]:
+    """Run the probe in the framework's interpreter (with the cell's environment, for PYTHONPATH)."""
     argv = [*interpreter_argv, "-c", _PROBE, json.dumps(PACKAGES)]
-    out = capture_output(argv, timeout_s=timeout_s)
+    out = capture_output(argv, timeout_s=timeout_s, env=env)
     if out is None:
         return {"packages": None, "missing": f"could not run the interpreter probe: {' '.join(interpreter_argv)}"}
     try:

@@ -38,6 +38,7 @@ from scripts.benchmark.cell_command import (
     FrameworkRuntime,
     build_cell_command,
     find_executable_problem,
+    framework_interpreter_argv,
     substitute_cell_dir,
     uses_ray_job_submit,
 )
@@ -183,7 +184,7 @@ class MatrixRunner:
         self.run_dir = manifest.run_dir
         self.redactor = Redactor.from_environ(os.environ)
         self.stop = _StopRequest()
-        self._packages: dict[str, dict[str, Any]] = {}
+        self._packages: dict[tuple, dict[str, Any]] = {}
         self._gpu_baseline: dict[int, float] | None = None
         self._cells_by_id = {cell["id"]: cell for cell in plan["cells"]}
 
@@ -260,7 +261,6 @@ class MatrixRunner:
         self.manifest.set_state(cell_run, "running")
         cell_run.steps_completed = 0
         self.progress.cell_started(label, cell.get("num_steps"))
-        self._write_environment(cell, cell_dir, runtime)
         target, start_head = self._ray_target_for(cell)
         head: PrivateRayHead | None = None
         try:
@@ -283,6 +283,7 @@ class MatrixRunner:
             cell, cell_dir=cell_dir, runtime=runtime, ray=target, submission_id=submission_id, base_env=os.environ
         )
         self._write_command_record(cell_dir, command)
+        self._write_environment(cell, cell_dir, runtime, command)
         try:
             verdict, steps = self._watch(cell, cell_run, cell_dir, command, target)
         finally:
@@ -390,12 +391,15 @@ class MatrixRunner:
         cell_dir.rename(kept)
         cell_run.previous_attempts.append(str(kept.relative_to(self.run_dir)))
 
-    def _write_environment(self, cell: dict[str, Any], cell_dir: Path, runtime: FrameworkRuntime) -> None:
-        framework = cell["framework"]
-        if framework not in self._packages:
-            self._packages[framework] = environment_record.probe_packages(runtime.interpreter_argv())
+    def _write_environment(
+        self, cell: dict[str, Any], cell_dir: Path, runtime: FrameworkRuntime, command: CellCommand
+    ) -> None:
+        interpreter = framework_interpreter_argv(cell["launch_argv"], runtime)
+        key = (cell["framework"], tuple(interpreter), command.plan_env.get("PYTHONPATH"))
+        if key not in self._packages:
+            self._packages[key] = environment_record.probe_packages(interpreter, env=command.process_env)
         record = environment_record.build_environment_record(
-            framework=framework, interpreter_argv=runtime.interpreter_argv(), packages=self._packages[framework]
+            framework=cell["framework"], interpreter_argv=interpreter, packages=self._packages[key]
         )
         write_json_atomic(cell_dir / "environment.json", self.redactor.redact_json(record))
 

@@ -23,13 +23,15 @@ if str(_REPO_ROOT) not in sys.path:  # run as a script from anywhere: make `scri
 import typer  # noqa: E402
 
 # Order is the order of `--help`. The plan command owns the app callback (the main job without a subcommand).
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = ("execute",)
 
 
 def build_app() -> typer.Typer:
     app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False)
     for name in COMMAND_MODULES:
         importlib.import_module(f"scripts.benchmark.commands.{name}").register(app)
+    if app.registered_callback is None:  # keep subcommands addressable by name even when only one is registered
+        app.callback()(lambda: None)
     return app
 
 
