@@ -128,6 +128,18 @@ class TestFaults:
         assert cell["state"] == "failed" and "stalled" in cell["reason"]
         assert not read_manifest(run_dir)["warnings"]
 
+    def test_children_left_behind_by_a_cell_that_exited_normally_are_stopped(self, tmp_path: Path):
+        """The leader finishes all steps and exits 0, leaving children (one escaped): the runner stops them."""
+        pid_file = tmp_path / "pids"
+        extra = ["--spawn-children", "1", "--pid-file", str(pid_file)]
+        plan = write_plan(tmp_path / "plan", [standin_cell("verl", steps=2, extra=extra)])
+        run_dir = tmp_path / "run"
+        result = run_harness(str(plan), "--output-dir", str(run_dir), "--grace-s", "0.5")
+        assert result.returncode == 0, result.stdout + result.stderr
+        pids = [int(p) for p in pid_file.read_text().split()]
+        assert len(pids) == 3 and [pid for pid in pids if is_alive(pid)] == []
+        assert read_manifest(run_dir)["cells"][0]["state"] == "complete"
+
 
 class TestInterruptAndResume:
     def test_ctrl_c_marks_the_running_cell_interrupted_and_resume_completes_the_run(self, tmp_path: Path):

@@ -47,7 +47,7 @@ def standin_cell(
         "backend": backend,
         "layout": "colocate",
         "argv": argv,
-        "launch_argv": argv,
+        "launch_argv": list(argv),
         "env": {"STANDIN_CELL": f"{framework}-{backend}"},
         "sink": dict(sink),
         "gpus": {"train": 1, "rollout": 1, "total": 1, "per_node": 1, "nodes": 1},
