@@ -5,10 +5,27 @@
 - Records are strict JSON, one object per line: NaN and +-Inf are written as the strings "NaN", "Infinity" and
   "-Infinity" (as Miles's ci_history does) and listed in `flags`, never dropped.
 - `append_record` flushes and fsyncs each line, so a killed run keeps every step that completed.
+- `RunContext` holds what the derived fields need beyond the sink (architecture, GPU counts, the MFU peak and where
+  it came from); `derive_step_fields` fills train_tflops_per_gpu, train_mfu, train_tokens_per_s,
+  rollout_tokens_per_gpu_s and wait_ratio from phases_s and tokens, the same way for both frameworks.
+- `BenchMetricsBackend` is a Miles tracking backend (TrackingBackend's init/log/finish) that writes schema-v1 records
+  from inside a Miles job; the harness does not need it (it reads the frameworks' own sinks).
+
+Definitions (docs/benchmark.md, "Metric schema v1", has the native-key mapping):
+- train_tflops_per_gpu = train FLOPs of the step's sequences (bench_flops, 3x forward) / phases_s.train /
+  num_train_gpus / 1e12. phases_s.train is the optimizer-step loop of the step (Miles perf/actor_train_time, VERL
+  timing_s/update_actor): forward + backward + optimizer step of every mini-batch, nothing else.
+- train_mfu = train_tflops_per_gpu / RunContext.peak_tflops.
+- train_tokens_per_s = (prompt + response tokens) / phases_s.train, whole job.
+- rollout_tokens_per_gpu_s = response tokens / phases_s.generate / num_rollout_gpus.
+- wait_ratio = 1 - (old_logprob + ref_logprob + train) / step_time_s: the share of the step the training GPUs spend
+  outside trainer compute (generation, weight sync, offload, bookkeeping). Unreported trainer phases count as 0.
 
 Caveats:
 - A phase a framework does not report is None, never 0.
 - Native `perf/*` keys of the two frameworks have different meanings; only the fields below are comparable.
+- Without per-sequence lengths the attention term uses `samples` sequences of the mean length (flag
+  "seq_lens:uniform_mean"): sum(s^2) is underestimated by samples * var(s), the same way for both frameworks.
 """
 
 from __future__ import annotations
@@ -20,6 +37,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from miles.utils.bench_flops import ModelArch, batch_train_flops, match_device, peak_tflops_for_device
 
 SCHEMA_VERSION = 1
 
@@ -69,7 +88,7 @@ METRICS: dict[str, MetricSpec] = {
             name="wait_ratio",
             unit="fraction",
             direction="lower",
-            description="share of the step the trainer spends outside the train phase",
+            description="share of the step the training GPUs spend outside trainer compute (old_logprob+ref+train)",
         ),
     ]
 }
@@ -171,3 +190,169 @@ def iter_records(path: Path) -> Iterator[StepRecord]:
 
 def read_records(path: Path) -> list[StepRecord]:
     return list(iter_records(path))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunContext:
+    """What the derived fields need besides the sink: the model, the GPU counts and the MFU peak with its source."""
+
+    arch: ModelArch | None
+    num_train_gpus: int
+    num_rollout_gpus: int
+    """GPUs that generate: all of them when colocated, the rollout pool when disaggregated."""
+    device_name: str | None = None
+    peak_tflops: float | None = None
+    peak_source: str = "unavailable: no device name and no peak given"
+    """"override", "measured", "table:<key>", or "unavailable: <reason>" when peak_tflops is None."""
+    samples_per_step: int | None = None
+    """Samples per step from the spec, when known; used only when the sink does not give it."""
+
+    def __post_init__(self) -> None:
+        for name in ("num_train_gpus", "num_rollout_gpus"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"RunContext.{name} must be > 0, got {getattr(self, name)}")
+        if self.peak_tflops is not None and not (math.isfinite(self.peak_tflops) and self.peak_tflops > 0):
+            raise ValueError(f"RunContext.peak_tflops must be a finite number > 0, got {self.peak_tflops}")
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        arch: ModelArch | None,
+        num_train_gpus: int,
+        num_rollout_gpus: int | None = None,
+        device_name: str | None = None,
+        peak_tflops: float | None = None,
+        measured_peak_tflops: float | None = None,
+        samples_per_step: int | None = None,
+    ) -> RunContext:
+        """Resolve the MFU peak: an explicit override wins, then a measured peak, then the device table."""
+        if peak_tflops is not None:
+            peak, source = peak_tflops, "override"
+        elif measured_peak_tflops is not None:
+            peak, source = measured_peak_tflops, "measured"
+        elif device_name is None:
+            peak, source = None, "unavailable: no device name and no peak given"
+        elif (table_peak := peak_tflops_for_device(device_name)) is not None:
+            peak, source = table_peak, f"table:{match_device(device_name)}"
+        else:
+            peak, source = None, f"unavailable: device {device_name!r} is not in the peak table"
+        return cls(
+            arch=arch,
+            num_train_gpus=num_train_gpus,
+            num_rollout_gpus=num_rollout_gpus or num_train_gpus,
+            device_name=device_name,
+            peak_tflops=peak,
+            peak_source=source,
+            samples_per_step=samples_per_step,
+        )
+
+
+def _usable(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def _ratio(numerator: float | None, denominator: float | None, flags: list[str], what: str) -> float | None:
+    if not (_usable(numerator) and _usable(denominator)):
+        return None
+    if denominator <= 0:
+        flags.append(f"nonpositive_denominator:{what}")
+        return None
+    return numerator / denominator
+
+
+def derive_step_fields(record: StepRecord, ctx: RunContext, *, seq_lens: list[int] | None = None) -> StepRecord:
+    """Fill the derived fields from phases_s, tokens and samples; return a new record (flags say what was missing).
+
+    `seq_lens` (prompt+response per sample) makes the attention term exact; without it, `samples` sequences of
+    the mean length are used and the record is flagged "seq_lens:uniform_mean".
+    """
+    flags = [f for f in record.flags]
+    phases, tokens = record.phases_s, record.tokens
+    train_s, generate_s = phases.get("train"), phases.get("generate")
+    trained_tokens = None
+    if tokens.get("prompt") is not None and tokens.get("response") is not None:
+        trained_tokens = tokens["prompt"] + tokens["response"]
+
+    if seq_lens is None and trained_tokens is not None and record.samples:
+        mean_len = trained_tokens / record.samples
+        seq_lens = [mean_len] * record.samples
+        flags.append("seq_lens:uniform_mean")
+    train_tflops = None
+    if ctx.arch is None:
+        flags.append("tflops_unavailable:no model architecture")
+    elif seq_lens is None:
+        flags.append("tflops_unavailable:no token counts")
+    else:
+        train_tflops = _ratio(batch_train_flops(ctx.arch, seq_lens) / 1e12, train_s, flags, "phases_s.train")
+        train_tflops = None if train_tflops is None else train_tflops / ctx.num_train_gpus
+    train_mfu = None
+    if train_tflops is not None:
+        if ctx.peak_tflops is None:
+            flags.append(f"mfu_unavailable:{ctx.peak_source}")
+        else:
+            train_mfu = train_tflops / ctx.peak_tflops
+
+    rollout_tps = _ratio(tokens.get("response"), generate_s, flags, "phases_s.generate")
+    trainer_compute = [phases.get(p) for p in ("old_logprob", "ref_logprob", "train")]
+    wait_ratio = None
+    if _usable(train_s) and all(v is None or math.isfinite(v) for v in trainer_compute):
+        busy = _ratio(sum(v for v in trainer_compute if v is not None), record.step_time_s, flags, "step_time_s")
+        wait_ratio = None if busy is None else 1.0 - busy
+    return StepRecord(
+        **{
+            **asdict(record),
+            "train_tflops_per_gpu": train_tflops,
+            "train_mfu": train_mfu,
+            "train_tokens_per_s": _ratio(trained_tokens, train_s, flags, "phases_s.train"),
+            "rollout_tokens_per_gpu_s": None if rollout_tps is None else rollout_tps / ctx.num_rollout_gpus,
+            "wait_ratio": wait_ratio,
+            "flags": list(dict.fromkeys(flags)),
+        }
+    )
+
+
+class BenchMetricsBackend:
+    """A Miles tracking backend (TrackingBackend: init/log/finish) that appends schema-v1 records as the job runs.
+
+    Each process that logs (RolloutManager, the logging train rank) writes its own file
+    `<dir>/bench-<host>-<pid>.jsonl`; every `tracking.log` call keyed by `rollout/step` becomes one record whose
+    `raw` is the call's metrics verbatim, with the phases that process knows (flag "miles_unmerged"). `run.py ingest
+    --framework miles <dir>` merges the processes and applies the step-shift normalisation, exactly as for the event
+    log. Enabled by the registry's args attribute; the folder is `args.bench_metrics_dir` if set, else
+    `<args.save_debug_event_data>/bench_metrics`. Duck-typed on Miles's TrackingBackend (no Miles import here).
+    """
+
+    step_key = "rollout/step"
+
+    def __init__(self) -> None:
+        self._path: Path | None = None
+
+    def init(self, args: Any, *, primary: bool = True, **kwargs: Any) -> None:
+        folder = getattr(args, "bench_metrics_dir", None)
+        if folder is None and getattr(args, "save_debug_event_data", None):
+            folder = Path(args.save_debug_event_data) / "bench_metrics"
+        if folder is None:
+            raise ValueError("BenchMetricsBackend needs args.bench_metrics_dir or args.save_debug_event_data")
+        import socket
+
+        self._path = Path(folder) / f"bench-{socket.gethostname()}-{os.getpid()}.jsonl"
+
+    def log(self, metrics: dict[str, Any], step: int | None = None, *, step_key: str | None = None, **kwargs) -> None:
+        if self._path is None or step_key != self.step_key or step is None:
+            return  # train/step and eval/step series are not per-step records
+        raw = {k: (v.item() if hasattr(v, "item") else v) for k, v in metrics.items()}
+        from miles.utils.bench_readers import MILES_PHASE_KEYS
+
+        phases = dict.fromkeys(PHASES)
+        for phase, key in MILES_PHASE_KEYS.items():
+            # weight_sync is left out: this process's update_weights timer belongs to the previous step.
+            if phase != "weight_sync" and isinstance(raw.get(key), (int, float)):
+                phases[phase] = float(raw[key])
+        record = StepRecord(
+            framework="miles", step=int(step) + 1, step_time_s=None, phases_s=phases, flags=["miles_unmerged"], raw=raw
+        )
+        append_record(self._path, record)
+
+    def finish(self) -> None:
+        self._path = None

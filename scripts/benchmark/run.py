@@ -23,7 +23,10 @@ if str(_REPO_ROOT) not in sys.path:  # run as a script from anywhere: make `scri
 import typer  # noqa: E402
 
 # Order is the order of `--help`. The plan command owns the app callback (the main job without a subcommand).
-COMMAND_MODULES: tuple[str, ...] = ("execute",)
+COMMAND_MODULES: tuple[str, ...] = (
+    "execute",
+    "metrics",
+)
 
 
 def build_app() -> typer.Typer:

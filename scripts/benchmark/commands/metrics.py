@@ -1,0 +1,172 @@
+# doc-dev: docs/benchmark.md
+"""`run.py ingest` (a framework's native sink -> schema-v1 metrics.jsonl) and `run.py flops` (the FLOPs model).
+
+- `ingest --framework {miles,verl} --model <preset|config.json> --gpus N [--rollout-gpus N] SOURCE... -o FILE`
+  reads the sink files (folders stand for their *.jsonl files), writes one StepRecord per line, and prints a
+  one-line summary per step to stderr.
+- `flops --model <preset|config.json> --seq-lens 1024,4096 [--json]` prints forward_flops and train_flops of one
+  sequence per length, with Miles's and VERL's own formulas next to ours.
+- `--model` is a path to an HF config.json (or its folder), a name in scripts/benchmark/model_configs/, or a preset.
+
+Caveats:
+- Heavy or optional imports happen inside the command bodies, so `run.py --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+MODEL_CONFIGS_DIR = Path(__file__).resolve().parents[1] / "model_configs"
+
+
+def resolve_model_config(model: str) -> dict:
+    """The HF config dict behind `--model`: a config.json path, a model_configs name, or a preset's model."""
+    path = Path(model)
+    if path.is_dir():
+        path = path / "config.json"
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    named = MODEL_CONFIGS_DIR / f"{model}.json"
+    if named.is_file():
+        return json.loads(named.read_text(encoding="utf-8"))
+    try:
+        from scripts.benchmark.spec import load_preset
+    except ImportError:
+        load_preset = None
+    if load_preset is not None:
+        try:
+            return load_preset(model).model.hf_config()
+        except ValueError:
+            pass
+    known = sorted(p.stem for p in MODEL_CONFIGS_DIR.glob("*.json"))
+    raise typer.BadParameter(f"{model!r} is neither a config.json path, a model config ({known}) nor a preset")
+
+
+def _parse_seq_lens(text: str) -> list[int]:
+    try:
+        seq_lens = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise typer.BadParameter(f"--seq-lens must be comma-separated integers, got {text!r}") from exc
+    if not seq_lens or any(s <= 0 for s in seq_lens):
+        raise typer.BadParameter(f"--seq-lens must hold positive integers, got {text!r}")
+    return seq_lens
+
+
+def flops_impl(model: str, seq_lens: list[int]) -> dict:
+    from miles.utils.bench_flops import (
+        ModelArch,
+        forward_flops,
+        miles_native_train_flops,
+        train_flops,
+        verl_native_train_flops,
+    )
+
+    arch = ModelArch.from_hf_config(resolve_model_config(model))
+    rows = []
+    for seq_len in seq_lens:
+        ours = train_flops(arch, seq_len)
+        miles, verl = miles_native_train_flops(arch, [seq_len]), verl_native_train_flops(arch, [seq_len])
+        rows.append(
+            {
+                "seq_len": seq_len,
+                "forward_flops": forward_flops(arch, seq_len),
+                "train_flops": ours,
+                "miles_native_train_flops": miles,
+                "verl_native_train_flops": verl,
+                "miles_over_ours": miles / ours,
+                "verl_over_ours": verl / ours,
+            }
+        )
+    return {"model": model, "model_type": arch.model_type, "per_sequence": rows}
+
+
+def ingest_impl(
+    *,
+    framework: str,
+    model: str,
+    gpus: int,
+    rollout_gpus: int | None,
+    sources: list[Path],
+    output: Path,
+    device: str | None,
+    peak_tflops: float | None,
+    samples_per_step: int | None,
+) -> list:
+    from miles.utils.bench_flops import ModelArch
+    from miles.utils.bench_metrics import RunContext, write_records
+    from miles.utils.bench_readers import build_step_records
+
+    ctx = RunContext.build(
+        arch=ModelArch.from_hf_config(resolve_model_config(model)),
+        num_train_gpus=gpus,
+        num_rollout_gpus=rollout_gpus,
+        device_name=device,
+        peak_tflops=peak_tflops,
+        samples_per_step=samples_per_step,
+    )
+    records = build_step_records(framework, sources, ctx)
+    write_records(output, records)
+    return records
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("flops")
+    def flops(
+        model: Annotated[str, typer.Option(help="preset name, model_configs name, or HF config.json path")],
+        seq_lens: Annotated[str, typer.Option(help="comma-separated sequence lengths, e.g. 1024,4096")],
+        json_output: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
+    ) -> None:
+        """FLOPs of one sequence per length: forward, train (3x forward), and the frameworks' own formulas."""
+        try:
+            result = flops_impl(model, _parse_seq_lens(seq_lens))
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from exc
+        if json_output:
+            typer.echo(json.dumps(result, indent=2))
+            return
+        typer.echo(f"{'seq_len':>8} {'forward_flops':>14} {'train_flops':>14} {'miles/ours':>10} {'verl/ours':>10}")
+        for row in result["per_sequence"]:
+            typer.echo(
+                f"{row['seq_len']:>8} {row['forward_flops']:>14.4e} {row['train_flops']:>14.4e} "
+                f"{row['miles_over_ours']:>10.4f} {row['verl_over_ours']:>10.4f}"
+            )
+
+    @app.command("ingest")
+    def ingest(
+        sources: Annotated[list[Path], typer.Argument(help="sink files or folders of *.jsonl files")],
+        framework: Annotated[str, typer.Option(help="miles or verl")],
+        model: Annotated[str, typer.Option(help="preset name, model_configs name, or HF config.json path")],
+        gpus: Annotated[int, typer.Option(help="training GPUs of the job")],
+        output: Annotated[Path, typer.Option("-o", "--output", help="metrics.jsonl to write")],
+        rollout_gpus: Annotated[int | None, typer.Option(help="generating GPUs (default: --gpus, colocated)")] = None,
+        device: Annotated[str | None, typer.Option(help="torch.cuda.get_device_name() of the training GPUs")] = None,
+        peak_tflops: Annotated[float | None, typer.Option(help="MFU peak override, dense TFLOP/s per GPU")] = None,
+        samples_per_step: Annotated[int | None, typer.Option(help="samples per step, when the sink lacks it")] = None,
+    ) -> None:
+        """Read a framework's own metric sink and write schema-v1 records (one JSON object per line)."""
+        if framework not in ("miles", "verl"):
+            raise typer.BadParameter(f"--framework must be miles or verl, got {framework!r}")
+        try:
+            records = ingest_impl(
+                framework=framework,
+                model=model,
+                gpus=gpus,
+                rollout_gpus=rollout_gpus,
+                sources=sources,
+                output=output,
+                device=device,
+                peak_tflops=peak_tflops,
+                samples_per_step=samples_per_step,
+            )
+        except ValueError as exc:
+            typer.echo(f"ingest: {exc}", err=True)
+            raise typer.Exit(2) from exc
+        for record in records:
+            flags = f" flags={','.join(record.flags)}" if record.flags else ""
+            print(f"step {record.step}: step_time_s={record.step_time_s}{flags}", file=sys.stderr)
+        typer.echo(f"wrote {len(records)} records to {output}")
