@@ -307,7 +307,7 @@ class MatrixRunner:
             format=cell["sink"]["format"],
             path=Path(substitute_cell_dir(cell["sink"]["path"], cell_dir)),
             metrics_path=self.run_dir / cell_run.metrics,
-            context={"cell": cell, "framework": cell["framework"], "cell_dir": str(cell_dir)},
+            context={"cell": cell, "cell_dir": str(cell_dir), "device_name": self._device_name(cell_dir)},
             redactor=self.redactor,
         )
         process = ManagedProcess(
@@ -355,6 +355,13 @@ class MatrixRunner:
                 f"{cell_run.id} rep {cell_run.repeat}: pids {outcome.survivors} survived SIGKILL"
             )
         return verdict, follower.steps_written
+
+    @staticmethod
+    def _device_name(cell_dir: Path) -> str | None:
+        try:
+            return json.loads((cell_dir / "environment.json").read_text(encoding="utf-8")).get("gpu_model")
+        except (OSError, json.JSONDecodeError):
+            return None
 
     def _follow(self, follower: SinkFollower, watchdog: Watchdog, cell_run: CellRun, *, final: bool) -> None:
         fresh = follower.poll(final=final)

@@ -80,7 +80,7 @@ class TestFaults:
         miles, verl = read_manifest(run_dir)["cells"]
         assert miles["state"] == "failed"
         assert "exited with code 1 after 2 of 5 steps" in miles["reason"]
-        assert read_metric_steps(run_dir, miles) == [0, 1]
+        assert read_metric_steps(run_dir, miles) == [1, 2]
         assert "standin crash on demand" in (run_dir / miles["dir"] / "log.txt").read_text()
         assert verl["state"] == "complete" and len(read_metric_steps(run_dir, verl)) == 3
 
@@ -118,7 +118,8 @@ class TestFaults:
         extra = ["--ignore-sigterm", "--spawn-children", "2", "--stall-after", "1", "--pid-file", str(pid_file)]
         plan = write_plan(tmp_path / "plan", [standin_cell("miles", steps=4, extra=extra)])
         run_dir = tmp_path / "run"
-        result = run_harness(str(plan), "--output-dir", str(run_dir), "--stall-timeout-s", "0.5", "--grace-s", "0.5")
+        limits = ["--first-step-timeout-s", "1", "--stall-timeout-s", "0.5", "--grace-s", "0.5"]
+        result = run_harness(str(plan), "--output-dir", str(run_dir), *limits)
         assert result.returncode == 1
         pids = [int(p) for p in pid_file.read_text().split()]
         assert len(pids) == 4  # the leader, two children, one escaped grandchild

@@ -2,9 +2,10 @@
 
 - `--format verl-file-logger --sink FILE`: one VERL FileLogger line per step, `{"step": N, "data": {...}}` (timing_s/*,
   perf/*, response_length/*, prompt_length/*), plus the step-0 validation line VERL writes before training.
-- `--format miles-event-log --sink DIR`: Miles's --save-debug-event-data layout, one JSONL file per process; per step
-  the rollout manager logs its rollout perf record and then the train rank logs its timers
-  (`{"type": "metric", "metrics": {...}, "timestamp": ..., "source": {...}}`).
+- `--format miles-event-log --sink DIR`: Miles's --save-debug-event-data layout, one JSONL file per process
+  (rollout_manager.jsonl, actor_cell0_rank0.jsonl); per rollout the RolloutManager logs its rollout perf, then the
+  train rank its rollout data, train/step series and timers, each a
+  `{"timestamp", "source", "type": "metric", "metrics": {...}}` line.
 - Faults on demand: `--crash-after K` (exit 1 after K steps), `--stall-after K` (stay alive, no more steps),
   `--ignore-sigterm`, `--spawn-children N` (children that ignore SIGTERM; one more escapes with setsid + double fork);
   every pid it creates goes to `--pid-file`. `--print-env` prints the environment (secret redaction test).
@@ -96,32 +97,67 @@ def _verl_step(step: int, step_s: float, rng: random.Random) -> dict:
     }
 
 
-def _miles_step(step: int, step_s: float, rng: random.Random) -> tuple[dict, dict]:
+ROLLOUT_MANAGER = {"component": "rollout_manager"}
+TRAIN_RANK = {"component": "actor", "cell_index": 0, "rank_within_cell": 0}
+
+
+def _miles_rollout_calls(rollout_id: int, step_s: float, rng: random.Random) -> list[tuple[dict, dict]]:
+    """The tracking.log calls of one rollout, in a colocated run's order: RolloutManager perf, then the train rank's
+    rollout data, train/step series and timers (the timers carry the previous rollout's weight update)."""
     rollout_time = step_s * 0.6
     response_mean = rng.uniform(200, 400)
-    rollout = {
-        "rollout/step": step,
-        "perf/rollout_time": rollout_time,
-        "perf/tokens_per_gpu_per_sec": 64 * response_mean / rollout_time / 8,
-        "rollout/response_len/mean": response_mean,
-    }
-    train = {
-        "rollout/step": step,
-        "perf/train_wait_time": step_s * 0.65,
-        "perf/train_time": step_s * 0.35,
-        "perf/actor_train_time": step_s * 0.25,
-        "perf/log_probs_time": step_s * 0.1,
-        "perf/update_weights_time": step_s * 0.04,
-        "perf/step_time": step_s,
-        "perf/wait_time_ratio": 0.65,
-        "perf/actor_train_tflops": 150.0,
-        "perf/actor_train_tok_per_s": 64 * (response_mean + 120) / (step_s * 0.25),
-    }
-    return rollout, train
+    samples, prompt_mean = 64, 120.0
+    update_weights = 0.04 * step_s
+    train_wait = rollout_time + update_weights + 0.01
+    train_block = step_s * 0.35
+    return [
+        (
+            ROLLOUT_MANAGER,
+            {
+                "rollout/step": rollout_id,
+                "perf/rollout_time": rollout_time,
+                "perf/tokens_per_gpu_per_sec": samples * response_mean / rollout_time / 8,
+                "rollout/response_len/mean": response_mean,
+            },
+        ),
+        (
+            TRAIN_RANK,
+            {
+                "rollout/step": rollout_id,
+                "rollout/response_lengths": response_mean,
+                "rollout/total_lengths": prompt_mean + response_mean,
+            },
+        ),
+        (TRAIN_RANK, {"train/step": rollout_id, "train/loss": 0.0125, "train/grad_norm": 0.91}),
+        (
+            TRAIN_RANK,
+            {
+                "rollout/step": rollout_id,
+                "perf/train_wait_time": train_wait,
+                "perf/train_time": train_block,
+                "perf/actor_train_time": step_s * 0.25,
+                "perf/log_probs_time": step_s * 0.08,
+                "perf/update_weights_time": update_weights,
+                "perf/step_time": train_wait + train_block,
+                "perf/wait_time_ratio": train_wait / (train_wait + train_block),
+                "perf/actor_train_tok_per_s": samples * (prompt_mean + response_mean) / (step_s * 0.25),
+                "perf/actor_train_tflops": 150.0,
+            },
+        ),
+    ]
 
 
-def _event(metrics: dict, process: str) -> dict:
-    return {"type": "metric", "metrics": metrics, "timestamp": time.time(), "source": {"process": process}}
+def _event(identity: dict, metrics: dict) -> dict:
+    """A Miles MetricEvent line (one per tracking.log call)."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + f".{int(time.time() * 1e6) % 1000000:06d}Z"
+    return {"timestamp": stamp, "source": identity, "type": "metric", "rollout_id": None, "attempt": None,
+            "metrics": metrics}  # fmt: skip
+
+
+def _process_file(identity: dict) -> str:
+    if identity["component"] == "rollout_manager":
+        return "rollout_manager.jsonl"
+    return f"{identity['component']}_cell{identity['cell_index']}_rank{identity['rank_within_cell']}.jsonl"
 
 
 def main() -> None:
@@ -165,9 +201,8 @@ def main() -> None:
         if args.format == "verl-file-logger":
             _write_line(args.sink, _verl_step(step, step_s, rng))
         else:
-            rollout, train = _miles_step(step - 1, step_s, rng)  # Miles counts rollouts from 0
-            _write_line(args.sink / "rollout_manager.jsonl", _event(rollout, "rollout_manager"))
-            _write_line(args.sink / "actor_cell0_rank0.jsonl", _event(train, "actor_cell0_rank0"))
+            for identity, metrics in _miles_rollout_calls(step - 1, step_s, rng):  # Miles counts rollouts from 0
+                _write_line(args.sink / _process_file(identity), _event(identity, metrics))
         print(f"standin step {step}/{args.steps} {step_s:.3f} s", flush=True)
         if args.crash_after is not None and step >= args.crash_after:
             print("Traceback (most recent call last):\nRuntimeError: standin crash on demand", file=sys.stderr)
