@@ -24,7 +24,9 @@ import typer  # noqa: E402
 
 # Order is the order of `--help`. The plan command owns the app callback (the main job without a subcommand).
 COMMAND_MODULES: tuple[str, ...] = (
+    "plan",
     "execute",
+    "convert_data",
     "metrics",
 )
 

@@ -1,0 +1,56 @@
+"""What a framework builder hands to the plan: one cell's launch, plus how a launch is rendered as text.
+
+- `FrameworkLaunch`: framework, backend, layout, `argv` (the framework command), `launch_argv` (what the harness
+  executes), `env` (no secrets), `sink` ({"format", "path"}), optional `ray_head_argv` (Miles only), `blocks`
+  (the named argv blocks, for review).
+- `render_argv(argv)`: one flag per line (a flag and its value share a line), shell-quoted, for goldens and scripts.
+- `BENCH_CELL_DIR`: the literal placeholder the runner replaces by the absolute folder of one cell repeat.
+
+Caveats:
+- argv stays a list[str] until `render_argv`; nothing here runs a shell.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+BENCH_CELL_DIR = "${BENCH_CELL_DIR}"
+
+
+@dataclass(frozen=True)
+class FrameworkLaunch:
+    framework: str
+    backend: str
+    layout: str
+    argv: list[str]
+    launch_argv: list[str]
+    env: dict[str, str]
+    sink: dict[str, str]
+    ray_head_argv: list[str] | None = None
+    blocks: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def cell_id(self) -> str:
+        return f"{self.framework}-{self.backend}-{self.layout}"
+
+
+def quote(token: str) -> str:
+    """Shell-quote, but keep ${BENCH_CELL_DIR} expandable (double quotes) so the cell script can define it."""
+    if BENCH_CELL_DIR in token:
+        escaped = token.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`")
+        escaped = escaped.replace("$", "\\$").replace("\\${BENCH_CELL_DIR}", "${BENCH_CELL_DIR}")
+        return f'"{escaped}"'
+    return shlex.quote(token)
+
+
+def render_argv(argv: list[str], indent: str = "  ") -> list[str]:
+    """Lines of a command: the program words first, then one `--flag [value ...]` (or override) per line."""
+    lines: list[str] = []
+    for token in argv:
+        starts_line = token.startswith("--") or ("=" in token and not token.startswith("-")) or token == "--"
+        if lines and not starts_line:
+            lines[-1] += " " + quote(token)
+        else:
+            lines.append(quote(token))
+    return [lines[0]] + [indent + line for line in lines[1:]] if lines else []

@@ -1,0 +1,66 @@
+"""Golden files of the emitted commands, one per preset x backend x layout (Miles's tests/snapshots idea): the exact
+per-cell scripts of the Miles and the VERL cell, with machine paths as placeholders. A diff here is the review
+artifact for any change to a preset or a launch builder.
+
+Regenerate: MILES_BENCH_UPDATE_GOLDEN=1 python -m pytest -q tests/benchmark/test_golden_commands.py
+"""
+
+import os
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from scripts.benchmark.frameworks.miles import MilesPaths
+from scripts.benchmark.plan import PlanOptions, build_plan, render_cell_script
+from scripts.benchmark.spec import BACKENDS, LAYOUTS, load_preset, preset_names, with_overrides
+
+GOLDEN_DIR = Path(__file__).parent / "golden"
+UPDATE = os.environ.get("MILES_BENCH_UPDATE_GOLDEN") == "1"
+OUTPUT_DIR = Path("<OUTPUT_DIR>")
+
+
+@cache
+def golden_text(preset: str, backend: str, layout: str) -> str:
+    options = PlanOptions(
+        backends=(backend,),
+        layout=layout,
+        compare_verl=True,
+        output_dir=OUTPUT_DIR,
+        paths=MilesPaths(miles_root="<MILES_ROOT>", megatron_root="<MEGATRON_ROOT>"),
+        run_py="<REPO_ROOT>/scripts/benchmark/run.py",
+    )
+    plan = build_plan(with_overrides(load_preset(preset), layout=layout), preset, options)
+    parts = []
+    for cell in plan.data["cells"]:
+        prepare = plan.data["prepare"] if cell["framework"] == "verl" else []
+        parts.append(f"### {cell['script']}\n" + render_cell_script(cell, prepare, OUTPUT_DIR))
+    return "\n".join(parts)
+
+
+def golden_path(preset: str, backend: str, layout: str) -> Path:
+    return GOLDEN_DIR / preset / f"{backend}-{layout}.txt"
+
+
+@pytest.mark.parametrize("preset", preset_names())
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_emitted_commands_match_golden(preset, backend, layout):
+    path, text = golden_path(preset, backend, layout), golden_text(preset, backend, layout)
+    if UPDATE:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert path.is_file(), f"missing golden {path}; regenerate with MILES_BENCH_UPDATE_GOLDEN=1"
+    assert text == path.read_text(), f"{path} differs; review the diff, then regenerate"
+
+
+def test_golden_files_carry_no_machine_paths():
+    """Placeholders only: no absolute path of the machine that generated them."""
+    for path in GOLDEN_DIR.rglob("*.txt"):
+        text = path.read_text()
+        assert "/work/" not in text and "/tmp/" not in text and "<OUTPUT_DIR>" in text
+
+
+def test_no_stale_golden_files():
+    expected = {golden_path(p, b, lay) for p in preset_names() for b in BACKENDS for lay in LAYOUTS}
+    assert set(GOLDEN_DIR.rglob("*.txt")) == expected

@@ -1,0 +1,159 @@
+"""The Miles launch: only flags that exist for the backend, every backend-divergent default pinned, nothing that
+adds untimed or unmatched work (eval, checkpoints, dump-details, fault tolerance, wandb, ref model)."""
+
+import json
+
+import pytest
+
+from scripts.benchmark.frameworks.miles import MilesPaths, build_miles_launch, megatron_architecture_args
+from scripts.benchmark.miles_flags import (
+    check_miles_argv,
+    check_with_miles_parser,
+    flag_default,
+    flag_problems,
+    load_inventory,
+    split_flags,
+)
+from scripts.benchmark.spec import BACKENDS, LAYOUTS, load_preset, preset_names, with_overrides
+
+CELLS = [(p, b, lay) for p in preset_names() for b in BACKENDS for lay in LAYOUTS]
+
+
+def _launch(preset="qwen3-1.7b-base", backend="fsdp", layout="colocate"):
+    return build_miles_launch(with_overrides(load_preset(preset), layout=layout), backend, layout)
+
+
+def _flags(argv) -> dict[str, list[str]]:
+    return {flag: values for flag, values in split_flags(argv)}
+
+
+class TestInventory:
+    @pytest.mark.parametrize("preset,backend,layout", CELLS)
+    def test_every_emitted_flag_exists_for_its_backend(self, preset, backend, layout):
+        assert flag_problems(_launch(preset, backend, layout).argv, backend) == []
+
+    def test_a_megatron_only_flag_planted_in_fsdp_is_caught(self):
+        """--save-retain-interval is the flag that breaks Miles's own run_mcore_fsdp.py in FSDP mode."""
+        argv = _launch().argv + ["--save-retain-interval", "20"]
+        with pytest.raises(ValueError, match="--save-retain-interval is not a train.py flag for --train-backend fsdp"):
+            check_miles_argv(argv, "fsdp")
+
+    def test_an_fsdp_only_flag_planted_in_megatron_is_caught(self):
+        problems = flag_problems(_launch(backend="megatron").argv + ["--gradient-checkpointing"], "megatron")
+        assert problems == [
+            "--gradient-checkpointing is not a train.py flag for --train-backend megatron "
+            "(it exists only for --train-backend fsdp)"
+        ]
+
+    def test_a_value_outside_the_choices_is_caught(self):
+        problems = flag_problems(_launch().argv + ["--advantage-estimator", "grpoo"], "fsdp")
+        assert problems and "--advantage-estimator grpoo: not one of" in problems[0]
+
+    def test_inventory_path_comes_from_env(self, tmp_path, monkeypatch):
+        inventory = json.loads(json.dumps(load_inventory()))
+        del inventory["common"]["--balance-data"]
+        path = tmp_path / "inv.json"
+        path.write_text(json.dumps(inventory))
+        monkeypatch.setenv("MILES_CLI_INVENTORY", str(path))
+        assert flag_problems(_launch().argv, "fsdp") == [
+            "--balance-data is not a train.py flag for --train-backend fsdp"
+        ]
+
+    def test_miles_parser_branch_reports_unavailable_here(self):
+        """Miles is not importable in this checkout: the parser check says so (None) instead of passing."""
+        assert check_with_miles_parser(_launch().argv, "fsdp") is None
+
+    def test_backend_defaults_differ_where_miles_md_says(self):
+        """Gotcha 12: without pinning, the two Miles backends would train differently."""
+        inv = load_inventory()
+        assert flag_default(inv, "megatron", "--adam-beta2") == 0.999
+        assert flag_default(inv, "fsdp", "--adam-beta2") == 0.95
+        assert flag_default(inv, "megatron", "--lr-decay-style") == "linear"
+        assert flag_default(inv, "megatron", "--hidden-dropout") == 0.1
+
+
+class TestPinnedValues:
+    @pytest.mark.parametrize("backend", BACKENDS)
+    def test_backend_divergent_defaults_are_pinned(self, backend):
+        flags = _flags(_launch(backend=backend).argv)
+        assert flags["--adam-beta2"] == ["0.98"] and flags["--weight-decay"] == ["0.1"]
+        assert flags["--lr-decay-style"] == ["constant"] and flags["--lr"] == ["1e-06"]
+        assert flags["--global-batch-size"] == ["1024"] and flags["--adam-eps"] == ["1e-08"]
+
+    def test_megatron_dropout_is_zero(self):
+        flags = _flags(_launch(backend="megatron").argv)
+        assert flags["--attention-dropout"] == ["0.0"] and flags["--hidden-dropout"] == ["0.0"]
+
+    @pytest.mark.parametrize("preset,backend,layout", CELLS)
+    def test_nothing_that_adds_unmatched_work(self, preset, backend, layout):
+        flags = _flags(_launch(preset, backend, layout).argv)
+        forbidden = {"--eval-interval", "--eval-prompt-data", "--save", "--load", "--ref-load", "--save-interval"}
+        forbidden |= {"--dump-details", "--use-wandb", "--use-fault-tolerance", "--use-kl-loss", "--rollout-shuffle"}
+        forbidden |= {"--save-debug-rollout-data", "--ci-test", "--use-miles-dashboard"}
+        assert forbidden.isdisjoint(flags)
+
+    def test_fixed_prompt_slice_and_dapo_scorer(self):
+        flags = _flags(_launch().argv)
+        assert flags["--prompt-data"] == ["/root/datasets/dapo-math-17k/dapo-math-17k.jsonl@[0:2048]"]
+        assert flags["--rm-type"] == ["dapo"] and flags["--reward-key"] == ["score"]
+
+    def test_sink_is_the_event_log_in_the_cell_folder(self):
+        launch = _launch()
+        assert _flags(launch.argv)["--save-debug-event-data"] == ["${BENCH_CELL_DIR}/sink"]
+        assert launch.sink == {"format": "miles-event-log", "path": "${BENCH_CELL_DIR}/sink"}
+
+    def test_fsdp_launch_carries_the_backend_marker_execute_train_asserts(self):
+        """command_utils.execute_train asserts the substring `--train-backend fsdp` for FSDP launches."""
+        assert "--train-backend fsdp" in " ".join(_launch().argv)
+        assert "--train-backend fsdp" not in " ".join(_launch(backend="megatron").argv)
+
+    def test_placement_per_layout(self):
+        colocated = _flags(_launch(layout="colocate").argv)
+        split = _flags(_launch(layout="disaggregated").argv)
+        assert "--colocate" in colocated and "--rollout-num-gpus" not in colocated
+        assert "--colocate" not in split
+        assert split["--rollout-num-gpus"] == ["4"] and split["--actor-num-gpus-per-node"] == ["4"]
+
+    def test_smoke_names_its_one_gpu_node(self):
+        """Miles's rollout side assumes 8 GPUs per node unless told."""
+        assert _flags(_launch("smoke").argv)["--num-gpus-per-node"] == ["1"]
+
+
+class TestRayWrapping:
+    def test_launch_is_ray_job_submit_of_argv_without_pkill(self):
+        launch = build_miles_launch(load_preset("smoke"), "megatron", "colocate", MilesPaths("/opt/miles", "/opt/mlm"))
+        sep = launch.launch_argv.index("--")
+        assert launch.launch_argv[:3] == ["ray", "job", "submit"] and launch.launch_argv[sep + 1 :] == launch.argv
+        assert launch.argv[:2] == ["python3", "/opt/miles/train.py"]
+        env = json.loads(launch.launch_argv[launch.launch_argv.index("--runtime-env-json") + 1])["env_vars"]
+        assert env["PYTHONPATH"] == "/opt/miles:/opt/mlm" and env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+        assert not any("pkill" in token for token in launch.launch_argv + launch.ray_head_argv)
+        assert launch.ray_head_argv[:4] == ["ray", "start", "--head", "--block"]
+
+
+class TestArchitectureArgs:
+    def test_dense_args_match_miles_qwen3_1_7b_model_file(self):
+        """Values of Miles's scripts/models/qwen3-1.7B.py, here derived from the HF config."""
+        flags = _flags(["train.py"] + megatron_architecture_args(load_preset("qwen3-1.7b-base").model.hf_config()))
+        expected = {
+            "--num-layers": ["28"],
+            "--hidden-size": ["2048"],
+            "--ffn-hidden-size": ["6144"],
+            "--num-attention-heads": ["16"],
+            "--num-query-groups": ["8"],
+            "--kv-channels": ["128"],
+            "--norm-epsilon": ["1e-06"],
+            "--rotary-base": ["1000000"],
+            "--vocab-size": ["151936"],
+            "--normalization": ["RMSNorm"],
+        }
+        assert {k: flags[k] for k in expected} == expected
+        assert {"--swiglu", "--group-query-attention", "--qk-layernorm", "--disable-bias-linear"} <= set(flags)
+        assert "--untie-embeddings-and-output-weights" not in flags
+
+    def test_moe_args_match_miles_qwen3_30b_a3b_model_file(self):
+        flags = _flags(["train.py"] + megatron_architecture_args(load_preset("qwen3-30b-a3b").model.hf_config()))
+        assert flags["--num-experts"] == ["128"] and flags["--moe-router-topk"] == ["8"]
+        assert flags["--moe-ffn-hidden-size"] == ["768"] and flags["--num-query-groups"] == ["4"]
+        assert flags["--moe-layer-freq"] == ["[" + ",".join(["1"] * 48) + "]"]
+        assert "--untie-embeddings-and-output-weights" in flags and "--moe-grouped-gemm" in flags
