@@ -6,9 +6,12 @@
   executables present, a Ray CLI where a private head is needed), then writes DIR/plan.json and DIR/manifest.json.
 - Order: repeat 0 of every cell, then repeat 1, ...; within a repeat the cells of one (backend, layout) run
   Miles then VERL, so node drift hits both frameworks alike.
+- Preparation steps run once, before the first cell, with this interpreter for a bare python (they are harness
+  work: downloads, data conversion); a step whose `creates` exists is skipped.
 - Per cell repeat: command.sh and env.json (redacted), environment.json, an optional private Ray head, the command in
-  its own session with log.txt, the sink followed into metrics.jsonl as steps complete, the watchdog; afterwards
-  everything the harness started is stopped (SIGTERM, grace, SIGKILL) and GPU memory is checked.
+  its own session (working directory: the cell repeat folder, so Hydra's outputs/ lands there) with log.txt, the
+  sink followed into metrics.jsonl as steps complete, the watchdog; afterwards everything the harness started is
+  stopped (SIGTERM, grace, SIGKILL) and GPU memory is checked.
 - SIGINT/SIGTERM to the harness: the running cell is stopped and marked interrupted, the rest stay pending; exit 130.
 - `--resume DIR`: complete cells (with all their steps on disk) are skipped; failed, interrupted, running (the
   harness died) and short cells rerun; the earlier attempt's folder is kept as rep-<k>.attempt-<n>.
@@ -25,6 +28,7 @@ import os
 import shlex
 import shutil
 import signal
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -222,7 +226,7 @@ class MatrixRunner:
                 continue
             self.progress.message(f"prepare {step['name']}: {shlex.join(self.redactor.redact_argv(step['argv']))}")
             code = run_to_completion(
-                step["argv"],
+                harness_argv(step["argv"]),
                 env=os.environ,
                 cwd=Path.cwd(),
                 log_path=self.run_dir / entry["log"],
@@ -313,7 +317,7 @@ class MatrixRunner:
         process = ManagedProcess(
             argv=command.argv,
             env=command.process_env,
-            cwd=Path.cwd(),
+            cwd=cell_dir,
             log_path=cell_dir / "log.txt",
             redactor=self.redactor,
         )
@@ -411,13 +415,14 @@ class MatrixRunner:
         write_json_atomic(cell_dir / "environment.json", self.redactor.redact_json(record))
 
     def _write_command_record(self, cell_dir: Path, command: CellCommand) -> None:
+        """command.sh (runnable: cd to the cell folder, the plan's env, exec the argv) and env.json, redacted."""
         redacted_env = self.redactor.redact_env(command.plan_env)
         exports = "\n".join(f"export {k}={shlex.quote(v)}" for k, v in redacted_env.items())
         script = (
             "#!/usr/bin/env bash\n"
             "# The exact command the benchmark runner executed for this cell repeat (secrets redacted).\n"
             "set -euo pipefail\n"
-            f"cd {shlex.quote(str(Path.cwd()))}\n"
+            f"cd {shlex.quote(str(cell_dir))}\n"
             f"{exports}\n"
             f"exec {shlex.join(self.redactor.redact_argv(command.argv))}\n"
         )
@@ -439,6 +444,11 @@ class MatrixRunner:
             shutil.copytree(sink, destination, dirs_exist_ok=True)
         else:
             shutil.copy2(sink, destination)
+
+
+def harness_argv(argv: list[str]) -> list[str]:
+    """A preparation step is harness work (download, data conversion): a bare python runs as this interpreter."""
+    return [sys.executable if word in ("python", "python3") else word for word in argv]
 
 
 def _needs_rerun(cell_run: CellRun, run_dir: Path) -> bool:
