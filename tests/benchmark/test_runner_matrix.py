@@ -219,6 +219,47 @@ class TestInputErrors:
         assert "literal-key-in-plan" not in result.stderr
         assert not (tmp_path / "run" / "manifest.json").exists()
 
+    def test_the_main_command_refuses_to_replan_over_an_existing_run(self, tmp_path: Path):
+        """Without --dry-run the main command plans then executes; it must not rewrite a run folder's plan."""
+        run_dir = tmp_path / "run"
+        run_dir.mkdir()
+        (run_dir / "manifest.json").write_text("{}")
+        argv = [sys.executable, str(REPO_ROOT / "scripts/benchmark/run.py"), "--backend", "fsdp", "--preset"]
+        result = subprocess.run(
+            [*argv, "qwen3-1.7b-base", "--output-dir", str(run_dir)], capture_output=True, text=True
+        )
+        assert result.returncode == 2
+        assert f"{run_dir} already holds a run (manifest.json)" in result.stderr
+        assert not (run_dir / "plan.json").exists()
+
+
+class TestPrepare:
+    def test_prepare_steps_run_once_skip_what_exists_and_a_failure_stops_before_any_cell(self, tmp_path: Path):
+        made, existing = tmp_path / "made.txt", tmp_path / "existing.txt"
+        existing.write_text("already here")
+        steps = [
+            {"name": "make", "argv": ["python3", "-c", f"open({str(made)!r}, 'w').write('x')"], "creates": str(made),
+             "skip_if_exists": True},
+            {"name": "have", "argv": ["false"], "creates": str(existing), "skip_if_exists": True},
+        ]  # fmt: skip
+        plan = write_plan(tmp_path / "plan", [standin_cell("verl", steps=1)], prepare=steps)
+        result = run_harness(str(plan), "--output-dir", str(tmp_path / "run"))
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert made.read_text() == "x"
+        prepare = read_manifest(tmp_path / "run")["prepare"]
+        assert [(p["name"], p["state"]) for p in prepare] == [("make", "complete"), ("have", "skipped")]
+
+        failing = [{"name": "boom", "argv": ["python3", "-c", "raise SystemExit(3)"], "creates": str(tmp_path / "no")}]
+        plan = write_plan(tmp_path / "plan2", [standin_cell("verl", steps=1)], prepare=failing)
+        result = run_harness(str(plan), "--output-dir", str(tmp_path / "run2"))
+        assert result.returncode == 1
+        manifest = read_manifest(tmp_path / "run2")
+        assert manifest["prepare"][0]["state"] == "failed"
+        assert manifest["prepare"][0]["reason"] == "exited with code 3; see prepare/boom.log"
+        assert [c["state"] for c in manifest["cells"]] == ["pending"]
+        skipped = run_harness("--resume", str(tmp_path / "run2"), "--skip-prepare")
+        assert skipped.returncode == 0 and read_manifest(tmp_path / "run2")["cells"][0]["state"] == "complete"
+
 
 class TestSecrets:
     def test_a_secret_in_the_environment_appears_in_no_file_of_the_run_folder(self, tmp_path: Path):
