@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from scripts.benchmark.cell_command import FrameworkRuntime, build_cell_command, framework_interpreter_argv
+from scripts.benchmark.environment_record import build_environment_record, probe_packages
 from scripts.benchmark.executor import interleaved_order, validate_plan
+from scripts.benchmark.gpu_memory import read_used_mib, wait_until_released
 from scripts.benchmark.manifest import Manifest, new_cell_run
 from scripts.benchmark.progress import MatrixProgress, format_duration
 from scripts.benchmark.ray_head import RayTarget, build_head_argv, external_target
 from scripts.benchmark.redaction import REDACTED, Redactor, find_plan_secrets, is_secret_name
 from scripts.benchmark.slurm import build_sbatch
 from scripts.benchmark.watchdog import Watchdog, WatchdogLimits
-from tests.benchmark.standins.plans import standin_cell
+from tests.benchmark.standins.plans import RUN_PY, STANDINS, standin_cell, write_plan
 
 
 class TestRedaction:
@@ -226,3 +230,65 @@ def test_manifest_json_is_strict_json(tmp_path: Path):
     manifest.save()
     data = json.loads((tmp_path / "manifest.json").read_text())
     assert data["schema_version"] == 1 and data["plan"] == "plan.json" and data["cells"][0]["state"] == "pending"
+
+
+class TestGpuProbes:
+    """Against a stand-in nvidia-smi on PATH (tests/benchmark/standins/nvidia-smi), answering the runner's queries."""
+
+    @pytest.fixture
+    def smi(self, monkeypatch):
+        monkeypatch.setenv("PATH", f"{STANDINS}:{os.environ['PATH']}")
+        return monkeypatch
+
+    def test_the_environment_record_reads_gpu_model_count_driver_and_cuda(self, smi):
+        record = build_environment_record(framework="verl", interpreter_argv=["python3"], packages={"packages": {}})
+        assert (record["gpu_model"], record["gpu_count"], record["driver"]) == ("NVIDIA H200", 2, "570.124.06")
+        assert record["cuda_driver"] == "12.8" and "gpus" not in record["missing"]
+
+    def test_gpu_memory_release_is_awaited_and_a_leak_is_reported(self, smi):
+        smi.setenv("STANDIN_SMI_USED_MIB", "5")
+        baseline = read_used_mib()
+        assert baseline == {0: 5.0, 1: 3.0}
+        assert wait_until_released(baseline, timeout_s=0.2, poll_s=0.05) is None
+        smi.setenv("STANDIN_SMI_USED_MIB", "70000")
+        message = wait_until_released(baseline, timeout_s=0.2, poll_s=0.05)
+        assert message == "GPU memory not released 0 s after the cell stopped: GPU 0: 70000 MiB (before the run: 5)"
+
+    def test_without_nvidia_smi_the_record_says_why(self, monkeypatch, tmp_path):
+        monkeypatch.setenv("PATH", str(tmp_path))
+        record = build_environment_record(framework="miles", interpreter_argv=["python3"], packages={"packages": {}})
+        assert record["gpu_count"] is None and record["missing"]["gpus"] == "nvidia-smi not found on PATH"
+        assert read_used_mib() is None and wait_until_released(None, timeout_s=1) is None
+
+    def test_the_package_probe_reads_versions_from_the_interpreter_without_importing_them(self):
+        probe = probe_packages([sys.executable])
+        assert probe["python"] == sys.version.split()[0]
+        assert probe["packages"]["torch"]["version"]  # installed in the test venv; read via importlib.metadata
+        assert probe["packages"]["sglang"] == {
+            "version": None,
+            "commit": None,
+            "missing": "not installed in this interpreter",
+        }
+        assert probe_packages(["/no/such/python"])["missing"].startswith("could not run the interpreter probe")
+
+
+def test_live_progress_renders_with_rich():
+    stream = io.StringIO()
+    progress = MatrixProgress(total_cells=1, live=True, stream=stream)
+    progress.cell_started("verl-fsdp-colocate rep 0", 2)
+    progress.step(1, 0.5)
+    progress.cell_ended("complete", None)
+    progress.close()
+    assert "complete verl-fsdp-colocate rep 0" in stream.getvalue()
+
+
+def test_emit_sbatch_writes_the_script_and_runs_nothing(tmp_path: Path):
+    plan = write_plan(tmp_path / "plan", [standin_cell("verl")])
+    script = tmp_path / "bench.sbatch"
+    argv = [sys.executable, str(RUN_PY), "execute", str(plan), "--output-dir", str(tmp_path / "run")]
+    result = subprocess.run([*argv, "--emit-sbatch", str(script)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    text = script.read_text()
+    assert f"execute {plan} --output-dir {tmp_path / 'run'} --ray external" in text
+    assert str(script) not in text
+    assert not (tmp_path / "run").exists()
