@@ -196,12 +196,18 @@ class MatrixRunner:
         previous = self.stop.install()
         try:
             if not self.options.skip_prepare and not self._prepare():
-                return 1
+                return 130 if self.stop.signal_name else 1
             self._gpu_baseline = gpu_memory.read_used_mib()
             for cell_run in todo:
                 if self.stop.signal_name:
                     break
-                state = self._run_cell(self._cells_by_id[cell_run.id], cell_run)
+                try:
+                    state = self._run_cell(self._cells_by_id[cell_run.id], cell_run)
+                except Exception as exc:  # a runner bug or an I/O error: recorded on the cell, the matrix goes on
+                    if cell_run.state != "running":
+                        self.manifest.set_state(cell_run, "running")
+                    verdict = Verdict("failed", f"runner error: {exc!r}")
+                    state = self._finish(cell_run, verdict, steps=cell_run.steps_completed)
                 if state != "complete" and self.options.fail_fast and not self.stop.signal_name:
                     self.progress.message(f"--fail-fast: stopping after {cell_run.id} rep {cell_run.repeat}")
                     break
@@ -212,6 +218,9 @@ class MatrixRunner:
         if self.stop.signal_name:
             return 130
         return 0 if all(c.state == "complete" for c in self.manifest.cells) else 1
+
+    def _stop_requested(self) -> bool:
+        return self.stop.signal_name is not None
 
     def _prepare(self) -> bool:
         """Run the plan's preparation steps once (download, convert); False (recorded) when one fails."""
@@ -232,7 +241,7 @@ class MatrixRunner:
                 log_path=self.run_dir / entry["log"],
                 redactor=self.redactor,
                 timeout_s=self.options.prepare_timeout_s,
-                should_stop=lambda: self.stop.signal_name is not None,
+                should_stop=self._stop_requested,
             )
             if self.stop.signal_name:
                 entry["state"], entry["reason"] = "interrupted", f"interrupted by {self.stop.signal_name}"
@@ -275,12 +284,17 @@ class MatrixRunner:
                     env=os.environ,
                     log_path=cell_dir / "ray-head.log",
                     redactor=self.redactor,
+                    should_stop=self._stop_requested,
                 )
                 target = head.target
                 write_json_atomic(cell_dir / "ray.json", head.describe())
             elif target is not None:
                 write_json_atomic(cell_dir / "ray.json", asdict(target))
         except RuntimeError as exc:
+            if self._stop_requested():
+                return self._finish(
+                    cell_run, Verdict("interrupted", f"interrupted by {self.stop.signal_name}"), steps=0
+                )
             return self._finish(cell_run, Verdict("failed", f"Ray head: {exc}"), steps=0)
         submission_id = f"bench-{cell_run.id}-rep{cell_run.repeat}-{int(time.time())}"
         command = build_cell_command(
@@ -294,7 +308,9 @@ class MatrixRunner:
             if head is not None:
                 head.stop(self.options.grace_s)
         self._copy_outside_sink(cell, cell_dir)
-        release = gpu_memory.wait_until_released(self._gpu_baseline, timeout_s=self.options.gpu_release_timeout_s)
+        release = gpu_memory.wait_until_released(
+            self._gpu_baseline, timeout_s=self.options.gpu_release_timeout_s, should_stop=self._stop_requested
+        )
         if release is not None:
             self.manifest.warnings.append(f"after {label}: {release}")
         return self._finish(cell_run, verdict, steps=steps)
@@ -324,6 +340,22 @@ class MatrixRunner:
         started = time.monotonic()
         watchdog = Watchdog(limits=self.options.limits(), started_at=started, num_steps=cell.get("num_steps"))
         process.start()
+        try:
+            return self._watch_started(process, follower, watchdog, cell_run, command, target)
+        except BaseException:
+            if process.poll() is None or process.live_tracked():
+                process.stop(self.options.grace_s)  # never leave a cell running behind a runner error
+            raise
+
+    def _watch_started(
+        self,
+        process: ManagedProcess,
+        follower: SinkFollower,
+        watchdog: Watchdog,
+        cell_run: CellRun,
+        command: CellCommand,
+        target: RayTarget | None,
+    ) -> tuple[Verdict, int]:
         verdict: Verdict | None = None
         exited = False
         while verdict is None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Callable
 
 from scripts.benchmark.process import capture_output
 
@@ -35,7 +36,12 @@ def read_used_mib() -> dict[int, float] | None:
 
 
 def wait_until_released(
-    baseline: dict[int, float] | None, *, timeout_s: float, poll_s: float = 2.0, slack_mib: float = SLACK_MIB
+    baseline: dict[int, float] | None,
+    *,
+    timeout_s: float,
+    poll_s: float = 2.0,
+    slack_mib: float = SLACK_MIB,
+    should_stop: Callable[[], bool] = lambda: False,
 ) -> str | None:
     if baseline is None:
         return None
@@ -47,7 +53,7 @@ def wait_until_released(
         held = {i: mib for i, mib in used.items() if mib > baseline.get(i, 0.0) + slack_mib}
         if not held:
             return None
-        if time.monotonic() >= deadline:
+        if time.monotonic() >= deadline or should_stop():
             detail = ", ".join(
                 f"GPU {i}: {mib:.0f} MiB (before the run: {baseline.get(i, 0.0):.0f})" for i, mib in held.items()
             )

@@ -21,7 +21,7 @@ from __future__ import annotations
 import socket
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,6 +117,7 @@ def start_private_head(
     log_path: Path,
     redactor: Redactor,
     ready_timeout_s: float = _READY_TIMEOUT_S,
+    should_stop: Callable[[], bool] = lambda: False,
 ) -> PrivateRayHead:
     """Start `ray start --head --block` in its own group and wait for its ports; raise RuntimeError if it dies."""
     ports = find_free_ports(6)
@@ -134,6 +135,9 @@ def start_private_head(
             raise RuntimeError(
                 f"the private Ray head exited with code {process.poll()} before it was ready; see {log_path}"
             )
+        if should_stop():
+            head.stop(grace_s=10.0)
+            raise RuntimeError("interrupted while the private Ray head was starting")
         if time.monotonic() > deadline:
             head.stop(grace_s=10.0)
             raise RuntimeError(f"the private Ray head did not open ports {ports[:2]} within {ready_timeout_s:.0f} s")
