@@ -184,6 +184,23 @@ class TestInterruptAndResume:
         again = run_harness("--resume", str(run_dir))
         assert again.returncode == 0 and "nothing to do" in again.stdout
 
+    def test_sigterm_to_the_harness_interrupts_the_running_cell_too(self, tmp_path: Path):
+        plan = write_plan(tmp_path / "plan", [standin_cell("verl", steps=20, step_s=0.1)])
+        run_dir = tmp_path / "run"
+        harness = subprocess.Popen(
+            harness_argv(str(plan), "--output-dir", str(run_dir)), cwd=REPO_ROOT, stdout=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if (run_dir / "manifest.json").exists() and read_manifest(run_dir)["cells"][0]["steps_completed"] >= 1:
+                break
+            time.sleep(0.05)
+        harness.send_signal(signal.SIGTERM)
+        assert harness.wait(timeout=30) == 130
+        (cell,) = read_manifest(run_dir)["cells"]
+        assert (cell["state"], cell["reason"]) == ("interrupted", "interrupted by SIGTERM")
+        assert 1 <= len(read_metric_steps(run_dir, cell)) < 20
+
 
 class TestInputErrors:
     def test_an_unwritable_output_folder_is_a_clear_error_before_anything_starts(self, tmp_path: Path):
