@@ -73,7 +73,7 @@ def _cell(spec: BenchmarkSpec, launch: FrameworkLaunch) -> dict[str, Any]:
             "train": spec.train_gpus(layout),
             "rollout": spec.rollout_gpus(layout),
             "total": spec.total_gpus(layout),
-            "per_node": spec.run.gpus_per_node,
+            "per_node": spec.gpus_per_node(layout),
             "nodes": spec.run.nodes,
         },
         "num_steps": spec.run.num_steps,

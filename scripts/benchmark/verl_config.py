@@ -1,7 +1,8 @@
 """Compose a VERL cell's overrides against VERL 0.9.1's real Hydra config, in strict (struct) mode.
 
-- `find_verl_root() -> Path | None`: env VERL_ISOLATED_DIR, else <repo>/.cache/verl-0.9.1, else the installed verl
-  package's folder found without importing it. The root holds verl/trainer/config/ppo_trainer.yaml.
+- `find_verl_root() -> Path | None`: env VERL_ISOLATED_DIR (when set, the only candidate), else
+  <repo>/.cache/verl-0.9.1, else the installed verl package's folder found without importing it. The root holds
+  verl/trainer/config/ppo_trainer.yaml.
 - `compose_overrides(overrides, root)`: hydra initialize_config_dir + compose("ppo_trainer"), the way main_ppo builds
   its config; an unknown key raises ConfigCompositionException. `hydra.*` overrides (Hydra's own settings) are
   dropped, and ${BENCH_CELL_DIR} becomes a placeholder folder.
@@ -29,10 +30,11 @@ def _has_config(root: Path) -> bool:
 
 
 def find_verl_root() -> Path | None:
-    candidates = []
+    """An explicit VERL_ISOLATED_DIR is the only candidate when set (a wrong one means "not found", not a fallback)."""
     if os.environ.get("VERL_ISOLATED_DIR"):
-        candidates.append(Path(os.environ["VERL_ISOLATED_DIR"]))
-    candidates.append(REPO_ROOT / ".cache" / "verl-0.9.1")
+        root = Path(os.environ["VERL_ISOLATED_DIR"])
+        return root if _has_config(root) else None
+    candidates = [REPO_ROOT / ".cache" / "verl-0.9.1"]
     try:
         found = importlib.util.find_spec("verl")
     except (ImportError, ValueError):

@@ -301,6 +301,9 @@ GOTCHAS = [
         v_set("+data.apply_chat_template_kwargs.enable_thinking=False"),
         "chat_template",
     ),
+    ("Miles max response length unset", "fsdp", m_drop("--rollout-max-response-len"), None, "max_response_tokens"),
+    ("Miles GRPO std normalization off", "fsdp", m_add("--disable-grpo-std-normalization"), None, "std_normalization"),
+    ("VERL entropy bonus", "megatron", None, v_set(f"{AR}.actor.entropy_coeff=0.001"), "entropy_coef"),
 ]
 
 

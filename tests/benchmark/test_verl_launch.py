@@ -48,9 +48,11 @@ class TestStrictComposition:
         overrides = list(_overrides()) + [f"+{AR}.actor.clip_ratio_high=0.28"]
         assert "Could not append" in verl_override_problems(overrides, verl_root)[0]
 
-    def test_root_comes_from_env(self, verl_root, monkeypatch):
+    def test_root_comes_from_env(self, verl_root, monkeypatch, tmp_path):
         monkeypatch.setenv("VERL_ISOLATED_DIR", str(verl_root))
         assert find_verl_root() == verl_root
+        monkeypatch.setenv("VERL_ISOLATED_DIR", str(tmp_path))
+        assert find_verl_root() is None
 
 
 class TestConvertedValues:

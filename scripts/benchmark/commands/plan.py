@@ -37,6 +37,7 @@ def plan_impl(
     megatron_root: str | None,
     repeats: int | None = None,
 ) -> None:
+    import os
     from pathlib import Path
 
     from pydantic import ValidationError
@@ -55,7 +56,10 @@ def plan_impl(
     try:
         spec = load_preset(preset) if preset else load_spec_file(spec_file)
         spec = with_overrides(spec, layout=layout, num_steps=num_steps, gpus_per_node=gpus_per_node)
-    except (ValidationError, ValueError, OSError) as exc:
+    except ValidationError as exc:
+        details = [f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg']}" for e in exc.errors()]
+        _fail(EXIT_BAD_INPUT, "invalid spec:\n  - " + "\n  - ".join(details))
+    except (ValueError, OSError) as exc:
         _fail(EXIT_BAD_INPUT, f"invalid spec: {exc}")
     paths = MilesPaths.from_env()
     paths = MilesPaths(miles_root=miles_root or paths.miles_root, megatron_root=megatron_root or paths.megatron_root)
@@ -82,7 +86,8 @@ def plan_impl(
     _print_summary(plan, written, out)
     compose = verl_compose_check(plan, find_verl_root()) if compare_verl else {}
     if compose is None:
-        typer.echo("VERL strict compose: skipped (VERL 0.9.1 config not found; set VERL_ISOLATED_DIR or install it)")
+        where = os.environ.get("VERL_ISOLATED_DIR") or ".cache/verl-0.9.1 or an installed verl"
+        typer.echo(f"VERL strict compose: skipped (no VERL 0.9.1 config found in {where})")
     elif compose:
         bad = {cell: problems for cell, problems in compose.items() if problems}
         if bad:
