@@ -168,7 +168,7 @@ class ManagedProcess:
             and (
                 info.pgid == leader
                 or info.sid == leader
-                or pid in self.tracked
+                or self.tracked.get(pid) == info.start_time
                 or (info.ppid == me and pid not in _LAUNCHED_LEADERS)
             )
         }
