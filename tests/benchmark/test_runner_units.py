@@ -269,7 +269,20 @@ class TestGpuProbes:
             "commit": None,
             "missing": "not installed in this interpreter",
         }
+        assert probe["torch_git_version"] and len(probe["torch_git_version"]) == 40
         assert probe_packages(["/no/such/python"])["missing"].startswith("could not run the interpreter probe")
+
+    def test_the_cuda_build_of_torch_is_read_from_its_version_file(self, tmp_path: Path):
+        """torch/version.py as a CUDA 13 build writes it (the lines seen on an H200 node), found via PYTHONPATH."""
+        (tmp_path / "torch").mkdir()
+        (tmp_path / "torch" / "__init__.py").write_text("raise ImportError('the probe must not import torch')\n")
+        (tmp_path / "torch" / "version.py").write_text(
+            "cuda: Optional[str] = '13.0'\ngit_version = '70d99e998b4955e0049d13a98d77ae1b14db1f45'\n"
+            "hip: Optional[str] = None\n"
+        )
+        probe = probe_packages([sys.executable], env={**os.environ, "PYTHONPATH": str(tmp_path)})
+        assert probe["torch_cuda"] == "13.0" and probe["torch_hip"] is None
+        assert probe["torch_git_version"] == "70d99e998b4955e0049d13a98d77ae1b14db1f45"
 
 
 def test_live_progress_renders_with_rich():
