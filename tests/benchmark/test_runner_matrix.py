@@ -201,6 +201,34 @@ class TestInterruptAndResume:
         assert (cell["state"], cell["reason"]) == ("interrupted", "interrupted by SIGTERM")
         assert 1 <= len(read_metric_steps(run_dir, cell)) < 20
 
+    def test_a_cell_left_running_by_a_killed_harness_is_rerun_by_resume(self, tmp_path: Path):
+        """SIGKILL to the harness leaves the cell "running" (partial), its steps on disk; --resume reruns it."""
+        pid_file = tmp_path / "pids"
+        cell = standin_cell("verl", steps=6, step_s=0.1, extra=["--pid-file", str(pid_file)])
+        plan = write_plan(tmp_path / "plan", [cell])
+        run_dir = tmp_path / "run"
+        harness = subprocess.Popen(
+            harness_argv(str(plan), "--output-dir", str(run_dir)), cwd=REPO_ROOT, stdout=subprocess.DEVNULL
+        )
+        metrics = run_dir / "cells/verl-fsdp-colocate/rep-0/metrics.jsonl"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+            time.sleep(0.02)
+        assert harness.poll() is None  # the steps were on disk while the cell was still running
+        harness.kill()
+        harness.wait(timeout=10)
+        for pid in pid_file.read_text().split():  # out of the killed harness's reach: the test stops its stand-in
+            if is_alive(int(pid)):
+                os.kill(int(pid), signal.SIGKILL)
+        (cell_run,) = read_manifest(run_dir)["cells"]
+        assert cell_run["state"] == "running" and cell_run["steps_completed"] >= 2
+
+        result = run_harness("--resume", str(run_dir))
+        assert result.returncode == 0, result.stdout + result.stderr
+        (cell_run,) = read_manifest(run_dir)["cells"]
+        assert cell_run["state"] == "complete" and read_metric_steps(run_dir, cell_run) == [1, 2, 3, 4, 5, 6]
+        assert cell_run["previous_attempts"] == ["cells/verl-fsdp-colocate/rep-0.attempt-1"]
+
 
 class TestInputErrors:
     def test_an_unwritable_output_folder_is_a_clear_error_before_anything_starts(self, tmp_path: Path):
