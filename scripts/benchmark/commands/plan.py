@@ -3,9 +3,11 @@
     run.py --backend {fsdp,megatron,all} [--compare-verl] --preset NAME | --spec FILE
            [--layout colocate|disaggregated] --output-dir DIR [--dry-run] [--num-steps N] [--gpus-per-node N]
 
-Writes DIR/plan.json, DIR/cells/<id>.sh, DIR/parity.md and DIR/parity.json, prints a summary. Exit codes: 0 planned
-(dry run) / ran; 2 bad input (spec validation, options); 3 the launches do not match (parity) or are invalid
-(flags, VERL strict composition); 4 this machine cannot execute the plan (what is missing is printed).
+Writes DIR/plan.json, DIR/cells/<id>.sh, DIR/parity.md and DIR/parity.json, prints a summary; without --dry-run it
+then runs the plan into the same DIR (`run.py execute`, see commands/execute.py). Exit codes: 0 planned (dry run) /
+all cells complete; 1 a cell did not complete; 2 bad input (spec validation, options); 3 the launches do not match
+(parity) or are invalid (flags, VERL strict composition); 4 this machine cannot execute the plan (what is missing is
+printed); 130 interrupted (resume with `run.py execute --resume DIR`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ def plan_impl(
     gpus_per_node: int | None,
     miles_root: str | None,
     megatron_root: str | None,
+    repeats: int | None = None,
 ) -> None:
     import os
     from pathlib import Path
@@ -61,6 +64,11 @@ def plan_impl(
     paths = MilesPaths.from_env()
     paths = MilesPaths(miles_root=miles_root or paths.miles_root, megatron_root=megatron_root or paths.megatron_root)
     out = Path(output_dir).resolve()
+    if not dry_run and (out / "manifest.json").exists():
+        _fail(
+            EXIT_BAD_INPUT,
+            f"{out} already holds a run (manifest.json): resume it with `run.py execute --resume {out}`",
+        )
     options = PlanOptions(
         backends=BACKENDS if backend == "all" else (backend,),
         layout=spec.placement.layout,
@@ -93,7 +101,11 @@ def plan_impl(
     missing = check_can_execute(plan.data)
     if missing:
         _fail(EXIT_CANNOT_EXECUTE, "cannot execute the plan on this machine:\n  - " + "\n  - ".join(missing))
-    _fail(EXIT_CANNOT_EXECUTE, "execution is not wired in yet (the runner's `execute` owns it); plan written")
+    from scripts.benchmark.commands.execute import execute_impl
+
+    code = execute_impl(out / "plan.json", out, {"repeats": repeats}, resume=False)
+    if code:
+        raise typer.Exit(code)
 
 
 def _print_summary(plan, written, out) -> None:
@@ -129,6 +141,7 @@ def main_callback(
     gpus_per_node: int = typer.Option(None, help="override run.gpus_per_node"),
     miles_root: str = typer.Option(None, help="Miles checkout on the GPU node (default $MILES_ROOT or /root/miles)"),
     megatron_root: str = typer.Option(None, help="Megatron-LM checkout (default $MEGATRON_ROOT or /root/Megatron-LM)"),
+    repeats: int = typer.Option(None, help="repeats of every cell, interleaved (run only) [1]"),
 ) -> None:
     """Plan (and, without --dry-run, run) the Miles vs VERL matrix for one spec."""
     if ctx.invoked_subcommand is not None:
@@ -148,6 +161,7 @@ def main_callback(
         gpus_per_node=gpus_per_node,
         miles_root=miles_root,
         megatron_root=megatron_root,
+        repeats=repeats,
     )
 
 
