@@ -127,6 +127,27 @@ def postgres_bindir() -> Path | None:
     return Path(initdb).parent if initdb else None
 
 
+class ExternalPostgres:
+    """A PostgreSQL server someone else started (`.ci/run` does); databases are created on it as on our own."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def database_url(self, name: str) -> str:
+        return self.url.rsplit("/", 1)[0] + "/" + name
+
+    def create_database(self, name: str) -> str:
+        import sqlalchemy as sa
+
+        engine = sa.create_engine(
+            self.url.replace("postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT"
+        )
+        with engine.connect() as conn:
+            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+        engine.dispose()
+        return self.database_url(name)
+
+
 class PostgresServer:
     """A throwaway PostgreSQL cluster; `url` accepts any database name via `database_url(name)`."""
 
