@@ -148,6 +148,12 @@ def validate_plan(plan: Any) -> list[str]:
             problems.append(f"{where}: sink.format {cell['sink'].get('format')!r} is not one of {SINK_FORMATS}")
         if not isinstance(cell["num_steps"], int) or cell["num_steps"] < 1:
             problems.append(f"{where}: num_steps must be a positive integer, got {cell['num_steps']!r}")
+    for index, step in enumerate(plan.get("prepare") or []):
+        argv = step.get("argv") if isinstance(step, dict) else None
+        if not isinstance(step, dict) or not isinstance(step.get("name"), str):
+            problems.append(f"prepare[{index}] must be an object with a name")
+        elif not isinstance(argv, list) or not argv or not all(isinstance(w, str) for w in argv):
+            problems.append(f"prepare[{index}] ({step['name']}): argv must be a non-empty list of strings")
     problems += [f"a literal secret in {where}" for where in find_plan_secrets(plan)]
     return problems
 
@@ -551,8 +557,23 @@ def needs_private_head(cell: Mapping[str, Any], options: ExecuteOptions) -> bool
     return options.ray == "auto" and not options.ray_address and uses_ray_job_submit(cell["launch_argv"])
 
 
+def steps_to_prepare(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """The preparation steps that will run: those whose `creates` is missing (or that are never skipped)."""
+    return [
+        step
+        for step in plan.get("prepare") or []
+        if not (step.get("creates") and step.get("skip_if_exists", True) and Path(step["creates"]).exists())
+    ]
+
+
 def _check_launchable(plan: dict[str, Any], options: ExecuteOptions) -> None:
     problems: list[str] = []
+    for step in [] if options.skip_prepare else steps_to_prepare(plan):
+        if problem := find_executable_problem(harness_argv(step["argv"])):
+            problems.append(
+                f"prepare step {step['name']}: {problem} (it creates {step.get('creates')}; "
+                "install it, create that path, or pass --skip-prepare)"
+            )
     for framework, python in (("miles", options.miles_python), ("verl", options.verl_python)):
         runtime = options.runtime(framework)
         if python and not runtime.prefix and (problem := find_executable_problem([python])):

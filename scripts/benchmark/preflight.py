@@ -1,7 +1,8 @@
 """Can this machine execute a plan? The check a real (non dry-run) invocation makes before touching a GPU.
 
 - `check_can_execute(plan) -> list[str]`: one human-readable line per missing thing: nvidia-smi / enough GPUs, the
-  Miles train.py path, `ray` on PATH, VERL importable by the cells' python3, the checkpoint and the prompt data.
+  Miles train.py path, `ray` on PATH, VERL importable by the cells' python3, the checkpoint and the prompt data
+  (each either present, or downloadable by the plan's `hf download` step: the `hf` CLI on PATH).
   An empty list means the plan can run here.
 
 Caveats:
@@ -53,9 +54,18 @@ def check_can_execute(plan: dict[str, Any]) -> list[str]:
             missing.append("ray not found on PATH (Miles cells run as `ray job submit`)")
     if any(cell["framework"] == "verl" for cell in cells) and not _verl_importable():
         missing.append("verl is not importable by python3 (pip install 'verl[sglang]==0.9.1' on the GPU node)")
-    spec = plan["spec"]
-    if not Path(spec["model"]["hf_checkpoint"]).exists():
-        missing.append(f"model.hf_checkpoint {spec['model']['hf_checkpoint']} does not exist")
-    if not Path(spec["data"]["prompt_data"]).is_file():
-        missing.append(f"data.prompt_data {spec['data']['prompt_data']} does not exist")
+    spec, steps = plan["spec"], {step["name"]: step for step in plan.get("prepare") or []}
+    for field, path, step in (
+        ("model.hf_checkpoint", spec["model"]["hf_checkpoint"], steps.get("download-model")),
+        ("data.prompt_data", spec["data"]["prompt_data"], steps.get("download-dataset")),
+    ):
+        if Path(path).exists():
+            continue
+        if step is None:
+            missing.append(f"{field} {path} does not exist (and the spec names no hf_repo to download it)")
+        elif shutil.which(step["argv"][0]) is None:
+            missing.append(
+                f"{field} {path} does not exist and {step['argv'][0]!r} (the Hugging Face CLI: pip install "
+                "huggingface_hub) is not on PATH to download it"
+            )
     return missing

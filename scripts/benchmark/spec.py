@@ -5,6 +5,8 @@
 - Validation rejects what cannot run, naming the field and the numbers: batch geometry vs the data-parallel size of
   each backend, parallel sizes vs the GPU count, a disaggregated split with no train or rollout GPUs, a token budget
   shorter than the longest sequence, an unknown architecture.
+- `model.hf_repo` / `data.hf_repo`: the Hugging Face ids the plan's prepare steps download when the checkpoint or
+  the jsonl is missing (optional: a spec without them plans no download); validated as `owner/name`.
 - `spec_hash(spec)`: first 12 hex digits of sha256 over the canonical JSON of the resolved spec (config inlined).
 - `load_preset(name)`, `load_spec_file(path)`, `with_overrides(spec, ...)`; `PRESETS_DIR`, `MODEL_CONFIGS_DIR`.
 
@@ -19,11 +21,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 BENCHMARK_DIR = Path(__file__).resolve().parent
 PRESETS_DIR = BENCHMARK_DIR / "presets"
@@ -34,6 +37,19 @@ Layout = Literal["colocate", "disaggregated"]
 BACKENDS: tuple[Backend, ...] = ("fsdp", "megatron")
 LAYOUTS: tuple[Layout, ...] = ("colocate", "disaggregated")
 KNOWN_ARCHITECTURES = {"qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM"}
+HF_REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
+
+
+def check_hf_repo_id(value: str | None, field: str) -> str | None:
+    """`owner/name` as the Hub accepts it (no '--' or '..', no trailing '-' or '.'); None means no download."""
+    if value is None:
+        return None
+    if not HF_REPO_ID.fullmatch(value) or "--" in value or ".." in value or value[-1] in "-.":
+        raise ValueError(
+            f"{field}: {value!r} is not a Hugging Face repo id (owner/name of letters, digits, '-', '_', '.'; "
+            "no '--' or '..'; at most 96 characters each side)"
+        )
+    return value
 
 
 class _Frozen(BaseModel):
@@ -45,6 +61,13 @@ class ModelSpec(_Frozen):
     """HF checkpoint folder (weights + tokenizer) on the GPU node."""
     config: str | dict[str, Any]
     """Name of scripts/benchmark/model_configs/<name>.json, or an inline HF config dict (the architecture facts)."""
+    hf_repo: str | None = None
+    """Hugging Face model repo the prepare step downloads into hf_checkpoint when it is missing (None: no download)."""
+
+    @field_validator("hf_repo")
+    @classmethod
+    def _repo_id(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return check_hf_repo_id(value, f"model.{info.field_name}")
 
     def hf_config(self) -> dict[str, Any]:
         if isinstance(self.config, dict):
@@ -73,6 +96,13 @@ class DataSpec(_Frozen):
     apply_chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
     val_rows: int = Field(8, gt=0)
     """Rows of the small validation parquet VERL insists on loading (never evaluated)."""
+    hf_repo: str | None = None
+    """Hugging Face dataset repo the prepare step downloads into prompt_data's folder when the jsonl is missing."""
+
+    @field_validator("hf_repo")
+    @classmethod
+    def _repo_id(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return check_hf_repo_id(value, f"data.{info.field_name}")
 
 
 class GrpoSpec(_Frozen):

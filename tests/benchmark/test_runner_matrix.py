@@ -305,6 +305,26 @@ class TestPrepare:
         skipped = run_harness("--resume", str(tmp_path / "run2"), "--skip-prepare")
         assert skipped.returncode == 0 and read_manifest(tmp_path / "run2")["cells"][0]["state"] == "complete"
 
+    def test_a_download_tool_missing_from_path_is_reported_before_anything_starts(self, tmp_path: Path):
+        """The plan's `hf download` step needs the hf CLI, unless what it creates is there or --skip-prepare."""
+        present = tmp_path / "model" / "config.json"
+        present.parent.mkdir()
+        present.write_text("{}")
+        steps = [
+            {"name": "download-model", "argv": ["hf-missing-here", "download", "Qwen/Qwen3-0.6B"],
+             "creates": str(tmp_path / "absent" / "config.json"), "skip_if_exists": True},
+            {"name": "download-dataset", "argv": ["hf-missing-too", "download"], "creates": str(present),
+             "skip_if_exists": True},
+        ]  # fmt: skip
+        plan = write_plan(tmp_path / "plan", [standin_cell("verl", steps=1)], prepare=steps)
+        result = run_harness(str(plan), "--output-dir", str(tmp_path / "run"))
+        assert result.returncode == 2
+        assert "prepare step download-model: 'hf-missing-here' is not on PATH" in result.stderr
+        assert "hf-missing-too" not in result.stderr  # its config.json exists: it would be skipped
+        assert not (tmp_path / "run" / "manifest.json").exists()
+        skipped = run_harness(str(plan), "--output-dir", str(tmp_path / "run"), "--skip-prepare")
+        assert skipped.returncode == 0, skipped.stderr
+
 
 class TestSecrets:
     def test_a_secret_in_the_environment_appears_in_no_file_of_the_run_folder(self, tmp_path: Path):
