@@ -326,6 +326,69 @@ class TestPrepare:
         assert skipped.returncode == 0, skipped.stderr
 
 
+class TestEndOfRunReport:
+    """Every run ends with `run.py report DIR` (issue 5), whatever the cells did; the report never sets the status."""
+
+    def test_a_run_with_a_failed_cell_ends_with_its_report_and_keeps_exit_1(self, tmp_path: Path):
+        plan = write_plan(
+            tmp_path / "plan",
+            [standin_cell("miles", steps=5, extra=["--crash-after", "2"]), standin_cell("verl", steps=3)],
+        )
+        run_dir = tmp_path / "run"
+        result = run_harness(str(plan), "--output-dir", str(run_dir))
+        assert result.returncode == 1, result.stdout + result.stderr
+        report = json.loads((run_dir / "report.json").read_text())
+        assert [c["id"] for c in report["cells"]] == ["verl-fsdp-colocate"]
+        assert [(i["cell_id"], i["state"]) for i in report["incomplete"]] == [("miles-fsdp-colocate", "failed")]
+        assert (run_dir / "report.md").is_file() and (run_dir / "report.html").is_file()
+        assert "## Verdict" in result.stdout and f"report: wrote {run_dir / 'plots'}" in result.stdout
+        assert read_manifest(run_dir)["warnings"] == []
+
+    def test_an_interrupted_run_is_reported_with_the_steps_it_has(self, tmp_path: Path):
+        plan = write_plan(tmp_path / "plan", [standin_cell("miles", steps=40, step_s=0.1)])
+        run_dir = tmp_path / "run"
+        harness = subprocess.Popen(
+            harness_argv(str(plan), "--output-dir", str(run_dir), "--grace-s", "2"),
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if (run_dir / "manifest.json").exists() and read_manifest(run_dir)["cells"][0]["steps_completed"] >= 2:
+                break
+            time.sleep(0.05)
+        harness.send_signal(signal.SIGTERM)
+        output, _ = harness.communicate(timeout=60)
+        assert harness.returncode == 130, output
+        assert read_manifest(run_dir)["cells"][0]["state"] == "interrupted"
+        report = json.loads((run_dir / "report.json").read_text())
+        assert report["cells"] == [] and report["incomplete"][0]["state"] == "interrupted"
+        assert "report: wrote" in output
+
+    def test_a_report_that_cannot_be_written_is_a_warning_not_the_run_outcome(self, tmp_path: Path):
+        run_dir = tmp_path / "run"
+        (run_dir / "report.md").mkdir(parents=True)  # a real failure: report.md cannot be written
+        plan = write_plan(tmp_path / "plan", [standin_cell("miles", steps=3), standin_cell("verl", steps=3)])
+        result = run_harness(str(plan), "--output-dir", str(run_dir))
+        assert result.returncode == 0, result.stdout + result.stderr
+        manifest = read_manifest(run_dir)
+        assert [c["state"] for c in manifest["cells"]] == ["complete", "complete"]
+        assert len(manifest["warnings"]) == 1 and manifest["warnings"][0].startswith(
+            "report: failed with IsADirectoryError"
+        )
+        assert manifest["warnings"][0] in result.stdout
+
+    def test_no_report_when_no_cell_wrote_a_step(self, tmp_path: Path):
+        failing = [{"name": "boom", "argv": ["python3", "-c", "raise SystemExit(3)"], "creates": str(tmp_path / "no")}]
+        plan = write_plan(tmp_path / "plan", [standin_cell("verl", steps=1)], prepare=failing)
+        result = run_harness(str(plan), "--output-dir", str(tmp_path / "run"))
+        assert result.returncode == 1
+        assert not (tmp_path / "run" / "report.json").exists()
+        assert "report: not written (no cell repeat wrote a step)" in result.stdout
+
+
 class TestSecrets:
     def test_a_secret_in_the_environment_appears_in_no_file_of_the_run_folder(self, tmp_path: Path):
         """WANDB_API_KEY and HF_TOKEN reach the cell (it prints its environment) but no file of the run folder."""
