@@ -32,10 +32,10 @@ from scripts.benchmark.frameworks.verl import VerlData, build_verl_launch, overr
 from scripts.benchmark.launch import FrameworkLaunch, quote, render_argv
 from scripts.benchmark.miles_flags import flag_problems, load_inventory
 from scripts.benchmark.parity import ParityError, build_parity, parity_json, parity_markdown
+from scripts.benchmark.redaction import find_plan_secrets
 from scripts.benchmark.spec import Backend, BenchmarkSpec, Layout, spec_hash, spec_json
 
 RUN_PY = Path(__file__).resolve().parent / "run.py"
-SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 
 
 class PlanError(ValueError):
@@ -160,9 +160,9 @@ def build_plan(spec: BenchmarkSpec, preset: str | None, options: PlanOptions) ->
 
 
 def _assert_no_secrets(data: dict[str, Any]) -> None:
-    for cell in data["cells"]:
-        leaked = [k for k in cell["env"] if any(marker in k.upper() for marker in SECRET_MARKERS)]
-        assert not leaked, f"secret-looking env keys in {cell['id']}: {leaked}"
+    """The same rule the runner applies to a plan before executing it (redaction.find_plan_secrets)."""
+    leaked = find_plan_secrets(data)
+    assert not leaked, f"literal secrets in the plan: {leaked}"
 
 
 def verl_compose_check(plan: Plan, root: Path | None) -> dict[str, list[str]] | None:

@@ -65,6 +65,21 @@ class TestRedaction:
         ]
 
 
+    def test_the_real_launches_of_every_preset_carry_no_secret_and_keep_their_data_keys(self, tmp_path):
+        """--input-key, --label-key, --reward-key (Miles) and data.prompt_key (VERL) are data keys, not secrets."""
+        from scripts.benchmark.plan import PlanOptions, build_plan
+        from scripts.benchmark.spec import BACKENDS, load_preset, preset_names
+
+        for preset in preset_names():
+            options = PlanOptions(backends=BACKENDS, layout="colocate", compare_verl=True, output_dir=tmp_path)
+            plan = build_plan(load_preset(preset), preset, options).data
+            assert find_plan_secrets(plan) == [] and validate_plan(plan) == []
+            for cell in plan["cells"]:
+                assert Redactor(values=("hf_secret_value",)).redact_argv(cell["launch_argv"]) == cell["launch_argv"]
+        miles = next(c for c in plan["cells"] if c["framework"] == "miles")["argv"]
+        assert miles[miles.index("--input-key") + 1] == "prompt" and "--reward-key" in miles
+
+
 class TestPlanChecks:
     def test_bad_cells_are_reported_with_the_field_and_the_value(self):
         cell = standin_cell("verl")
