@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from miles.utils.bench_metrics import METRICS, MetricSpec, StepRecord, decode_nonfinite, read_records
+from scripts.benchmark.manifest import MANIFEST_NAME, read_manifest_json
 
 DERIVED_METRICS: dict[str, MetricSpec] = {
     m.name: m
@@ -174,9 +175,10 @@ def _read_json(path: Path, *, required: bool) -> Any:
 def read_run_folder(run_dir: Path) -> RunFolder:
     """Everything the report needs from a run folder; records of each complete repeat sorted by step."""
     run_dir = Path(run_dir)
-    manifest = _read_json(run_dir / "manifest.json", required=True)
-    if not isinstance(manifest.get("cells"), list):
-        raise ValueError(f"{run_dir / 'manifest.json'}: field 'cells' must be a list, got {manifest.get('cells')!r}")
+    manifest_path = run_dir / MANIFEST_NAME
+    if not manifest_path.is_file():
+        raise FileNotFoundError(f"{manifest_path} does not exist: is this a benchmark run folder?")
+    manifest = decode_nonfinite(read_manifest_json(manifest_path))
     plan = _read_json(run_dir / manifest.get("plan", "plan.json"), required=False)
     parity = _read_json(run_dir / "parity.json", required=False)
     cells: dict[str, Cell] = {}
@@ -184,7 +186,7 @@ def read_run_folder(run_dir: Path) -> RunFolder:
     for entry in manifest["cells"]:
         for key in ("id", "framework", "backend", "layout", "repeat", "state"):
             if key not in entry:
-                raise ValueError(f"{run_dir / 'manifest.json'}: a cell entry lacks field {key!r}: {entry}")
+                raise ValueError(f"{manifest_path}: a cell entry lacks field {key!r}: {entry}")
         cell = cells.setdefault(
             entry["id"],
             Cell(id=entry["id"], framework=entry["framework"], backend=entry["backend"], layout=entry["layout"]),

@@ -8,7 +8,8 @@
 - `model.hf_repo` / `data.hf_repo`: the Hugging Face ids the plan's prepare steps download when the checkpoint or
   the jsonl is missing (optional: a spec without them plans no download); validated as `owner/name`.
 - `spec_hash(spec)`: first 12 hex digits of sha256 over the canonical JSON of the resolved spec (config inlined).
-- `load_preset(name)`, `load_spec_file(path)`, `with_overrides(spec, ...)`; `PRESETS_DIR`, `MODEL_CONFIGS_DIR`.
+- `load_preset(name)`, `load_spec_file(path)`, `with_overrides(spec, ...)`; `PRESETS_DIR`, `MODEL_CONFIGS_DIR`;
+  `resolve_model_config(model)`: a config.json path, a model_configs name or a preset name -> the HF config dict.
 
 Caveats:
 - Units follow Miles: `batch.prompts_per_step` counts prompts, `batch.samples_per_optimizer_step` counts samples
@@ -22,6 +23,7 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -74,8 +76,7 @@ class ModelSpec(_Frozen):
             return dict(self.config)
         path = MODEL_CONFIGS_DIR / f"{self.config}.json"
         if not path.is_file():
-            known = sorted(p.stem for p in MODEL_CONFIGS_DIR.glob("*.json"))
-            raise ValueError(f"model.config: no model config named {self.config!r} (known: {known})")
+            raise ValueError(f"model.config: no model config named {self.config!r} (known: {model_config_names()})")
         return json.loads(path.read_text())
 
     def config_path(self) -> str:
@@ -421,6 +422,34 @@ def spec_json(spec: BenchmarkSpec) -> dict[str, Any]:
 def spec_hash(spec: BenchmarkSpec) -> str:
     canonical = json.dumps(spec_json(spec), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+def model_config_names() -> list[str]:
+    return sorted(p.stem for p in MODEL_CONFIGS_DIR.glob("*.json"))
+
+
+def resolve_model_config(model: str | Path | Mapping[str, Any]) -> dict[str, Any]:
+    """The HF config dict behind a model reference (the one resolver of the harness: metrics, runner, calibration).
+
+    A dict is taken as is; else a config.json path (or its folder), a name in model_configs/, or a preset name (its
+    model's config). ValueError names what was tried.
+    """
+    if isinstance(model, Mapping):
+        return dict(model)
+    path = Path(model)
+    if path.is_dir():
+        path = path / "config.json"
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    named = MODEL_CONFIGS_DIR / f"{model}.json"
+    if named.is_file():
+        return json.loads(named.read_text(encoding="utf-8"))
+    if (PRESETS_DIR / f"{model}.yaml").is_file():
+        return load_preset(str(model)).model.hf_config()
+    raise ValueError(
+        f"{str(model)!r} is neither a config.json path, a model config ({model_config_names()}) nor a preset "
+        f"({preset_names()})"
+    )
 
 
 def preset_names() -> list[str]:
