@@ -19,15 +19,15 @@ from typing import Any
 
 
 def _gpu_count() -> tuple[int | None, str]:
+    """GPUs nvidia-smi lists, read the way the runner's environment record reads them (environment_record)."""
     if shutil.which("nvidia-smi") is None:
         return None, "nvidia-smi not found on PATH (no NVIDIA driver / GPUs on this machine)"
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return None, f"nvidia-smi failed: {exc}"
-    if out.returncode != 0:
-        return None, f"nvidia-smi -L exited {out.returncode}: {out.stderr.strip()[:200]}"
-    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU ")), ""
+    from scripts.benchmark.environment_record import read_gpus
+
+    gpus = read_gpus()
+    if gpus["gpus"] is None:
+        return None, f"cannot count the GPUs: {gpus['missing']}"
+    return len(gpus["gpus"]), ""
 
 
 def _verl_importable() -> bool:

@@ -200,3 +200,17 @@ class TestPrepareSteps:
             positions = [script.index(shlex.join(s["argv"][:3])) for s in expected]
             environment = script.index(f"export {sorted(cell['env'])[0]}=")  # the cell's env, then its launch
             assert positions == sorted(positions) and positions[-1] < environment
+
+
+def test_preflight_counts_gpus_as_the_environment_record_does(tmp_path, monkeypatch):
+    """With the nvidia-smi stand-in (two H200s) on PATH: enough for smoke, not for an 8-GPU preset."""
+    monkeypatch.setenv("PATH", f"{REPO_ROOT / 'tests' / 'benchmark' / 'standins'}:{os.environ['PATH']}")
+    for preset, expected in (
+        ("smoke", None),
+        ("qwen3-1.7b-base", "the plan needs 8 GPUs per cell, nvidia-smi lists 2"),
+    ):
+        result = _invoke("--preset", preset, "--output-dir", str(tmp_path / preset), "--dry-run")
+        assert result.exit_code == 0, result.output
+        missing = check_can_execute(json.loads((tmp_path / preset / "plan.json").read_text()))
+        gpu_lines = [line for line in missing if "GPU" in line or "nvidia-smi" in line]
+        assert gpu_lines == ([expected] if expected else [])
