@@ -36,7 +36,7 @@ def _verl_importable() -> bool:
     return bool(python) and subprocess.run([python, "-c", probe], capture_output=True, timeout=60).returncode == 0
 
 
-def check_can_execute(plan: dict[str, Any]) -> list[str]:
+def check_can_execute(plan: dict[str, Any], *, skip_prepare: bool = False) -> list[str]:
     missing: list[str] = []
     cells = plan["cells"]
     needed = max((cell["gpus"]["total"] for cell in cells), default=0)
@@ -61,7 +61,9 @@ def check_can_execute(plan: dict[str, Any]) -> list[str]:
     ):
         if Path(path).exists():
             continue
-        if step is None:
+        if skip_prepare:
+            missing.append(f"{field} {path} does not exist (and --skip-prepare skips its download)")
+        elif step is None:
             missing.append(f"{field} {path} does not exist (and the spec names no hf_repo to download it)")
         elif shutil.which(step["argv"][0]) is None:
             missing.append(

@@ -214,3 +214,11 @@ def test_preflight_counts_gpus_as_the_environment_record_does(tmp_path, monkeypa
         missing = check_can_execute(json.loads((tmp_path / preset / "plan.json").read_text()))
         gpu_lines = [line for line in missing if "GPU" in line or "nvidia-smi" in line]
         assert gpu_lines == ([expected] if expected else [])
+
+
+def test_skip_prepare_on_the_main_command_names_what_will_not_be_downloaded(tmp_path):
+    result = _invoke("--preset", "smoke", "--output-dir", str(tmp_path), "--skip-prepare")
+    assert result.exit_code == 4
+    assert "model.hf_checkpoint /root/models/Qwen3-0.6B does not exist (and --skip-prepare skips its download)" in (
+        result.output
+    )

@@ -64,7 +64,6 @@ class TestRedaction:
             "cells[miles-fsdp-colocate].launch_argv: --wandb-key",
         ]
 
-
     def test_the_real_launches_of_every_preset_carry_no_secret_and_keep_their_data_keys(self, tmp_path):
         """--input-key, --label-key, --reward-key (Miles) and data.prompt_key (VERL) are data keys, not secrets."""
         from scripts.benchmark.plan import PlanOptions, build_plan
