@@ -83,6 +83,13 @@ class TestFaults:
         assert read_metric_steps(run_dir, miles) == [1, 2]
         assert "standin crash on demand" in (run_dir / miles["dir"] / "log.txt").read_text()
         assert verl["state"] == "complete" and len(read_metric_steps(run_dir, verl)) == 3
+        # the run still ends with its report (exit status unchanged): the complete cell, the failed one listed
+        report = json.loads((run_dir / "report.json").read_text())
+        assert [c["id"] for c in report["cells"]] == ["verl-fsdp-colocate"]
+        assert [(i["cell_id"], i["state"]) for i in report["incomplete"]] == [("miles-fsdp-colocate", "failed")]
+        assert (run_dir / "report.md").is_file() and (run_dir / "report.html").is_file()
+        assert "## Verdict" in result.stdout and f"report: wrote {run_dir / 'plots'}" in result.stdout
+        assert read_manifest(run_dir)["warnings"] == []
 
     def test_fail_fast_leaves_the_remaining_cells_pending(self, tmp_path: Path):
         plan = write_plan(
@@ -142,6 +149,25 @@ class TestFaults:
         assert read_manifest(run_dir)["cells"][0]["state"] == "complete"
 
 
+def _signal_after_two_steps(plan: Path, run_dir: Path, sig: signal.Signals) -> tuple[str, int]:
+    """Run the harness, send it `sig` once its first cell has two steps on disk; (merged output, exit status)."""
+    harness = subprocess.Popen(
+        harness_argv(str(plan), "--output-dir", str(run_dir), "--grace-s", "2"),
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if (run_dir / "manifest.json").exists() and read_manifest(run_dir)["cells"][0]["steps_completed"] >= 2:
+            break
+        time.sleep(0.05)
+    harness.send_signal(sig)
+    output, _ = harness.communicate(timeout=60)
+    return output, harness.returncode
+
+
 class TestInterruptAndResume:
     def test_ctrl_c_marks_the_running_cell_interrupted_and_resume_completes_the_run(self, tmp_path: Path):
         """SIGINT to the harness: running cell interrupted (steps kept), rest pending; --resume reruns those only."""
@@ -150,22 +176,8 @@ class TestInterruptAndResume:
             [standin_cell("miles", steps=8, step_s=0.15), standin_cell("verl", steps=2, step_s=0.1)],
         )
         run_dir = tmp_path / "run"
-        harness = subprocess.Popen(
-            harness_argv(str(plan), "--output-dir", str(run_dir), "--grace-s", "2"),
-            cwd=REPO_ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            manifest_path = run_dir / "manifest.json"
-            if manifest_path.exists() and read_manifest(run_dir)["cells"][0]["steps_completed"] >= 2:
-                break
-            time.sleep(0.05)
-        harness.send_signal(signal.SIGINT)
-        output, _ = harness.communicate(timeout=30)
-        assert harness.returncode == 130, output
+        output, returncode = _signal_after_two_steps(plan, run_dir, signal.SIGINT)
+        assert returncode == 130, output
         miles, verl = read_manifest(run_dir)["cells"]
         assert miles["state"] == "interrupted" and miles["reason"] == "interrupted by SIGINT"
         kept = read_metric_steps(run_dir, miles)
@@ -329,39 +341,11 @@ class TestPrepare:
 class TestEndOfRunReport:
     """Every run ends with `run.py report DIR` (issue 5), whatever the cells did; the report never sets the status."""
 
-    def test_a_run_with_a_failed_cell_ends_with_its_report_and_keeps_exit_1(self, tmp_path: Path):
-        plan = write_plan(
-            tmp_path / "plan",
-            [standin_cell("miles", steps=5, extra=["--crash-after", "2"]), standin_cell("verl", steps=3)],
-        )
-        run_dir = tmp_path / "run"
-        result = run_harness(str(plan), "--output-dir", str(run_dir))
-        assert result.returncode == 1, result.stdout + result.stderr
-        report = json.loads((run_dir / "report.json").read_text())
-        assert [c["id"] for c in report["cells"]] == ["verl-fsdp-colocate"]
-        assert [(i["cell_id"], i["state"]) for i in report["incomplete"]] == [("miles-fsdp-colocate", "failed")]
-        assert (run_dir / "report.md").is_file() and (run_dir / "report.html").is_file()
-        assert "## Verdict" in result.stdout and f"report: wrote {run_dir / 'plots'}" in result.stdout
-        assert read_manifest(run_dir)["warnings"] == []
-
     def test_an_interrupted_run_is_reported_with_the_steps_it_has(self, tmp_path: Path):
         plan = write_plan(tmp_path / "plan", [standin_cell("miles", steps=40, step_s=0.1)])
         run_dir = tmp_path / "run"
-        harness = subprocess.Popen(
-            harness_argv(str(plan), "--output-dir", str(run_dir), "--grace-s", "2"),
-            cwd=REPO_ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if (run_dir / "manifest.json").exists() and read_manifest(run_dir)["cells"][0]["steps_completed"] >= 2:
-                break
-            time.sleep(0.05)
-        harness.send_signal(signal.SIGTERM)
-        output, _ = harness.communicate(timeout=60)
-        assert harness.returncode == 130, output
+        output, returncode = _signal_after_two_steps(plan, run_dir, signal.SIGTERM)
+        assert returncode == 130, output
         assert read_manifest(run_dir)["cells"][0]["state"] == "interrupted"
         report = json.loads((run_dir / "report.json").read_text())
         assert report["cells"] == [] and report["incomplete"][0]["state"] == "interrupted"
