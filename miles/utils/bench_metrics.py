@@ -4,7 +4,8 @@
 - `StepRecord` is the record; `METRICS` declares every reported metric once, with its unit and better direction.
 - Records are strict JSON, one object per line: NaN and +-Inf are written as the strings "NaN", "Infinity" and
   "-Infinity" (as Miles's ci_history does) and listed in `flags`, never dropped.
-- `append_record` flushes and fsyncs each line, so a killed run keeps every step that completed.
+- `append_record` flushes and fsyncs each line, so a killed run keeps every step that completed; `write_text_atomic`
+  (tmp + fsync + rename) is the one atomic file write of the harness (write_records, manifest.json).
 - `RunContext` holds what the derived fields need beyond the sink (architecture, GPU counts, the MFU peak and where
   it came from); `derive_step_fields` fills train_tflops_per_gpu, train_mfu, train_tokens_per_s,
   rollout_tokens_per_gpu_s and wait_ratio from phases_s and tokens, the same way for both frameworks.
@@ -162,16 +163,21 @@ def append_record(path: Path, record: StepRecord) -> None:
         os.fsync(f.fileno())
 
 
-def write_records(path: Path, records: Iterable[StepRecord]) -> None:
-    """Write a whole metrics.jsonl atomically (tmp file + rename)."""
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace a file's content all at once (tmp file + fsync + rename): a reader never sees half of it."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
-        for record in records:
-            f.write(record.to_json() + "\n")
+        f.write(text)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def write_records(path: Path, records: Iterable[StepRecord]) -> None:
+    """Write a whole metrics.jsonl atomically (tmp file + rename)."""
+    write_text_atomic(path, "".join(record.to_json() + "\n" for record in records))
 
 
 def iter_records(path: Path) -> Iterator[StepRecord]:

@@ -161,11 +161,16 @@ def _analyse_cell(cell: Cell, confidence: float) -> tuple[dict[str, Any], SideSa
             "unit": spec.unit,
             "direction": spec.direction,
         }
-        # Missing or non-finite steps stay in place as NaN ("NaN" in the JSON), so a consumer sees them; a metric
-        # with no finite value in a repeat (not reported) has an empty list.
+        # A step that recorded the metric as NaN/Inf stays in place as NaN ("NaN" in the JSON), so a consumer sees
+        # it; a step the framework did not measure (null: the last Miles step's step time, see "The step shift") is
+        # left out; a metric with no finite value in a repeat (not reported) has an empty list.
         samples[name] = [
-            [math.nan if v is None else v for v in values] if any(v is not None for v in values) else []
-            for values in per_repeat
+            (
+                [v for v in (metric_value(r, name, nonfinite=math.nan) for r in rs) if v is not None]
+                if any(v is not None for v in values)
+                else []
+            )
+            for rs, values in zip(steady_records, per_repeat, strict=True)
         ]
     environment = cell.repeats[0].environment
     entry = {

@@ -36,7 +36,8 @@ if str(_REPO_ROOT) not in sys.path:  # run as a script from anywhere: make `scri
 
 import typer  # noqa: E402
 
-from scripts.benchmark.calibration_data import SCHEMA_VERSION, device_key, read_model_config  # noqa: E402
+from scripts.benchmark.calibration_data import SCHEMA_VERSION, device_key  # noqa: E402
+from scripts.benchmark.spec import resolve_model_config  # noqa: E402
 from scripts.benchmark.calibration_interconnect import apply_multicast_off_env  # noqa: E402
 from scripts.benchmark.calibration_presets import BACKENDS, preset_names, read_preset_shapes  # noqa: E402
 
@@ -276,7 +277,11 @@ def calibrate_impl(plan: CalibrationPlan) -> dict[str, Any]:
 
 def _preset_roofline(name: str) -> dict[str, Any]:
     shapes = read_preset_shapes(name)
-    return {"model": shapes.model_config, "config": read_model_config(shapes.model_config), "shapes": shapes.shapes()}
+    return {
+        "model": shapes.model_config,
+        "config": resolve_model_config(shapes.model_config),
+        "shapes": shapes.shapes(),
+    }
 
 
 def build_plan(

@@ -24,8 +24,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from scripts.benchmark.spec import resolve_model_config
+
 CALIBRATION_DIR = Path(__file__).resolve().parent / "calibration"
-MODEL_CONFIG_DIR = Path(__file__).resolve().parent / "model_configs"
 SCHEMA_VERSION = 1
 WEIGHT_SYNC_PATHS: tuple[str, ...] = ("d2d_copy", "broadcast", "all_gather")
 
@@ -81,19 +82,6 @@ def roofline_tflops(
     return None if mode is None else float(mode["tflops"]["median"])
 
 
-def read_model_config(model: str | Path | Mapping[str, Any]) -> dict[str, Any]:
-    """A HF config dict from a dict, a config.json path, or a name in model_configs/."""
-    if isinstance(model, Mapping):
-        return dict(model)
-    path = Path(model)
-    if not path.is_file():
-        path = MODEL_CONFIG_DIR / f"{model}.json"
-    if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in MODEL_CONFIG_DIR.glob("*.json")))
-        raise ValueError(f"model {str(model)!r} is neither a config.json path nor a model config name ({known})")
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
 def parameter_count(config: Mapping[str, Any]) -> int:
     """Parameters of a Qwen3 dense or Qwen3 MoE model, as transformers instantiates it (tied embeddings once)."""
     model_type = config.get("model_type")
@@ -147,7 +135,7 @@ def weight_sync_floor_s(
     data = load_calibration(device_name, directory)
     if data is None:
         return None
-    param_bytes = 2 * parameter_count(read_model_config(model))
+    param_bytes = 2 * parameter_count(resolve_model_config(model))
     if path == "d2d_copy":
         copy = measured_copy_gb_per_s(device_name, directory)
         return None if copy is None else 2 * param_bytes / (copy * 1e9)

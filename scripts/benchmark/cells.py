@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from miles.utils.bench_metrics import METRICS, MetricSpec, StepRecord, decode_nonfinite, read_records
+from scripts.benchmark.manifest import MANIFEST_NAME, read_manifest_json
 
 DERIVED_METRICS: dict[str, MetricSpec] = {
     m.name: m
@@ -111,39 +112,48 @@ class RunFolder:
     incomplete: list[IncompleteRepeat]
 
 
-def _finite(value: Any) -> float | None:
+def _finite(value: Any, nonfinite: float | None = None) -> float | None:
+    """A finite float; `nonfinite` (None, or NaN to keep the difference) for NaN/Inf; None when absent."""
     if value is None or isinstance(value, bool):
         return None
     try:
         value = float(value)
     except (TypeError, ValueError):
         return None
-    return value if math.isfinite(value) else None
+    return value if math.isfinite(value) else nonfinite
 
 
-def _per_1k(seconds: Any, tokens: Any) -> float | None:
-    seconds, tokens = _finite(seconds), _finite(tokens)
-    if seconds is None or tokens is None or tokens <= 0:
+def _per_1k(seconds: Any, tokens: Any, nonfinite: float | None) -> float | None:
+    seconds, tokens = _finite(seconds, nonfinite), _finite(tokens, nonfinite)
+    if seconds is None or tokens is None:
         return None
-    return seconds / (tokens / 1000.0)
+    if math.isnan(seconds) or math.isnan(tokens):
+        return nonfinite
+    return seconds / (tokens / 1000.0) if tokens > 0 else None
 
 
-def metric_value(record: StepRecord, name: str) -> float | None:
-    """One report metric of one step as a finite float, or None (missing, NaN or Inf)."""
+def metric_value(record: StepRecord, name: str, *, nonfinite: float | None = None) -> float | None:
+    """One report metric of one step as a finite float, or None (missing, NaN or Inf).
+
+    With `nonfinite=math.nan`, a value the step recorded as NaN/Inf (or derived from one) is NaN, while a value the
+    framework did not measure in this step (null, e.g. the last Miles step's step time) stays None.
+    """
     tokens = record.tokens or {}
     phases = record.phases_s or {}
     if name == "generate_s_per_1k_response_tokens":
-        return _per_1k(phases.get("generate"), tokens.get("response"))
+        return _per_1k(phases.get("generate"), tokens.get("response"), nonfinite)
     if name == "train_s_per_1k_tokens":
-        prompt, response = _finite(tokens.get("prompt")), _finite(tokens.get("response"))
+        prompt, response = _finite(tokens.get("prompt"), nonfinite), _finite(tokens.get("response"), nonfinite)
         total = None if prompt is None or response is None else prompt + response
-        return _per_1k(phases.get("train"), total)
+        return _per_1k(phases.get("train"), total, nonfinite)
     if name == "response_length_mean":
-        response, samples = _finite(tokens.get("response")), _finite(record.samples)
-        return response / samples if response is not None and samples else None
+        response, samples = _finite(tokens.get("response"), nonfinite), _finite(record.samples, nonfinite)
+        if response is None or not samples:
+            return None
+        return nonfinite if math.isnan(response) or math.isnan(samples) else response / samples
     if name.startswith("phases_s."):
-        return _finite(phases.get(name.split(".", 1)[1]))
-    return _finite(getattr(record, name, None))
+        return _finite(phases.get(name.split(".", 1)[1]), nonfinite)
+    return _finite(getattr(record, name, None), nonfinite)
 
 
 def raw_value(record: StepRecord, keys: tuple[str, ...]) -> float | None:
@@ -165,9 +175,10 @@ def _read_json(path: Path, *, required: bool) -> Any:
 def read_run_folder(run_dir: Path) -> RunFolder:
     """Everything the report needs from a run folder; records of each complete repeat sorted by step."""
     run_dir = Path(run_dir)
-    manifest = _read_json(run_dir / "manifest.json", required=True)
-    if not isinstance(manifest.get("cells"), list):
-        raise ValueError(f"{run_dir / 'manifest.json'}: field 'cells' must be a list, got {manifest.get('cells')!r}")
+    manifest_path = run_dir / MANIFEST_NAME
+    if not manifest_path.is_file():
+        raise FileNotFoundError(f"{manifest_path} does not exist: is this a benchmark run folder?")
+    manifest = decode_nonfinite(read_manifest_json(manifest_path))
     plan = _read_json(run_dir / manifest.get("plan", "plan.json"), required=False)
     parity = _read_json(run_dir / "parity.json", required=False)
     cells: dict[str, Cell] = {}
@@ -175,7 +186,7 @@ def read_run_folder(run_dir: Path) -> RunFolder:
     for entry in manifest["cells"]:
         for key in ("id", "framework", "backend", "layout", "repeat", "state"):
             if key not in entry:
-                raise ValueError(f"{run_dir / 'manifest.json'}: a cell entry lacks field {key!r}: {entry}")
+                raise ValueError(f"{manifest_path}: a cell entry lacks field {key!r}: {entry}")
         cell = cells.setdefault(
             entry["id"],
             Cell(id=entry["id"], framework=entry["framework"], backend=entry["backend"], layout=entry["layout"]),

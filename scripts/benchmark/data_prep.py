@@ -1,4 +1,4 @@
-"""Miles jsonl -> VERL parquet, rows in the order Miles reads them: the plan's first `prepare` step.
+"""Miles jsonl -> VERL parquet, rows in the order Miles reads them: the plan's `convert-data` step (after downloads).
 
 - `convert_jsonl_to_parquet(...)`: rows [start:end) of the jsonl in file order (what Miles's `path@[start:end]`
   reads without --rollout-shuffle) become VERL rows: data_source, prompt (chat messages), ability,
@@ -25,6 +25,7 @@ from typing import Any
 from scripts.benchmark.spec import BenchmarkSpec
 
 SLICE_MARK = ".rows-"
+CONVERT_STEP = "convert-data"
 
 
 @dataclass(frozen=True)
@@ -138,4 +139,4 @@ def prepare_step(spec: BenchmarkSpec, data_dir: str | Path, run_py: str) -> dict
     argv += ["--start", str(spec.data.start), "--end", str(spec.data.end), "--train-file", train_file]
     argv += ["--val-file", val_file, "--val-rows", str(spec.data.val_rows), "--input-key", spec.data.input_key]
     argv += ["--label-key", spec.data.label_key, "--data-source", "math_dapo"]
-    return {"name": "convert-data", "argv": argv, "creates": train_file, "skip_if_exists": True}
+    return {"name": CONVERT_STEP, "argv": argv, "creates": train_file, "skip_if_exists": True}

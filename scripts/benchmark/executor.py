@@ -16,6 +16,9 @@
 - `--resume DIR`: complete cells (with all their steps on disk) are skipped; failed, interrupted, running (the
   harness died) and short cells rerun; the earlier attempt's folder is kept as rep-<k>.attempt-<n>.
 - Returns the exit status: 0 all complete, 1 some cell not complete, 130 interrupted.
+- At the end of every run (complete, failed or interrupted) where some cell repeat wrote a step, the report of
+  `run.py report DIR` is written into DIR and its verdict printed; a report error (or a signal while it is written)
+  never changes the exit status: it is printed and appended to the manifest's `warnings`.
 
 Caveats:
 - `RunError` (bad input) is raised before anything is started; everything after that is recorded in the manifest.
@@ -148,6 +151,12 @@ def validate_plan(plan: Any) -> list[str]:
             problems.append(f"{where}: sink.format {cell['sink'].get('format')!r} is not one of {SINK_FORMATS}")
         if not isinstance(cell["num_steps"], int) or cell["num_steps"] < 1:
             problems.append(f"{where}: num_steps must be a positive integer, got {cell['num_steps']!r}")
+    for index, step in enumerate(plan.get("prepare") or []):
+        argv = step.get("argv") if isinstance(step, dict) else None
+        if not isinstance(step, dict) or not isinstance(step.get("name"), str):
+            problems.append(f"prepare[{index}] must be an object with a name")
+        elif not isinstance(argv, list) or not argv or not all(isinstance(w, str) for w in argv):
+            problems.append(f"prepare[{index}] ({step['name']}): argv must be a non-empty list of strings")
     problems += [f"a literal secret in {where}" for where in find_plan_secrets(plan)]
     return problems
 
@@ -193,28 +202,35 @@ class MatrixRunner:
         self._cells_by_id = {cell["id"]: cell for cell in plan["cells"]}
 
     def run(self, todo: list[CellRun]) -> int:
+        """The matrix, then its report; the harness's own signal handlers stay installed throughout (no gap)."""
         previous = self.stop.install()
         try:
-            if not self.options.skip_prepare and not self._prepare():
-                return 130 if self.stop.signal_name else 1
-            self._gpu_baseline = gpu_memory.read_used_mib()
-            for cell_run in todo:
-                if self.stop.signal_name:
-                    break
-                try:
-                    state = self._run_cell(self._cells_by_id[cell_run.id], cell_run)
-                except Exception as exc:  # a runner bug or an I/O error: recorded on the cell, the matrix goes on
-                    if cell_run.state != "running":
-                        self.manifest.set_state(cell_run, "running")
-                    verdict = Verdict("failed", f"runner error: {exc!r}")
-                    state = self._finish(cell_run, verdict, steps=cell_run.steps_completed)
-                if state != "complete" and self.options.fail_fast and not self.stop.signal_name:
-                    self.progress.message(f"--fail-fast: stopping after {cell_run.id} rep {cell_run.repeat}")
-                    break
+            code = self._run_matrix(todo)
+            self.progress.close()
+            report_after_run(self.manifest, self.progress)
+            return code
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             self.progress.close()
+
+    def _run_matrix(self, todo: list[CellRun]) -> int:
+        if not self.options.skip_prepare and not self._prepare():
+            return 130 if self.stop.signal_name else 1
+        self._gpu_baseline = gpu_memory.read_used_mib()
+        for cell_run in todo:
+            if self.stop.signal_name:
+                break
+            try:
+                state = self._run_cell(self._cells_by_id[cell_run.id], cell_run)
+            except Exception as exc:  # a runner bug or an I/O error: recorded on the cell, the matrix goes on
+                if cell_run.state != "running":
+                    self.manifest.set_state(cell_run, "running")
+                verdict = Verdict("failed", f"runner error: {exc!r}")
+                state = self._finish(cell_run, verdict, steps=cell_run.steps_completed)
+            if state != "complete" and self.options.fail_fast and not self.stop.signal_name:
+                self.progress.message(f"--fail-fast: stopping after {cell_run.id} rep {cell_run.repeat}")
+                break
         if self.stop.signal_name:
             return 130
         return 0 if all(c.state == "complete" for c in self.manifest.cells) else 1
@@ -551,8 +567,23 @@ def needs_private_head(cell: Mapping[str, Any], options: ExecuteOptions) -> bool
     return options.ray == "auto" and not options.ray_address and uses_ray_job_submit(cell["launch_argv"])
 
 
+def steps_to_prepare(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """The preparation steps that will run: those whose `creates` is missing (or that are never skipped)."""
+    return [
+        step
+        for step in plan.get("prepare") or []
+        if not (step.get("creates") and step.get("skip_if_exists", True) and Path(step["creates"]).exists())
+    ]
+
+
 def _check_launchable(plan: dict[str, Any], options: ExecuteOptions) -> None:
     problems: list[str] = []
+    for step in [] if options.skip_prepare else steps_to_prepare(plan):
+        if problem := find_executable_problem(harness_argv(step["argv"])):
+            problems.append(
+                f"prepare step {step['name']}: {problem} (it creates {step.get('creates')}; "
+                "install it, create that path, or pass --skip-prepare)"
+            )
     for framework, python in (("miles", options.miles_python), ("verl", options.verl_python)):
         runtime = options.runtime(framework)
         if python and not runtime.prefix and (problem := find_executable_problem([python])):
@@ -593,6 +624,43 @@ def execute(
         progress.close()
         return 0
     return MatrixRunner(plan, manifest, options, progress).run(todo)
+
+
+class _ReportInterrupted(BaseException):
+    """SIGINT/SIGTERM while the end-of-run report is written: stop it, keep the run's own exit status."""
+
+
+def _interrupt_report(signum: int, _frame: Any) -> None:
+    raise _ReportInterrupted(signal.Signals(signum).name)
+
+
+def report_after_run(manifest: Manifest, progress: MatrixProgress) -> None:
+    """`run.py report DIR` at the end of every run with a step on disk; a failure is logged and kept as a warning."""
+    run_dir = manifest.run_dir
+    if not any((run_dir / c.metrics).is_file() and (run_dir / c.metrics).stat().st_size for c in manifest.cells):
+        progress.message(f"report: not written (no cell repeat wrote a step); run.py report {run_dir} later")
+        return
+    previous = {sig: signal.signal(sig, _interrupt_report) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        from scripts.benchmark.report import analyse_and_write, verdict_markdown
+
+        doc, written = analyse_and_write(run_dir)
+        progress.message(verdict_markdown(doc).rstrip())
+        progress.message("report: wrote " + ", ".join(str(path) for path in written.values()))
+        return
+    except _ReportInterrupted as exc:
+        warning = f"report: not written, interrupted by {exc}; run `run.py report {run_dir}`"
+    except Exception as exc:  # the run's outcome stands whatever the report does
+        warning = f"report: failed with {exc!r}; the run itself is recorded as it ended (run.py report {run_dir})"
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    progress.message(warning)
+    manifest.warnings.append(warning)
+    try:
+        manifest.save()
+    except OSError as exc:
+        progress.message(f"manifest.json: could not record that warning: {exc}")
 
 
 def options_from_manifest(stored: Mapping[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,7 @@
 - Additional fields (readers may ignore them): steps_completed, num_steps, exit_code, previous_attempts (folders of
   earlier attempts kept by --resume); top level: spec_hash, options (the execute options, reused by --resume),
   prepare (one entry per preparation step), warnings.
+- `read_manifest_json(path)` is the one reader of the file (schema_version and the cells list checked).
 - `Manifest.save()` writes tmp + fsync + rename, so a reader never sees a half-written manifest.
 - `set_state` enforces the transitions: pending -> running -> complete | failed | interrupted, and a rerun
   (failed | interrupted | running | complete-but-short) -> running.
@@ -18,11 +19,12 @@ Caveats:
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
+
+from miles.utils.bench_metrics import write_text_atomic
 
 MANIFEST_NAME = "manifest.json"
 SCHEMA_VERSION = 1
@@ -42,14 +44,18 @@ def utc_now() -> str:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, sort_keys=False, allow_nan=False)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n")
+
+
+def read_manifest_json(path: Path) -> dict[str, Any]:
+    """manifest.json as checked JSON: the one reader of the file (Manifest.load here, cells.py for the report)."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
+        found = data.get("schema_version") if isinstance(data, dict) else data
+        raise ValueError(f"{path}: schema_version {found!r}, expected {SCHEMA_VERSION}")
+    if not isinstance(data.get("cells"), list):
+        raise ValueError(f"{path}: field 'cells' must be a list, got {data.get('cells')!r}")
+    return data
 
 
 @dataclass(kw_only=True)
@@ -104,9 +110,7 @@ class Manifest:
 
     @classmethod
     def load(cls, path: Path) -> Manifest:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if data.get("schema_version") != SCHEMA_VERSION:
-            raise ValueError(f"{path}: schema_version {data.get('schema_version')!r}, expected {SCHEMA_VERSION}")
+        data = read_manifest_json(path)
         known = set(CellRun.__dataclass_fields__)
         cells = [CellRun(**{k: v for k, v in cell.items() if k in known}) for cell in data["cells"]]
         return cls(

@@ -5,6 +5,10 @@
   preset, prepare, cells), the per-cell launches, and the parity pairs. Every Miles cell's flags are checked against
   the inventory; parity rows come from the emitted launches parsed back. A parity or flag error raises PlanError, but
   the Plan (with the failing parity rows) is attached so it can still be written for review.
+- `prepare` (in order): `download-model` and `download-dataset` (`hf download`, as Miles's launchers' prepare(); only
+  when the spec names `model.hf_repo` / `data.hf_repo`), then, with --compare-verl, `convert-data`. Each step has
+  `creates` + `skip_if_exists` (a present model or dataset is not fetched again) and `needed_by` (the frameworks whose
+  cell scripts run it: the downloads for both, the conversion for VERL only).
 - `verl_compose_check(plan)`: strict Hydra composition of every VERL cell when VERL 0.9.1's config is found.
 - `write_plan(plan, output_dir)`: plan.json, cells/<id>.sh (runnable, set -euo pipefail, defines BENCH_CELL_DIR),
   parity.json, parity.md.
@@ -22,16 +26,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scripts.benchmark.data_prep import converted_paths, prepare_step
+from scripts.benchmark.data_prep import CONVERT_STEP, converted_paths, prepare_step
 from scripts.benchmark.frameworks.miles import MilesPaths, build_miles_launch
 from scripts.benchmark.frameworks.verl import VerlData, build_verl_launch, overrides_of
 from scripts.benchmark.launch import FrameworkLaunch, quote, render_argv
 from scripts.benchmark.miles_flags import flag_problems, load_inventory
 from scripts.benchmark.parity import ParityError, build_parity, parity_json, parity_markdown
+from scripts.benchmark.redaction import find_plan_secrets
 from scripts.benchmark.spec import Backend, BenchmarkSpec, Layout, spec_hash, spec_json
 
 RUN_PY = Path(__file__).resolve().parent / "run.py"
-SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 
 
 class PlanError(ValueError):
@@ -85,10 +89,40 @@ def _cell(spec: BenchmarkSpec, launch: FrameworkLaunch) -> dict[str, Any]:
     return cell
 
 
+def download_steps(spec: BenchmarkSpec) -> list[dict[str, Any]]:
+    """`hf download` of the model and the dataset (as Miles's launchers' prepare()), skipped when already present."""
+    steps = []
+    if spec.model.hf_repo:
+        argv = ["hf", "download", spec.model.hf_repo, "--local-dir", spec.model.hf_checkpoint]
+        creates = str(Path(spec.model.hf_checkpoint) / "config.json")
+        steps.append({"name": "download-model", "argv": argv, "creates": creates, "skip_if_exists": True})
+    if spec.data.hf_repo:
+        local_dir = str(Path(spec.data.prompt_data).parent)
+        argv = ["hf", "download", "--repo-type", "dataset", spec.data.hf_repo, "--local-dir", local_dir]
+        steps.append(
+            {"name": "download-dataset", "argv": argv, "creates": spec.data.prompt_data, "skip_if_exists": True}
+        )
+    return [{**step, "needed_by": ["miles", "verl"]} for step in steps]
+
+
+def prepare_steps(spec: BenchmarkSpec, options: PlanOptions) -> list[dict[str, Any]]:
+    """In order: model download, dataset download, then (VERL only) the data conversion, which reads the dataset."""
+    steps = download_steps(spec)
+    if options.compare_verl:
+        steps.append({**prepare_step(spec, options.output_dir / "data", options.run_py), "needed_by": ["verl"]})
+    return steps
+
+
+def cell_prepare_steps(cell: dict[str, Any], prepare: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The prepare steps a cell's own script runs: those its framework needs (all of them without `needed_by`)."""
+    return [step for step in prepare if cell["framework"] in step.get("needed_by", [cell["framework"]])]
+
+
 def build_plan(spec: BenchmarkSpec, preset: str | None, options: PlanOptions) -> Plan:
     data_dir = options.output_dir / "data"
     train_file, val_file = converted_paths(spec, data_dir)
-    prepare = [prepare_step(spec, data_dir, options.run_py)] if options.compare_verl else []
+    prepare = prepare_steps(spec, options)
+    convert_argv = next((step["argv"] for step in prepare if step["name"] == CONVERT_STEP), None)
     inventory, launches, pairs, errors = load_inventory(), [], [], []
     for backend in options.backends:
         miles = build_miles_launch(spec, backend, options.layout, options.paths)
@@ -101,7 +135,7 @@ def build_plan(spec: BenchmarkSpec, preset: str | None, options: PlanOptions) ->
         pair = {"backend": backend, "layout": options.layout, "miles_cell": miles.cell_id, "verl_cell": verl.cell_id}
         try:
             rows, error = (
-                build_parity(miles.argv, verl.argv, backend, options.layout, prepare[0]["argv"], inventory),
+                build_parity(miles.argv, verl.argv, backend, options.layout, convert_argv, inventory),
                 None,
             )
         except ParityError as exc:
@@ -126,9 +160,9 @@ def build_plan(spec: BenchmarkSpec, preset: str | None, options: PlanOptions) ->
 
 
 def _assert_no_secrets(data: dict[str, Any]) -> None:
-    for cell in data["cells"]:
-        leaked = [k for k in cell["env"] if any(marker in k.upper() for marker in SECRET_MARKERS)]
-        assert not leaked, f"secret-looking env keys in {cell['id']}: {leaked}"
+    """The same rule the runner applies to a plan before executing it (redaction.find_plan_secrets)."""
+    leaked = find_plan_secrets(data)
+    assert not leaked, f"literal secrets in the plan: {leaked}"
 
 
 def verl_compose_check(plan: Plan, root: Path | None) -> dict[str, list[str]] | None:
@@ -173,9 +207,7 @@ def write_plan(plan: Plan, output_dir: Path) -> list[Path]:
     written[2].write_text(parity_markdown(plan.parity, plan.title))
     for cell in plan.data["cells"]:
         script = output_dir / cell["script"]
-        script.write_text(
-            render_cell_script(cell, plan.data["prepare"] if cell["framework"] == "verl" else [], output_dir)
-        )
+        script.write_text(render_cell_script(cell, cell_prepare_steps(cell, plan.data["prepare"]), output_dir))
         script.chmod(0o755)
         written.append(script)
     return written

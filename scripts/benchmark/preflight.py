@@ -1,7 +1,8 @@
 """Can this machine execute a plan? The check a real (non dry-run) invocation makes before touching a GPU.
 
 - `check_can_execute(plan) -> list[str]`: one human-readable line per missing thing: nvidia-smi / enough GPUs, the
-  Miles train.py path, `ray` on PATH, VERL importable by the cells' python3, the checkpoint and the prompt data.
+  Miles train.py path, `ray` on PATH, VERL importable by the cells' python3, the checkpoint and the prompt data
+  (each either present, or downloadable by the plan's `hf download` step: the `hf` CLI on PATH).
   An empty list means the plan can run here.
 
 Caveats:
@@ -18,15 +19,15 @@ from typing import Any
 
 
 def _gpu_count() -> tuple[int | None, str]:
+    """GPUs nvidia-smi lists, read the way the runner's environment record reads them (environment_record)."""
     if shutil.which("nvidia-smi") is None:
         return None, "nvidia-smi not found on PATH (no NVIDIA driver / GPUs on this machine)"
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return None, f"nvidia-smi failed: {exc}"
-    if out.returncode != 0:
-        return None, f"nvidia-smi -L exited {out.returncode}: {out.stderr.strip()[:200]}"
-    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU ")), ""
+    from scripts.benchmark.environment_record import read_gpus
+
+    gpus = read_gpus()
+    if gpus["gpus"] is None:
+        return None, f"cannot count the GPUs: {gpus['missing']}"
+    return len(gpus["gpus"]), ""
 
 
 def _verl_importable() -> bool:
@@ -35,7 +36,7 @@ def _verl_importable() -> bool:
     return bool(python) and subprocess.run([python, "-c", probe], capture_output=True, timeout=60).returncode == 0
 
 
-def check_can_execute(plan: dict[str, Any]) -> list[str]:
+def check_can_execute(plan: dict[str, Any], *, skip_prepare: bool = False) -> list[str]:
     missing: list[str] = []
     cells = plan["cells"]
     needed = max((cell["gpus"]["total"] for cell in cells), default=0)
@@ -53,9 +54,20 @@ def check_can_execute(plan: dict[str, Any]) -> list[str]:
             missing.append("ray not found on PATH (Miles cells run as `ray job submit`)")
     if any(cell["framework"] == "verl" for cell in cells) and not _verl_importable():
         missing.append("verl is not importable by python3 (pip install 'verl[sglang]==0.9.1' on the GPU node)")
-    spec = plan["spec"]
-    if not Path(spec["model"]["hf_checkpoint"]).exists():
-        missing.append(f"model.hf_checkpoint {spec['model']['hf_checkpoint']} does not exist")
-    if not Path(spec["data"]["prompt_data"]).is_file():
-        missing.append(f"data.prompt_data {spec['data']['prompt_data']} does not exist")
+    spec, steps = plan["spec"], {step["name"]: step for step in plan.get("prepare") or []}
+    for field, path, step in (
+        ("model.hf_checkpoint", spec["model"]["hf_checkpoint"], steps.get("download-model")),
+        ("data.prompt_data", spec["data"]["prompt_data"], steps.get("download-dataset")),
+    ):
+        if Path(path).exists():
+            continue
+        if skip_prepare:
+            missing.append(f"{field} {path} does not exist (and --skip-prepare skips its download)")
+        elif step is None:
+            missing.append(f"{field} {path} does not exist (and the spec names no hf_repo to download it)")
+        elif shutil.which(step["argv"][0]) is None:
+            missing.append(
+                f"{field} {path} does not exist and {step['argv'][0]!r} (the Hugging Face CLI: pip install "
+                "huggingface_hub) is not on PATH to download it"
+            )
     return missing

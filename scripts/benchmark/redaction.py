@@ -5,7 +5,8 @@
   PASSWORD (case-insensitive) is a secret.
 - `Redactor.from_environ(env)` collects the values of those variables; `redact_text` replaces every occurrence of
   such a value (anywhere in a string, not only after `NAME=`) by `<redacted>`; `redact_env` replaces the values of
-  secret names; `redact_argv` also redacts the word following a secret-looking flag such as `--wandb-key`.
+  secret names; `redact_argv` also redacts the word following a secret flag such as `--wandb-key` (`is_secret_option`:
+  API keys, tokens, passwords; not the data-key options --input-key, --label-key, data.prompt_key).
 - `find_plan_secrets(plan)`: literal secret values a plan would carry (plans must never hold one).
 
 Caveats:
@@ -24,11 +25,25 @@ REDACTED = "<redacted>"
 _MIN_SECRET_LEN = 4
 _EXACT_SECRET_NAMES = frozenset({"WANDB_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"})
 _SECRET_NAME = re.compile(r"(_TOKEN|_KEY|_SECRET)$|PASSWORD|PASSWD", re.IGNORECASE)
-_SECRET_FLAG = re.compile(r"^--?[\w-]*(key|token|secret|password)$", re.IGNORECASE)
+_SECRET_OPTION = re.compile(
+    r"^(?:[\w-]*[-_])?(?:api[-_]?keys?|wandb[-_]key|secret(?:[-_]key)?|password|passwd|(?:hf|hub|auth|access|api)[-_]token)$"
+    r"|^(?:token|key)$",
+    re.IGNORECASE,
+)
+"""Secret-bearing option names (--wandb-key, --sglang-api-key, --hf-token, trainer.api_key); data-key options such as
+Miles's --input-key/--label-key/--reward-key, VERL's data.prompt_key or --fim-eod-token are not secrets."""
 
 
 def is_secret_name(name: str) -> bool:
     return name.upper() in _EXACT_SECRET_NAMES or bool(_SECRET_NAME.search(name))
+
+
+def is_secret_option(word: str) -> bool:
+    """A command-line flag (`--wandb-key`) or a Hydra/env assignment name (`+trainer.api_key`, `HF_TOKEN`)."""
+    name = word.lstrip("-+").split(".")[-1]
+    if not word.startswith("-") and name.isupper():
+        return is_secret_name(name)  # an environment assignment NAME=value
+    return bool(_SECRET_OPTION.match(name))
 
 
 @dataclass(frozen=True)
@@ -65,12 +80,12 @@ class Redactor:
                 hide_next = False
                 continue
             flag, eq, _ = word.partition("=")
-            if _SECRET_FLAG.match(flag):
+            if flag.startswith("-") and is_secret_option(flag):
                 if eq:
                     out.append(f"{flag}={REDACTED}")
                     continue
                 hide_next = True
-            elif eq and is_secret_name(flag.lstrip("-+").split(".")[-1]):
+            elif eq and is_secret_option(flag):
                 out.append(f"{flag}={REDACTED}")  # NAME=value words (env assignments, Hydra overrides)
                 continue
             out.append(self.redact_text(word))
@@ -99,7 +114,7 @@ def find_plan_secrets(plan: Mapping[str, Any]) -> list[str]:
             words = list(cell.get(key) or [])
             for index, word in enumerate(words):
                 flag, eq, value = word.partition("=")
-                if not _SECRET_FLAG.match(flag):
+                if not (flag.startswith("-") and is_secret_option(flag)):
                     continue
                 if not eq:
                     value = words[index + 1] if index + 1 < len(words) else ""

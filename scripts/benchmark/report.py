@@ -6,7 +6,8 @@
   never disagree.
 - report.md fits a GitHub step summary and a PR comment (65,536 characters): when the full environment records
   would push it past `MARKDOWN_BUDGET`, they are left to report.json/report.html and the markdown says so.
-- `write_report(doc, run_dir)` writes everything and returns the paths.
+- `write_report(doc, run_dir)` writes everything and returns the paths; `analyse_and_write(run_dir)` analyses a run
+  folder first (what `run.py report` and the end of every run call); `verdict_markdown(doc)` is the Verdict section.
 
 Caveats:
 - A null number is printed "n/a", never 0. Fractions (MFU, wait ratio) are printed as percentages.
@@ -17,8 +18,10 @@ from __future__ import annotations
 
 import base64
 import html
+import importlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +29,7 @@ from typing import Any
 from miles.utils.bench_metrics import encode_nonfinite
 from scripts.benchmark.analysis import parity_tables
 from scripts.benchmark.cells import REPORT_METRICS
+from scripts.benchmark.compare import DEFAULT_CONFIDENCE, DEFAULT_REPS
 
 MARKDOWN_BUDGET = 60_000
 
@@ -481,6 +485,49 @@ def render_html(blocks: list[Any], base_dir: Path) -> str:
         '<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>Miles vs VERL throughput report</title>'
         f"<style>{style}</style></head><body>" + "\n".join(body) + "</body></html>\n"
     )
+
+
+def verdict_markdown(doc: dict[str, Any]) -> str:
+    """The Verdict section alone: what `run.py report` and the end of every run print."""
+    return render_markdown(_verdict_blocks(doc))
+
+
+def load_calibration() -> tuple[Callable | None, Callable | None, str | None]:
+    """The calibration readers (measured peak, roofline) when scripts/benchmark/calibration_data.py exists."""
+    try:
+        module = importlib.import_module("scripts.benchmark.calibration_data")
+    except ModuleNotFoundError as error:
+        if error.name != "scripts.benchmark.calibration_data":
+            raise
+        return None, None, "calibration data module (scripts/benchmark/calibration_data.py) is not in this checkout"
+    return module.measured_peak_tflops, module.roofline_tflops, None
+
+
+def analyse_and_write(
+    run_dir: Path,
+    *,
+    reps: int = DEFAULT_REPS,
+    confidence: float = DEFAULT_CONFIDENCE,
+    seed: int = 0,
+    family_wise: bool = True,
+    calibration: bool = True,
+) -> tuple[dict[str, Any], dict[str, Path]]:
+    """Analyse a run folder and write the report; returns the report document and the written files."""
+    from scripts.benchmark.analysis import analyse_run_folder
+
+    measured_peak, roofline, note = load_calibration() if calibration else (None, None, "disabled by --no-calibration")
+    doc = analyse_run_folder(
+        run_dir,
+        reps=reps,
+        confidence=confidence,
+        seed=seed,
+        family_wise=family_wise,
+        measured_peak_tflops=measured_peak,
+        roofline_tflops=roofline,
+    )
+    if note:
+        doc["calibration_note"] = note
+    return doc, write_report(doc, run_dir)
 
 
 def write_report(doc: dict[str, Any], run_dir: Path) -> dict[str, Path]:

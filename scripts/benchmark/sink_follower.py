@@ -85,7 +85,7 @@ def _cached_run_context(model_config: str, num_train: int, num_rollout: int, dev
     arch = None
     if model_config:
         try:
-            from scripts.benchmark.commands.metrics import resolve_model_config
+            from scripts.benchmark.spec import resolve_model_config
 
             arch = ModelArch.from_hf_config(resolve_model_config(model_config))
         except Exception:  # no architecture: the readers flag TFLOPs/MFU as unavailable instead

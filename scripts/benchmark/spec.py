@@ -5,8 +5,11 @@
 - Validation rejects what cannot run, naming the field and the numbers: batch geometry vs the data-parallel size of
   each backend, parallel sizes vs the GPU count, a disaggregated split with no train or rollout GPUs, a token budget
   shorter than the longest sequence, an unknown architecture.
+- `model.hf_repo` / `data.hf_repo`: the Hugging Face ids the plan's prepare steps download when the checkpoint or
+  the jsonl is missing (optional: a spec without them plans no download); validated as `owner/name`.
 - `spec_hash(spec)`: first 12 hex digits of sha256 over the canonical JSON of the resolved spec (config inlined).
-- `load_preset(name)`, `load_spec_file(path)`, `with_overrides(spec, ...)`; `PRESETS_DIR`, `MODEL_CONFIGS_DIR`.
+- `load_preset(name)`, `load_spec_file(path)`, `with_overrides(spec, ...)`; `PRESETS_DIR`, `MODEL_CONFIGS_DIR`;
+  `resolve_model_config(model)`: a config.json path, a model_configs name or a preset name -> the HF config dict.
 
 Caveats:
 - Units follow Miles: `batch.prompts_per_step` counts prompts, `batch.samples_per_optimizer_step` counts samples
@@ -19,11 +22,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 BENCHMARK_DIR = Path(__file__).resolve().parent
 PRESETS_DIR = BENCHMARK_DIR / "presets"
@@ -34,6 +39,19 @@ Layout = Literal["colocate", "disaggregated"]
 BACKENDS: tuple[Backend, ...] = ("fsdp", "megatron")
 LAYOUTS: tuple[Layout, ...] = ("colocate", "disaggregated")
 KNOWN_ARCHITECTURES = {"qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM"}
+HF_REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
+
+
+def check_hf_repo_id(value: str | None, field: str) -> str | None:
+    """`owner/name` as the Hub accepts it (no '--' or '..', no trailing '-' or '.'); None means no download."""
+    if value is None:
+        return None
+    if not HF_REPO_ID.fullmatch(value) or "--" in value or ".." in value or value[-1] in "-.":
+        raise ValueError(
+            f"{field}: {value!r} is not a Hugging Face repo id (owner/name of letters, digits, '-', '_', '.'; "
+            "no '--' or '..'; at most 96 characters each side)"
+        )
+    return value
 
 
 class _Frozen(BaseModel):
@@ -45,14 +63,20 @@ class ModelSpec(_Frozen):
     """HF checkpoint folder (weights + tokenizer) on the GPU node."""
     config: str | dict[str, Any]
     """Name of scripts/benchmark/model_configs/<name>.json, or an inline HF config dict (the architecture facts)."""
+    hf_repo: str | None = None
+    """Hugging Face model repo the prepare step downloads into hf_checkpoint when it is missing (None: no download)."""
+
+    @field_validator("hf_repo")
+    @classmethod
+    def _repo_id(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return check_hf_repo_id(value, f"model.{info.field_name}")
 
     def hf_config(self) -> dict[str, Any]:
         if isinstance(self.config, dict):
             return dict(self.config)
         path = MODEL_CONFIGS_DIR / f"{self.config}.json"
         if not path.is_file():
-            known = sorted(p.stem for p in MODEL_CONFIGS_DIR.glob("*.json"))
-            raise ValueError(f"model.config: no model config named {self.config!r} (known: {known})")
+            raise ValueError(f"model.config: no model config named {self.config!r} (known: {model_config_names()})")
         return json.loads(path.read_text())
 
     def config_path(self) -> str:
@@ -73,6 +97,13 @@ class DataSpec(_Frozen):
     apply_chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
     val_rows: int = Field(8, gt=0)
     """Rows of the small validation parquet VERL insists on loading (never evaluated)."""
+    hf_repo: str | None = None
+    """Hugging Face dataset repo the prepare step downloads into prompt_data's folder when the jsonl is missing."""
+
+    @field_validator("hf_repo")
+    @classmethod
+    def _repo_id(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return check_hf_repo_id(value, f"data.{info.field_name}")
 
 
 class GrpoSpec(_Frozen):
@@ -391,6 +422,34 @@ def spec_json(spec: BenchmarkSpec) -> dict[str, Any]:
 def spec_hash(spec: BenchmarkSpec) -> str:
     canonical = json.dumps(spec_json(spec), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+def model_config_names() -> list[str]:
+    return sorted(p.stem for p in MODEL_CONFIGS_DIR.glob("*.json"))
+
+
+def resolve_model_config(model: str | Path | Mapping[str, Any]) -> dict[str, Any]:
+    """The HF config dict behind a model reference (the one resolver of the harness: metrics, runner, calibration).
+
+    A dict is taken as is; else a config.json path (or its folder), a name in model_configs/, or a preset name (its
+    model's config). ValueError names what was tried.
+    """
+    if isinstance(model, Mapping):
+        return dict(model)
+    path = Path(model)
+    if path.is_dir():
+        path = path / "config.json"
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    named = MODEL_CONFIGS_DIR / f"{model}.json"
+    if named.is_file():
+        return json.loads(named.read_text(encoding="utf-8"))
+    if (PRESETS_DIR / f"{model}.yaml").is_file():
+        return load_preset(str(model)).model.hf_config()
+    raise ValueError(
+        f"{str(model)!r} is neither a config.json path, a model config ({model_config_names()}) nor a preset "
+        f"({preset_names()})"
+    )
 
 
 def preset_names() -> list[str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from scripts.benchmark.frameworks.miles import MilesPaths
-from scripts.benchmark.plan import PlanOptions, build_plan, render_cell_script
+from scripts.benchmark.plan import PlanOptions, build_plan, cell_prepare_steps, render_cell_script
 from scripts.benchmark.spec import BACKENDS, LAYOUTS, load_preset, preset_names, with_overrides
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
@@ -33,7 +33,7 @@ def golden_text(preset: str, backend: str, layout: str) -> str:
     plan = build_plan(with_overrides(load_preset(preset), layout=layout), preset, options)
     parts = []
     for cell in plan.data["cells"]:
-        prepare = plan.data["prepare"] if cell["framework"] == "verl" else []
+        prepare = cell_prepare_steps(cell, plan.data["prepare"])
         parts.append(f"### {cell['script']}\n" + render_cell_script(cell, prepare, OUTPUT_DIR))
     return "\n".join(parts)
 

@@ -3,6 +3,7 @@ contract, runnable cell scripts and the parity table; without --dry-run it stops
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -45,7 +46,8 @@ class TestReadmeCommand:
         ]
         for cell in plan["cells"]:
             assert CELL_KEYS <= set(cell) and cell["gpus"]["total"] == 8
-        assert plan["prepare"][0]["name"] == "convert-data" and plan["prepare"][0]["skip_if_exists"] is True
+        assert [step["name"] for step in plan["prepare"]] == ["download-model", "download-dataset", "convert-data"]
+        assert all(step["skip_if_exists"] is True for step in plan["prepare"])
         assert "very-secret-value" not in (out / "plan.json").read_text()
         assert "0 mismatches" in (out / "parity.md").read_text()
         assert json.loads((out / "parity.json").read_text())["spec_hash"] == plan["spec_hash"]
@@ -81,7 +83,8 @@ class TestEveryCell:
         frameworks = {"miles", "verl"} if compare else {"miles"}
         assert {c["framework"] for c in plan["cells"]} == frameworks
         assert {c["layout"] for c in plan["cells"]} == {layout}
-        assert bool(plan["prepare"]) == compare
+        names = ["download-model", "download-dataset"] + (["convert-data"] if compare else [])
+        assert [step["name"] for step in plan["prepare"]] == names
         spec = load_preset(preset)
         expected_total = spec.total_gpus(layout)
         assert {c["gpus"]["total"] for c in plan["cells"]} == {expected_total}
@@ -97,12 +100,28 @@ class TestErrors:
         assert "nvidia-smi" in result.output and "train.py" in result.output
         assert (tmp_path / "plan.json").is_file()
 
-    def test_preflight_lists_each_missing_piece(self, tmp_path):
+    def test_preflight_lists_each_missing_piece(self, tmp_path, monkeypatch):
         _invoke("--preset", "smoke", "--compare-verl", "--output-dir", str(tmp_path), "--dry-run")
-        missing = check_can_execute(json.loads((tmp_path / "plan.json").read_text()))
-        joined = "\n".join(missing)
+        plan = json.loads((tmp_path / "plan.json").read_text())
+        monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+        joined = "\n".join(check_can_execute(plan))
         assert "nvidia-smi" in joined and "/root/miles/train.py" in joined and "verl is not importable" in joined
-        assert "model.hf_checkpoint /root/models/Qwen3-0.6B does not exist" in joined
+        assert "model.hf_checkpoint /root/models/Qwen3-0.6B does not exist and 'hf'" in joined
+        assert "data.prompt_data /root/datasets/dapo-math-17k/dapo-math-17k.jsonl does not exist and 'hf'" in joined
+        without_downloads = {**plan, "prepare": [s for s in plan["prepare"] if s["name"] == "convert-data"]}
+        joined = "\n".join(check_can_execute(without_downloads))
+        assert "model.hf_checkpoint /root/models/Qwen3-0.6B does not exist (and the spec names no hf_repo" in joined
+
+    def test_preflight_accepts_a_missing_model_the_plan_downloads(self, tmp_path, monkeypatch):
+        """With the hf CLI on PATH, a missing checkpoint or dataset is the download step's job, not an error."""
+        _invoke("--preset", "smoke", "--output-dir", str(tmp_path), "--dry-run")
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        (bin_dir / "hf").write_text("#!/bin/sh\nexit 0\n")
+        (bin_dir / "hf").chmod(0o755)
+        monkeypatch.setenv("PATH", str(bin_dir))
+        joined = "\n".join(check_can_execute(json.loads((tmp_path / "plan.json").read_text())))
+        assert "nvidia-smi" in joined and "hf_checkpoint" not in joined and "prompt_data" not in joined
 
     def test_invalid_override_names_the_field_and_numbers(self, tmp_path):
         result = _invoke(
@@ -137,3 +156,69 @@ class TestErrors:
     def test_output_dir_is_required(self):
         result = _invoke("--preset", "smoke", "--dry-run")
         assert result.exit_code == 2 and "--output-dir is required" in result.output
+
+
+class TestPrepareSteps:
+    def _plan(self, tmp_path, *extra):
+        result = _invoke("--preset", "smoke", "--backend", "fsdp", "--output-dir", str(tmp_path), "--dry-run", *extra)
+        assert result.exit_code == 0, result.output
+        return json.loads((tmp_path / "plan.json").read_text())
+
+    def test_downloads_then_conversion_each_skippable(self, tmp_path, monkeypatch):
+        monkeypatch.setenv("VERL_ISOLATED_DIR", str(tmp_path / "no-verl-here"))
+        model, data, convert = self._plan(tmp_path, "--compare-verl")["prepare"]
+        assert model["argv"] == ["hf", "download", "Qwen/Qwen3-0.6B", "--local-dir", "/root/models/Qwen3-0.6B"]
+        assert model["creates"] == "/root/models/Qwen3-0.6B/config.json"
+        assert data["argv"] == [
+            "hf",
+            "download",
+            "--repo-type",
+            "dataset",
+            "zhuzilin/dapo-math-17k",
+            "--local-dir",
+            "/root/datasets/dapo-math-17k",
+        ]
+        assert data["creates"] == "/root/datasets/dapo-math-17k/dapo-math-17k.jsonl"
+        assert convert["argv"][convert["argv"].index("--source") + 1] == data["creates"]
+        assert [s["needed_by"] for s in (model, data, convert)] == [["miles", "verl"], ["miles", "verl"], ["verl"]]
+        assert all(s["skip_if_exists"] is True for s in (model, data, convert))
+
+    def test_miles_only_plans_download_but_do_not_convert(self, tmp_path):
+        plan = self._plan(tmp_path)
+        assert [s["name"] for s in plan["prepare"]] == ["download-model", "download-dataset"]
+        script = (tmp_path / "cells" / "miles-fsdp-colocate.sh").read_text()
+        assert "hf download Qwen/Qwen3-0.6B" in script and "convert-data" not in script
+
+    def test_each_cell_script_runs_the_steps_its_framework_needs_in_plan_order(self, tmp_path, monkeypatch):
+        monkeypatch.setenv("VERL_ISOLATED_DIR", str(tmp_path / "no-verl-here"))
+        plan = self._plan(tmp_path, "--compare-verl")
+        for cell in plan["cells"]:
+            script = (tmp_path / cell["script"]).read_text()
+            guarded = [s for s in plan["prepare"] if f"if [ ! -e {shlex.quote(s['creates'])} ]" in script]
+            expected = [s for s in plan["prepare"] if cell["framework"] in s["needed_by"]]
+            assert guarded == expected
+            positions = [script.index(shlex.join(s["argv"][:3])) for s in expected]
+            environment = script.index(f"export {sorted(cell['env'])[0]}=")  # the cell's env, then its launch
+            assert positions == sorted(positions) and positions[-1] < environment
+
+
+def test_preflight_counts_gpus_as_the_environment_record_does(tmp_path, monkeypatch):
+    """With the nvidia-smi stand-in (two H200s) on PATH: enough for smoke, not for an 8-GPU preset."""
+    monkeypatch.setenv("PATH", f"{REPO_ROOT / 'tests' / 'benchmark' / 'standins'}:{os.environ['PATH']}")
+    for preset, expected in (
+        ("smoke", None),
+        ("qwen3-1.7b-base", "the plan needs 8 GPUs per cell, nvidia-smi lists 2"),
+    ):
+        result = _invoke("--preset", preset, "--output-dir", str(tmp_path / preset), "--dry-run")
+        assert result.exit_code == 0, result.output
+        missing = check_can_execute(json.loads((tmp_path / preset / "plan.json").read_text()))
+        gpu_lines = [line for line in missing if "GPU" in line or "nvidia-smi" in line]
+        assert gpu_lines == ([expected] if expected else [])
+
+
+def test_skip_prepare_on_the_main_command_names_what_will_not_be_downloaded(tmp_path):
+    result = _invoke("--preset", "smoke", "--output-dir", str(tmp_path), "--skip-prepare")
+    assert result.exit_code == 4
+    assert "model.hf_checkpoint /root/models/Qwen3-0.6B does not exist (and --skip-prepare skips its download)" in (
+        result.output
+    )

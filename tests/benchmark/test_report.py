@@ -370,7 +370,9 @@ class TestCommand:
         run_dir = write_run_folder(tmp_path, planted_cells()[:2])
         result = CliRunner().invoke(self.app(), ["report", str(run_dir), "--reps", "200"])
         assert result.exit_code == 0, result.output
-        assert "# Miles vs VERL throughput report" in result.output
+        assert result.output.startswith("## Verdict") and "# Miles vs VERL throughput report" not in result.output
+        assert "environment" not in result.output.lower()  # the records stay in the files
+        assert f"  {run_dir / 'report.md'}\n" in result.output and f"  {run_dir / 'report.json'}\n" in result.output
         for name in ("report.md", "report.json", "report.html", "plots/ratios.png"):
             assert (run_dir / name).is_file(), name
 
@@ -381,7 +383,7 @@ class TestCommand:
         argv = [sys.executable, str(repo / "scripts/benchmark/run.py"), "report", str(run_dir), "--reps", "200"]
         result = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path)
         assert result.returncode == 0, result.stderr
-        assert "## Verdict" in result.stdout and "report.html" in result.stderr
+        assert "## Verdict" in result.stdout and str(run_dir / "report.html") in result.stdout
         validate_report_file(run_dir / "report.json")
 
     def test_not_a_run_folder_is_a_clear_error(self, tmp_path):

@@ -83,6 +83,13 @@ class TestFaults:
         assert read_metric_steps(run_dir, miles) == [1, 2]
         assert "standin crash on demand" in (run_dir / miles["dir"] / "log.txt").read_text()
         assert verl["state"] == "complete" and len(read_metric_steps(run_dir, verl)) == 3
+        # the run still ends with its report (exit status unchanged): the complete cell, the failed one listed
+        report = json.loads((run_dir / "report.json").read_text())
+        assert [c["id"] for c in report["cells"]] == ["verl-fsdp-colocate"]
+        assert [(i["cell_id"], i["state"]) for i in report["incomplete"]] == [("miles-fsdp-colocate", "failed")]
+        assert (run_dir / "report.md").is_file() and (run_dir / "report.html").is_file()
+        assert "## Verdict" in result.stdout and f"report: wrote {run_dir / 'plots'}" in result.stdout
+        assert read_manifest(run_dir)["warnings"] == []
 
     def test_fail_fast_leaves_the_remaining_cells_pending(self, tmp_path: Path):
         plan = write_plan(
@@ -142,6 +149,25 @@ class TestFaults:
         assert read_manifest(run_dir)["cells"][0]["state"] == "complete"
 
 
+def _signal_after_two_steps(plan: Path, run_dir: Path, sig: signal.Signals) -> tuple[str, int]:
+    """Run the harness, send it `sig` once its first cell has two steps on disk; (merged output, exit status)."""
+    harness = subprocess.Popen(
+        harness_argv(str(plan), "--output-dir", str(run_dir), "--grace-s", "2"),
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if (run_dir / "manifest.json").exists() and read_manifest(run_dir)["cells"][0]["steps_completed"] >= 2:
+            break
+        time.sleep(0.05)
+    harness.send_signal(sig)
+    output, _ = harness.communicate(timeout=60)
+    return output, harness.returncode
+
+
 class TestInterruptAndResume:
     def test_ctrl_c_marks_the_running_cell_interrupted_and_resume_completes_the_run(self, tmp_path: Path):
         """SIGINT to the harness: running cell interrupted (steps kept), rest pending; --resume reruns those only."""
@@ -150,22 +176,8 @@ class TestInterruptAndResume:
             [standin_cell("miles", steps=8, step_s=0.15), standin_cell("verl", steps=2, step_s=0.1)],
         )
         run_dir = tmp_path / "run"
-        harness = subprocess.Popen(
-            harness_argv(str(plan), "--output-dir", str(run_dir), "--grace-s", "2"),
-            cwd=REPO_ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            manifest_path = run_dir / "manifest.json"
-            if manifest_path.exists() and read_manifest(run_dir)["cells"][0]["steps_completed"] >= 2:
-                break
-            time.sleep(0.05)
-        harness.send_signal(signal.SIGINT)
-        output, _ = harness.communicate(timeout=30)
-        assert harness.returncode == 130, output
+        output, returncode = _signal_after_two_steps(plan, run_dir, signal.SIGINT)
+        assert returncode == 130, output
         miles, verl = read_manifest(run_dir)["cells"]
         assert miles["state"] == "interrupted" and miles["reason"] == "interrupted by SIGINT"
         kept = read_metric_steps(run_dir, miles)
@@ -304,6 +316,61 @@ class TestPrepare:
         assert [c["state"] for c in manifest["cells"]] == ["pending"]
         skipped = run_harness("--resume", str(tmp_path / "run2"), "--skip-prepare")
         assert skipped.returncode == 0 and read_manifest(tmp_path / "run2")["cells"][0]["state"] == "complete"
+
+    def test_a_download_tool_missing_from_path_is_reported_before_anything_starts(self, tmp_path: Path):
+        """The plan's `hf download` step needs the hf CLI, unless what it creates is there or --skip-prepare."""
+        present = tmp_path / "model" / "config.json"
+        present.parent.mkdir()
+        present.write_text("{}")
+        steps = [
+            {"name": "download-model", "argv": ["hf-missing-here", "download", "Qwen/Qwen3-0.6B"],
+             "creates": str(tmp_path / "absent" / "config.json"), "skip_if_exists": True},
+            {"name": "download-dataset", "argv": ["hf-missing-too", "download"], "creates": str(present),
+             "skip_if_exists": True},
+        ]  # fmt: skip
+        plan = write_plan(tmp_path / "plan", [standin_cell("verl", steps=1)], prepare=steps)
+        result = run_harness(str(plan), "--output-dir", str(tmp_path / "run"))
+        assert result.returncode == 2
+        assert "prepare step download-model: 'hf-missing-here' is not on PATH" in result.stderr
+        assert "hf-missing-too" not in result.stderr  # its config.json exists: it would be skipped
+        assert not (tmp_path / "run" / "manifest.json").exists()
+        skipped = run_harness(str(plan), "--output-dir", str(tmp_path / "run"), "--skip-prepare")
+        assert skipped.returncode == 0, skipped.stderr
+
+
+class TestEndOfRunReport:
+    """Every run ends with `run.py report DIR` (issue 5), whatever the cells did; the report never sets the status."""
+
+    def test_an_interrupted_run_is_reported_with_the_steps_it_has(self, tmp_path: Path):
+        plan = write_plan(tmp_path / "plan", [standin_cell("miles", steps=40, step_s=0.1)])
+        run_dir = tmp_path / "run"
+        output, returncode = _signal_after_two_steps(plan, run_dir, signal.SIGTERM)
+        assert returncode == 130, output
+        assert read_manifest(run_dir)["cells"][0]["state"] == "interrupted"
+        report = json.loads((run_dir / "report.json").read_text())
+        assert report["cells"] == [] and report["incomplete"][0]["state"] == "interrupted"
+        assert "report: wrote" in output
+
+    def test_a_report_that_cannot_be_written_is_a_warning_not_the_run_outcome(self, tmp_path: Path):
+        run_dir = tmp_path / "run"
+        (run_dir / "report.md").mkdir(parents=True)  # a real failure: report.md cannot be written
+        plan = write_plan(tmp_path / "plan", [standin_cell("miles", steps=3), standin_cell("verl", steps=3)])
+        result = run_harness(str(plan), "--output-dir", str(run_dir))
+        assert result.returncode == 0, result.stdout + result.stderr
+        manifest = read_manifest(run_dir)
+        assert [c["state"] for c in manifest["cells"]] == ["complete", "complete"]
+        assert len(manifest["warnings"]) == 1 and manifest["warnings"][0].startswith(
+            "report: failed with IsADirectoryError"
+        )
+        assert manifest["warnings"][0] in result.stdout
+
+    def test_no_report_when_no_cell_wrote_a_step(self, tmp_path: Path):
+        failing = [{"name": "boom", "argv": ["python3", "-c", "raise SystemExit(3)"], "creates": str(tmp_path / "no")}]
+        plan = write_plan(tmp_path / "plan", [standin_cell("verl", steps=1)], prepare=failing)
+        result = run_harness(str(plan), "--output-dir", str(tmp_path / "run"))
+        assert result.returncode == 1
+        assert not (tmp_path / "run" / "report.json").exists()
+        assert "report: not written (no cell repeat wrote a step)" in result.stdout
 
 
 class TestSecrets:

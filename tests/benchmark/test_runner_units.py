@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -62,6 +63,20 @@ class TestRedaction:
             "cells[miles-fsdp-colocate].env.HF_TOKEN",
             "cells[miles-fsdp-colocate].launch_argv: --wandb-key",
         ]
+
+    def test_the_real_launches_of_every_preset_carry_no_secret_and_keep_their_data_keys(self, tmp_path):
+        """--input-key, --label-key, --reward-key (Miles) and data.prompt_key (VERL) are data keys, not secrets."""
+        from scripts.benchmark.plan import PlanOptions, build_plan
+        from scripts.benchmark.spec import BACKENDS, load_preset, preset_names
+
+        for preset in preset_names():
+            options = PlanOptions(backends=BACKENDS, layout="colocate", compare_verl=True, output_dir=tmp_path)
+            plan = build_plan(load_preset(preset), preset, options).data
+            assert find_plan_secrets(plan) == [] and validate_plan(plan) == []
+            for cell in plan["cells"]:
+                assert Redactor(values=("hf_secret_value",)).redact_argv(cell["launch_argv"]) == cell["launch_argv"]
+        miles = next(c for c in plan["cells"] if c["framework"] == "miles")["argv"]
+        assert miles[miles.index("--input-key") + 1] == "prompt" and "--reward-key" in miles
 
 
 class TestPlanChecks:
@@ -305,3 +320,33 @@ def test_emit_sbatch_writes_the_script_and_runs_nothing(tmp_path: Path):
     assert f"execute {plan} --output-dir {tmp_path / 'run'} --ray external" in text
     assert str(script) not in text
     assert not (tmp_path / "run").exists()
+
+
+def test_a_signal_while_the_end_of_run_report_is_written_stops_it_and_is_recorded(tmp_path: Path):
+    """In-process, as the harness runs it: the report is cut short, the manifest says so, no exception escapes."""
+    import threading
+
+    from scripts.benchmark.executor import report_after_run
+    from tests.benchmark.synthetic_runs import write_run_folder
+    from tests.benchmark.test_report import planted_cells
+
+    run_dir = write_run_folder(tmp_path, planted_cells())
+    manifest = Manifest.load(run_dir / "manifest.json")
+    late: list[int] = []
+
+    def harness_handler(signum, _frame):
+        late.append(signum)
+
+    previous = signal.signal(signal.SIGINT, harness_handler)
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    try:
+        timer.start()
+        report_after_run(manifest, MatrixProgress(total_cells=0, stream=io.StringIO(), live=False))
+        restored = signal.getsignal(signal.SIGINT)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
+    assert late == [], "the signal arrived after the report finished: make the run folder larger"
+    assert manifest.warnings == [f"report: not written, interrupted by SIGINT; run `run.py report {run_dir}`"]
+    assert Manifest.load(run_dir / "manifest.json").warnings == manifest.warnings
+    assert restored is harness_handler and not (run_dir / "report.md").exists()

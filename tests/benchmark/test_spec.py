@@ -187,3 +187,29 @@ class TestValidation:
         raw["megatron"]["tp"] = 8
         raw["placement"]["disaggregated"] = {"train_gpus": 8, "rollout_gpus": 8}
         assert "megatron.tp=8 does not divide the attention heads 32 / KV heads 4" in _error(raw)
+
+
+class TestHubIds:
+    def test_every_preset_names_its_model_and_dataset_repo(self):
+        for name in preset_names():
+            spec = load_preset(name)
+            assert spec.model.hf_repo.startswith("Qwen/") and spec.data.hf_repo == "zhuzilin/dapo-math-17k"
+            assert spec.model.hf_repo.split("/")[1] == spec.model.hf_checkpoint.rsplit("/", 1)[1]
+
+    @pytest.mark.parametrize("bad", ["Qwen3-0.6B", "Qwen/", "/Qwen3", "a/b/c", "Qwen/Qwen3--0.6B", "Qwen/x.", "Q w/x"])
+    def test_a_malformed_model_repo_names_the_field(self, bad):
+        raw = _raw("smoke")
+        raw["model"]["hf_repo"] = bad
+        message = _error(raw)
+        assert "model.hf_repo" in message and repr(bad) in message and "not a Hugging Face repo id" in message
+
+    def test_a_malformed_dataset_repo_names_the_field(self):
+        raw = _raw("smoke")
+        raw["data"]["hf_repo"] = "https://huggingface.co/datasets/zhuzilin/dapo-math-17k"
+        assert "data.hf_repo" in _error(raw)
+
+    def test_the_repos_are_optional_and_pinned_in_the_hash(self):
+        raw = _raw("smoke")
+        raw["model"]["hf_repo"] = raw["data"]["hf_repo"] = None
+        bare = BenchmarkSpec.model_validate(raw)
+        assert bare.model.hf_repo is None and spec_hash(bare) != spec_hash(load_preset("smoke"))

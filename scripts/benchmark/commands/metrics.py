@@ -21,30 +21,15 @@ from typing import Annotated
 
 import typer
 
-MODEL_CONFIGS_DIR = Path(__file__).resolve().parents[1] / "model_configs"
-
 
 def resolve_model_config(model: str) -> dict:
-    """The HF config dict behind `--model`: a config.json path, a model_configs name, or a preset's model."""
-    path = Path(model)
-    if path.is_dir():
-        path = path / "config.json"
-    if path.is_file():
-        return json.loads(path.read_text(encoding="utf-8"))
-    named = MODEL_CONFIGS_DIR / f"{model}.json"
-    if named.is_file():
-        return json.loads(named.read_text(encoding="utf-8"))
+    """The HF config dict behind `--model` (spec.resolve_model_config), as a usage error when it names nothing."""
+    from scripts.benchmark.spec import resolve_model_config as resolve
+
     try:
-        from scripts.benchmark.spec import load_preset
-    except ImportError:
-        load_preset = None
-    if load_preset is not None:
-        try:
-            return load_preset(model).model.hf_config()
-        except ValueError:
-            pass
-    known = sorted(p.stem for p in MODEL_CONFIGS_DIR.glob("*.json"))
-    raise typer.BadParameter(f"{model!r} is neither a config.json path, a model config ({known}) nor a preset")
+        return resolve(model)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
 
 
 def _parse_seq_lens(text: str) -> list[int]:

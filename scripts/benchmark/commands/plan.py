@@ -2,6 +2,7 @@
 
     run.py --backend {fsdp,megatron,all} [--compare-verl] --preset NAME | --spec FILE
            [--layout colocate|disaggregated] --output-dir DIR [--dry-run] [--num-steps N] [--gpus-per-node N]
+           [--repeats N] [--skip-prepare]
 
 Writes DIR/plan.json, DIR/cells/<id>.sh, DIR/parity.md and DIR/parity.json, prints a summary; without --dry-run it
 then runs the plan into the same DIR (`run.py execute`, see commands/execute.py). Exit codes: 0 planned (dry run) /
@@ -36,6 +37,7 @@ def plan_impl(
     miles_root: str | None,
     megatron_root: str | None,
     repeats: int | None = None,
+    skip_prepare: bool = False,
 ) -> None:
     import os
     from pathlib import Path
@@ -98,12 +100,12 @@ def plan_impl(
         return
     from scripts.benchmark.preflight import check_can_execute
 
-    missing = check_can_execute(plan.data)
+    missing = check_can_execute(plan.data, skip_prepare=skip_prepare)
     if missing:
         _fail(EXIT_CANNOT_EXECUTE, "cannot execute the plan on this machine:\n  - " + "\n  - ".join(missing))
     from scripts.benchmark.commands.execute import execute_impl
 
-    code = execute_impl(out / "plan.json", out, {"repeats": repeats}, resume=False)
+    code = execute_impl(out / "plan.json", out, {"repeats": repeats, "skip_prepare": skip_prepare}, resume=False)
     if code:
         raise typer.Exit(code)
 
@@ -142,6 +144,7 @@ def main_callback(
     miles_root: str = typer.Option(None, help="Miles checkout on the GPU node (default $MILES_ROOT or /root/miles)"),
     megatron_root: str = typer.Option(None, help="Megatron-LM checkout (default $MEGATRON_ROOT or /root/Megatron-LM)"),
     repeats: int = typer.Option(None, help="repeats of every cell, interleaved (run only) [1]"),
+    skip_prepare: bool = typer.Option(False, "--skip-prepare", help="skip the download/convert steps (run only)"),
 ) -> None:
     """Plan (and, without --dry-run, run) the Miles vs VERL matrix for one spec."""
     if ctx.invoked_subcommand is not None:
@@ -162,6 +165,7 @@ def main_callback(
         miles_root=miles_root,
         megatron_root=megatron_root,
         repeats=repeats,
+        skip_prepare=skip_prepare,
     )
 
 

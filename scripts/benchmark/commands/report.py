@@ -1,7 +1,8 @@
 """`run.py report DIR`: steady state, summaries with CIs, Miles/VERL comparison and plots for one run folder.
 
 - Reads DIR/manifest.json, each complete repeat's metrics.jsonl and environment.json, DIR/plan.json, DIR/parity.json.
-- Writes DIR/report.md, DIR/report.json (contract 3), DIR/report.html and DIR/plots/*.png; prints report.md.
+- Writes DIR/report.md, DIR/report.json (contract 3), DIR/report.html and DIR/plots/*.png; prints the Verdict
+  section of report.md and the paths written (the whole report, with every environment record, is in the files).
 - Exit status: 0 when the report was written; 1 when DIR is not a run folder or has no complete cell.
 
 Caveats:
@@ -10,45 +11,21 @@ Caveats:
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 
-def load_calibration() -> tuple[Callable | None, Callable | None, str | None]:
-    """The calibration readers (measured peak, roofline) when scripts/benchmark/calibration_data.py exists."""
-    try:
-        module = importlib.import_module("scripts.benchmark.calibration_data")
-    except ModuleNotFoundError as error:
-        if error.name != "scripts.benchmark.calibration_data":
-            raise
-        return None, None, "calibration data module (scripts/benchmark/calibration_data.py) is not in this checkout"
-    return module.measured_peak_tflops, module.roofline_tflops, None
-
-
 def report_impl(
     run_dir: Path, *, reps: int, confidence: float, seed: int, family_wise: bool = True, calibration: bool = True
 ) -> tuple[dict[str, Any], dict[str, Path]]:
     """Analyse and write; returns the report document and the written files."""
-    from scripts.benchmark.analysis import analyse_run_folder
-    from scripts.benchmark.report import write_report
+    from scripts.benchmark.report import analyse_and_write
 
-    measured_peak, roofline, note = load_calibration() if calibration else (None, None, "disabled by --no-calibration")
-    doc = analyse_run_folder(
-        run_dir,
-        reps=reps,
-        confidence=confidence,
-        seed=seed,
-        family_wise=family_wise,
-        measured_peak_tflops=measured_peak,
-        roofline_tflops=roofline,
+    return analyse_and_write(
+        run_dir, reps=reps, confidence=confidence, seed=seed, family_wise=family_wise, calibration=calibration
     )
-    if note:
-        doc["calibration_note"] = note
-    return doc, write_report(doc, run_dir)
 
 
 def register(app: typer.Typer) -> None:
@@ -68,7 +45,7 @@ def register(app: typer.Typer) -> None:
         calibration: Annotated[
             bool, typer.Option(help="use the committed calibration data (measured peak, roofline)")
         ] = True,
-        quiet: Annotated[bool, typer.Option(help="do not print report.md")] = False,
+        quiet: Annotated[bool, typer.Option(help="print only the paths written, not the verdict")] = False,
     ) -> None:
         """Analyse a run folder and write report.md, report.json, report.html and plots into it."""
         if not 0 < confidence < 1:
@@ -82,8 +59,10 @@ def register(app: typer.Typer) -> None:
             run_dir, reps=reps, confidence=confidence, seed=seed, family_wise=family_wise, calibration=calibration
         )
         if not quiet:
-            typer.echo(written["report.md"].read_text(encoding="utf-8"))
-        typer.echo("wrote " + ", ".join(str(p) for p in written.values()), err=True)
+            from scripts.benchmark.report import verdict_markdown
+
+            typer.echo(verdict_markdown(doc))
+        typer.echo("wrote:\n" + "\n".join(f"  {p}" for p in written.values()))
         if not doc["cells"]:
             typer.echo(f"error: no complete cell in {run_dir} (see report.md, Incomplete cells)", err=True)
             raise typer.Exit(1)
