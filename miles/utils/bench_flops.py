@@ -227,7 +227,6 @@ PEAK_TFLOPS_BF16_DENSE: dict[str, float] = {
     "GB300": 2500.0,
     "MI300X": 1307.4,
     "MI325X": 1307.4,
-    "MI355X": 2516.6,
 }
 
 

@@ -315,11 +315,12 @@ def derive_step_fields(record: StepRecord, ctx: RunContext, *, seq_lens: list[in
 class BenchMetricsBackend:
     """A Miles tracking backend (TrackingBackend: init/log/finish) that appends schema-v1 records as the job runs.
 
-    Each process that logs (RolloutManager, the logging train rank) writes its own file
-    `<dir>/bench-<host>-<pid>.jsonl`; every `tracking.log` call keyed by `rollout/step` becomes one record whose
-    `raw` is the call's metrics verbatim, with the phases that process knows (flag "miles_unmerged"). `run.py ingest
-    --framework miles <dir>` merges the processes and applies the step-shift normalisation, exactly as for the event
-    log. Enabled by the registry's args attribute; the folder is `args.bench_metrics_dir` if set, else
+    Each process that logs writes its own file `<dir>/bench-<role>.jsonl` (role: `main` for the primary,
+    `rollout_manager` for the secondary given a router address, `train` otherwise; one name per role, so a
+    restarted process appends to its file and the restart is recognised). Every `tracking.log` call keyed by
+    `rollout/step` becomes one record whose `raw` is the call's metrics verbatim, with the phases that process
+    knows (flag "miles_unmerged"). `run.py ingest --framework miles <dir>` merges the processes and applies the
+    step-shift normalisation, exactly as for the event log. The folder is `args.bench_metrics_dir` if set, else
     `<args.save_debug_event_data>/bench_metrics`. Duck-typed on Miles's TrackingBackend (no Miles import here).
     """
 
@@ -334,9 +335,8 @@ class BenchMetricsBackend:
             folder = Path(args.save_debug_event_data) / "bench_metrics"
         if folder is None:
             raise ValueError("BenchMetricsBackend needs args.bench_metrics_dir or args.save_debug_event_data")
-        import socket
-
-        self._path = Path(folder) / f"bench-{socket.gethostname()}-{os.getpid()}.jsonl"
+        role = "main" if primary else ("rollout_manager" if "router_addr" in kwargs else "train")
+        self._path = Path(folder) / f"bench-{role}.jsonl"
 
     def log(self, metrics: dict[str, Any], step: int | None = None, *, step_key: str | None = None, **kwargs) -> None:
         if self._path is None or step_key != self.step_key or step is None:

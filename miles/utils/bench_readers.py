@@ -1,12 +1,12 @@
 # doc-dev: docs/benchmark.md
 """Readers that turn each framework's own metric sink into schema-v1 `StepRecord`s, with no change to either framework.
 
-- `read_verl_file_logger(paths)`: VERL 0.9.1 `trainer.logger=[file]` JSONL, one `{"step", "data"}` line per step;
-  the step-0 validation line (only `val-*` keys) is skipped.
-- `read_miles_event_log(paths)`: the files written by Miles's `--save-debug-event-data` (one JSONL per process; every
-  `tracking.log` call is a `{"type": "metric", "metrics": {...}, "timestamp", "source", ...}` line), the `perf N:` /
-  `rollout N:` dict lines of a Miles job's stdout (fallback), or files written by `BenchMetricsBackend`; the kind is
-  detected per file. The RolloutManager's and the train rank's records of one rollout are merged.
+- `read_verl_file_logger(paths, ctx)`: VERL 0.9.1 `trainer.logger=[file]` JSONL, one `{"step", "data"}` line per
+  step; the step-0 validation line (only `val-*` keys) is skipped.
+- `read_miles_event_log(paths, ctx)`: the files written by Miles's `--save-debug-event-data` (one JSONL per process;
+  every `tracking.log` call is a `{"type": "metric", "metrics": {...}, "timestamp", "source", ...}` line), the
+  `perf N:` / `rollout N:` dict lines of a Miles job's stdout (fallback), or files written by `BenchMetricsBackend`;
+  the kind is detected per file. The RolloutManager's and the train rank's records of one rollout are merged.
 - `normalize_miles_steps` moves the work Miles books into the next step's `train_wait` (weight update, trainer
   offload, checkpoint save; miles.md Gotchas 4-7) back into the step that caused it, as VERL books it.
 - `build_step_records(framework, sources, ctx)` is the one entry point: read, normalise, map, derive.
@@ -187,19 +187,38 @@ def _literal_dict(text: str) -> dict[str, Any]:
 
 def _miles_events(paths: Iterable[Path], issues: list[_Issue]) -> list[NativeEvent]:
     events: list[NativeEvent] = []
-    for path in paths:
+    for file_index, path in enumerate(paths):
         head = path.read_text(encoding="utf-8", errors="replace").lstrip()[:1]
+        offset = file_index * _FILE_ORDER_STRIDE
         if head == "{":
-            events.extend(_miles_jsonl_events(path, issues))
+            events.extend(_miles_jsonl_events(path, issues, offset))
         else:
-            events.extend(_miles_stdout_events(path, issues))
+            events.extend(_miles_stdout_events(path, issues, offset))
     return events
 
 
-def _miles_jsonl_events(path: Path, issues: list[_Issue]) -> list[NativeEvent]:
-    """An event-log file (one process) or a BenchMetricsBackend file (schema-v1 records, `raw` = native metrics)."""
+def _process_name(identity: Any) -> str | None:
+    """Miles's ProcessIdentity.to_name(): `rollout_manager`, `main`, or `actor_cell<i>_rank<j>`."""
+    if not isinstance(identity, dict) or "component" not in identity:
+        return None
+    if "cell_index" in identity:
+        return f"{identity['component']}_cell{identity['cell_index']}_rank{identity.get('rank_within_cell')}"
+    return str(identity["component"])
+
+
+def _miles_jsonl_events(path: Path, issues: list[_Issue], offset: int) -> list[NativeEvent]:
+    """An event-log file (one process) or a BenchMetricsBackend file (schema-v1 records, `raw` = native metrics).
+
+    The process is the event's `source` identity (the file name for backend files), so a process whose events are
+    spread over several files (a restart writing elsewhere) is still one process.
+    """
+    first_issue = len(issues)
+    lines = _read_json_lines(path, path.stem, issues, offset=offset)
+    source = next((_process_name(obj.get("source")) for _, obj in lines if isinstance(obj, dict)), None) or path.stem
+    for issue in issues[first_issue:]:
+        issue.source = source
     events = []
-    for line, obj in _read_json_lines(path, path.stem, issues):
+    for line, obj in lines:
         if not isinstance(obj, dict):
             raise ValueError(f"{path}:{line}: expected a JSON object per line")
         if "schema_version" in obj:
@@ -209,14 +228,12 @@ def _miles_jsonl_events(path: Path, issues: list[_Issue]) -> list[NativeEvent]:
         else:
             continue  # other audit events (weight checksums, witness ids, ...)
         step = metrics.get(MILES_STEP_KEY)
-        if step is None and obj.get("type") == "metric" and "perf/rollout_time" in metrics:
-            step = obj.get("rollout_id")
         if isinstance(step, (int, float)) and not isinstance(step, bool):
-            events.append(NativeEvent(source=path.stem, order=line, step=int(step), metrics=metrics))
+            events.append(NativeEvent(source=source, order=offset + line, step=int(step), metrics=metrics))
     return events
 
 
-def _miles_stdout_events(path: Path, issues: list[_Issue]) -> list[NativeEvent]:
+def _miles_stdout_events(path: Path, issues: list[_Issue], offset: int) -> list[NativeEvent]:
     """`perf N: {...}` / `rollout N: {...}` lines; the process is the last word of the `[<time> <process>]` prefix."""
     events = []
     for index, line in enumerate(path.read_text(encoding="utf-8", errors="replace").split("\n"), start=1):
@@ -227,9 +244,9 @@ def _miles_stdout_events(path: Path, issues: list[_Issue]) -> list[NativeEvent]:
         try:
             metrics = _literal_dict(match.group("d"))
         except (ValueError, SyntaxError):
-            issues.append(_Issue(source=source, order=index, flag=f"corrupt_line:{path.name}:{index}"))
+            issues.append(_Issue(source=source, order=offset + index, flag=f"corrupt_line:{path.name}:{index}"))
             continue
-        events.append(NativeEvent(source=source, order=index, step=int(match.group("id")), metrics=metrics))
+        events.append(NativeEvent(source=source, order=offset + index, step=int(match.group("id")), metrics=metrics))
     return events
 
 

@@ -24,7 +24,13 @@ import typer  # noqa: E402
 
 # Order is the order of `--help`. The plan command owns the app callback (the main job without a subcommand).
 COMMAND_MODULES: tuple[str, ...] = (
+    "plan",
+    "execute",
+    "convert_data",
     "metrics",
+    "report",
+    "history",
+    "simulate_check",
 )
 
 
@@ -32,6 +38,8 @@ def build_app() -> typer.Typer:
     app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False)
     for name in COMMAND_MODULES:
         importlib.import_module(f"scripts.benchmark.commands.{name}").register(app)
+    if app.registered_callback is None:  # keep subcommands addressable by name even when only one is registered
+        app.callback()(lambda: None)
     return app
 
 

@@ -223,6 +223,10 @@ class BenchmarkSpec(_Frozen):
             return self.train_gpus(layout) + self.rollout_gpus(layout)
         return self.run.gpus_per_node * self.run.nodes
 
+    def gpus_per_node(self, layout: Layout | None = None) -> int:
+        """GPUs a node must offer: the disaggregated split may need more than the colocated node size (smoke)."""
+        return max(self.run.gpus_per_node, -(-self.total_gpus(layout) // self.run.nodes))
+
     def data_parallel_size(self, backend: Backend, layout: Layout | None = None) -> int:
         if backend == "megatron":
             return self.train_gpus(layout) // self.megatron.model_parallel
@@ -333,6 +337,7 @@ def _parallel_problems(spec: BenchmarkSpec, layout: Layout) -> list[str]:
     hf, mg, batch = spec.model.hf_config(), spec.megatron, spec.batch
     train, rollout, problems = spec.train_gpus(layout), spec.rollout_gpus(layout), []
     where = f"[{layout}: {train} train GPUs]"
+    megatron_invalid = bool(train % mg.model_parallel or train % (mg.ep * mg.etp * mg.pp))
     if train % mg.model_parallel:
         problems.append(
             f"megatron: tp {mg.tp} x pp {mg.pp} x cp {mg.cp} = {mg.model_parallel} does not divide the {train} train "
@@ -341,7 +346,7 @@ def _parallel_problems(spec: BenchmarkSpec, layout: Layout) -> list[str]:
     elif train % (mg.ep * mg.etp * mg.pp):
         problems.append(f"megatron: ep {mg.ep} x etp {mg.etp} x pp {mg.pp} does not divide the {train} GPUs {where}")
     for backend in BACKENDS:
-        if problems and backend == "megatron":
+        if megatron_invalid and backend == "megatron":
             continue
         dp = spec.data_parallel_size(backend, layout)
         if batch.samples_per_optimizer_step % dp:

@@ -1,57 +1,66 @@
-"""Golden files of the emitted commands, one per preset x backend x layout (Miles's tests/snapshots idea): a diff
-here is the review artifact for any change to a preset or a launch builder.
+"""Golden files of the emitted commands, one per preset x backend x layout (Miles's tests/snapshots idea): the exact
+per-cell scripts of the Miles and the VERL cell, with machine paths as placeholders. A diff here is the review
+artifact for any change to a preset or a launch builder.
 
 Regenerate: MILES_BENCH_UPDATE_GOLDEN=1 python -m pytest -q tests/benchmark/test_golden_commands.py
 """
 
 import os
+from functools import cache
 from pathlib import Path
 
 import pytest
 
-from scripts.benchmark.frameworks.miles import MilesPaths, build_miles_launch
-from scripts.benchmark.launch import FrameworkLaunch, render_argv
+from scripts.benchmark.frameworks.miles import MilesPaths
+from scripts.benchmark.plan import PlanOptions, build_plan, render_cell_script
 from scripts.benchmark.spec import BACKENDS, LAYOUTS, load_preset, preset_names, with_overrides
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
-PATHS = MilesPaths(miles_root="<MILES_ROOT>", megatron_root="<MEGATRON_ROOT>")
 UPDATE = os.environ.get("MILES_BENCH_UPDATE_GOLDEN") == "1"
+OUTPUT_DIR = Path("<OUTPUT_DIR>")
 
 
-def render_launch(launch: FrameworkLaunch) -> str:
-    lines = [f"# {launch.cell_id}", "## env"] + [f"{k}={v}" for k, v in sorted(launch.env.items())]
-    if launch.ray_head_argv:
-        lines += ["## ray head"] + render_argv(launch.ray_head_argv)
-    lines += ["## launch_argv"] + render_argv(launch.launch_argv)
-    return "\n".join(lines) + "\n"
+@cache
+def golden_text(preset: str, backend: str, layout: str) -> str:
+    options = PlanOptions(
+        backends=(backend,),
+        layout=layout,
+        compare_verl=True,
+        output_dir=OUTPUT_DIR,
+        paths=MilesPaths(miles_root="<MILES_ROOT>", megatron_root="<MEGATRON_ROOT>"),
+        run_py="<REPO_ROOT>/scripts/benchmark/run.py",
+    )
+    plan = build_plan(with_overrides(load_preset(preset), layout=layout), preset, options)
+    parts = []
+    for cell in plan.data["cells"]:
+        prepare = plan.data["prepare"] if cell["framework"] == "verl" else []
+        parts.append(f"### {cell['script']}\n" + render_cell_script(cell, prepare, OUTPUT_DIR))
+    return "\n".join(parts)
 
 
-def launches(preset: str, backend: str, layout: str) -> list[FrameworkLaunch]:
-    spec = with_overrides(load_preset(preset), layout=layout)
-    return [build_miles_launch(spec, backend, layout, PATHS)]
+def golden_path(preset: str, backend: str, layout: str) -> Path:
+    return GOLDEN_DIR / preset / f"{backend}-{layout}.txt"
 
 
 @pytest.mark.parametrize("preset", preset_names())
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_emitted_commands_match_golden(preset, backend, layout):
-    for launch in launches(preset, backend, layout):
-        path = GOLDEN_DIR / preset / f"{launch.cell_id}.txt"
-        text = render_launch(launch)
-        if UPDATE:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-        assert path.is_file(), f"missing golden {path}; regenerate with MILES_BENCH_UPDATE_GOLDEN=1"
-        assert text == path.read_text(), f"{path} differs; review the diff, then regenerate"
+    path, text = golden_path(preset, backend, layout), golden_text(preset, backend, layout)
+    if UPDATE:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert path.is_file(), f"missing golden {path}; regenerate with MILES_BENCH_UPDATE_GOLDEN=1"
+    assert text == path.read_text(), f"{path} differs; review the diff, then regenerate"
+
+
+def test_golden_files_carry_no_machine_paths():
+    """Placeholders only: no absolute path of the machine that generated them."""
+    for path in GOLDEN_DIR.rglob("*.txt"):
+        text = path.read_text()
+        assert "/work/" not in text and "/tmp/" not in text and "<OUTPUT_DIR>" in text
 
 
 def test_no_stale_golden_files():
-    expected = {
-        f"{preset}/{launch.cell_id}.txt"
-        for preset in preset_names()
-        for backend in BACKENDS
-        for layout in LAYOUTS
-        for launch in launches(preset, backend, layout)
-    }
-    found = {str(p.relative_to(GOLDEN_DIR)) for p in GOLDEN_DIR.rglob("*.txt")}
-    assert found == expected
+    expected = {golden_path(p, b, lay) for p in preset_names() for b in BACKENDS for lay in LAYOUTS}
+    assert set(GOLDEN_DIR.rglob("*.txt")) == expected

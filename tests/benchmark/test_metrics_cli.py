@@ -1,7 +1,6 @@
 """`run.py ingest` and `run.py flops` as a user runs them (real subprocesses), and the MFU peak resolution."""
 
 import json
-import math
 import subprocess
 import sys
 from pathlib import Path
@@ -9,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from miles.utils.bench_flops import ModelArch, forward_flops
-from miles.utils.bench_metrics import RunContext, read_records
+from miles.utils.bench_metrics import read_records
 from tests.benchmark.test_miles_reader import miles_log_calls, write_event_log
+from tests.benchmark.test_verl_reader import load_file_logger_class, write_verl_run
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RUN_PY = REPO_ROOT / "scripts" / "benchmark" / "run.py"
@@ -39,6 +39,19 @@ class TestFlopsCommand:
         by_path = run_cli("flops", "--model", str(MODEL_CONFIGS / "qwen3-0.6b.json"), "--seq-lens", "512", "--json")
         by_name = run_cli("flops", "--model", "qwen3-0.6b", "--seq-lens", "512", "--json")
         assert json.loads(by_path.stdout)["per_sequence"] == json.loads(by_name.stdout)["per_sequence"]
+
+    def test_markdown_table_lists_every_model_and_length(self):
+        result = run_cli("flops", "--model", "qwen3-1.7b-base,qwen3-30b-a3b", "--seq-lens", "1024,4096", "--markdown")
+        assert result.returncode == 0, result.stderr
+        rows = [line for line in result.stdout.splitlines() if line.startswith("| qwen3")]
+        assert [row.split(" | ")[:2] for row in rows] == [
+            ["| qwen3-1.7b-base", "1024"],
+            ["| qwen3-1.7b-base", "4096"],
+            ["| qwen3-30b-a3b", "1024"],
+            ["| qwen3-30b-a3b", "4096"],
+        ]
+        # Qwen3-1.7B has heads*head_dim == hidden and no router: Miles's formula equals ours there.
+        assert rows[0].split(" | ")[3] == "1.000"
 
     def test_bad_inputs_are_named(self, tmp_path):
         result = run_cli("flops", "--model", "qwen3-4b", "--seq-lens", "1024,abc")
@@ -82,6 +95,22 @@ class TestIngestCommand:
         assert four.train_tflops_per_gpu == eight.train_tflops_per_gpu
         assert four.train_mfu is None and any(f.startswith("mfu_unavailable:") for f in four.flags)
 
+    def test_ingest_a_killed_verl_run_written_by_the_real_file_logger(self, verl_root, tmp_path, monkeypatch):
+        file_logger_class = load_file_logger_class(verl_root)
+        sink = tmp_path / "sink" / "verl.jsonl"
+        sink.parent.mkdir()
+        write_verl_run(file_logger_class, sink, monkeypatch, range(1, 6), kill_mid_last_line=True)
+        out = tmp_path / "metrics.jsonl"
+        result = run_cli(
+            "ingest", "--framework", "verl", "--model", str(MODEL_CONFIGS / "qwen3-0.6b.json"), "--gpus", "8",
+            "--peak-tflops", "900", str(sink.parent), "-o", str(out),
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        records = read_records(out)
+        assert [r.step for r in records] == [1, 2, 3, 4, 5]
+        assert records[1].train_mfu == pytest.approx(records[1].train_tflops_per_gpu / 900)
+        assert any(f.startswith("truncated_last_line:") for f in records[-1].flags)
+
     def test_a_missing_source_fails_before_writing(self, tmp_path):
         out = tmp_path / "metrics.jsonl"
         result = run_cli(
@@ -89,28 +118,3 @@ class TestIngestCommand:
             "-o", str(out),
         )  # fmt: skip
         assert result.returncode == 2 and "nope.jsonl: no such file" in result.stderr and not out.exists()
-
-
-class TestRunContextPeak:
-    """The MFU peak: an override wins, then a measured peak, then the table; unknown devices give None + reason."""
-
-    def test_resolution_order(self):
-        table = RunContext.build(arch=None, num_train_gpus=8, device_name="NVIDIA H20")
-        assert (table.peak_tflops, table.peak_source) == (148.0, "table:H20")
-        measured = RunContext.build(arch=None, num_train_gpus=8, device_name="NVIDIA H20", measured_peak_tflops=131.0)
-        assert (measured.peak_tflops, measured.peak_source) == (131.0, "measured")
-        override = RunContext.build(
-            arch=None, num_train_gpus=8, device_name="NVIDIA H20", measured_peak_tflops=131.0, peak_tflops=150.0
-        )
-        assert (override.peak_tflops, override.peak_source) == (150.0, "override")
-
-    def test_unknown_device_is_none_with_a_reason(self):
-        ctx = RunContext.build(arch=None, num_train_gpus=8, device_name="Ascend 910B")
-        assert ctx.peak_tflops is None and "'Ascend 910B' is not in the peak table" in ctx.peak_source
-        assert ctx.num_rollout_gpus == 8  # colocated by default
-
-    def test_invalid_numbers_are_rejected_with_the_field(self):
-        with pytest.raises(ValueError, match="peak_tflops must be a finite number > 0, got inf"):
-            RunContext.build(arch=None, num_train_gpus=8, peak_tflops=math.inf)
-        with pytest.raises(ValueError, match="num_train_gpus must be > 0, got 0"):
-            RunContext.build(arch=None, num_train_gpus=0)

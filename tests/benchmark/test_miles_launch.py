@@ -117,6 +117,8 @@ class TestPinnedValues:
     def test_smoke_names_its_one_gpu_node(self):
         """Miles's rollout side assumes 8 GPUs per node unless told."""
         assert _flags(_launch("smoke").argv)["--num-gpus-per-node"] == ["1"]
+        split = _launch("smoke", layout="disaggregated")
+        assert _flags(split.argv)["--num-gpus-per-node"] == ["2"] and split.ray_head_argv[-3:-1] == ["--num-gpus", "2"]
 
 
 class TestRayWrapping:

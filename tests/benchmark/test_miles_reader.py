@@ -330,8 +330,6 @@ class TestBenchMetricsBackend:
         backends = {"rollout_manager": BenchMetricsBackend(), "actor": BenchMetricsBackend()}
         backends["rollout_manager"].init(args, primary=False, router_addr="http://127.0.0.1:3000")
         backends["actor"].init(args, primary=False)
-        # Two processes in one test: give each its own file, as two PIDs would.
-        backends["rollout_manager"]._path = backends["rollout_manager"]._path.with_name("bench-rm.jsonl")
         calls = miles_log_calls(range(3))
         for identity, step_key, metrics in calls:
             backends[identity["component"]].log(metrics, step=metrics.get(step_key), step_key=step_key)
@@ -340,7 +338,7 @@ class TestBenchMetricsBackend:
         folder = tmp_path / "events" / "bench_metrics"
         written = {p.name: read_records(p) for p in folder.glob("*.jsonl")}
         assert sorted(len(v) for v in written.values()) == [3, 6]  # RM: 1 per rollout; train rank: data + perf
-        rm_record = written["bench-rm.jsonl"][1]
+        rm_record = written["bench-rollout_manager.jsonl"][1]
         assert rm_record.step == 2 and rm_record.phases_s["generate"] == Rollout(1).generate
         assert "miles_unmerged" in rm_record.flags
         from_backend = build_step_records("miles", [folder], CTX)
@@ -351,3 +349,25 @@ class TestBenchMetricsBackend:
     def test_backend_without_a_folder_says_which_args_it_needs(self):
         with pytest.raises(ValueError, match="bench_metrics_dir"):
             BenchMetricsBackend().init(SimpleNamespace(), primary=True)
+
+
+class TestMilesProcessIdentity:
+    """Processes are told apart by the event's `source` identity, not by the file that holds the line."""
+
+    def test_a_restarted_process_writing_a_new_file_is_still_one_process(self, tmp_path):
+        calls = miles_log_calls(range(4))
+        folder = tmp_path / "events"
+        folder.mkdir()
+        for second, (identity, _key, metrics) in enumerate(calls):
+            restarted = second >= 8 and identity is TRAIN_RANK  # rollouts 2-3 of the train rank in a second file
+            name = "attempt2-" + process_file_name(identity) if restarted else process_file_name(identity)
+            with open(folder / name, "a", encoding="utf-8") as f:
+                f.write(event_line(identity, metrics, second) + "\n")
+        # The first attempt had also logged rollout 2's data before dying.
+        with open(folder / process_file_name(TRAIN_RANK), "a", encoding="utf-8") as f:
+            f.write(event_line(TRAIN_RANK, calls[9][2], 60) + "\n")
+        records = build_step_records("miles", [folder], CTX)  # files in name order: the first attempt comes first
+        assert [r.step for r in records] == [1, 2, 3, 4]
+        assert "duplicate_step:actor_cell0_rank0:kept_attempt_2_of_2" in records[2].flags
+        assert records[1].step_time_s == pytest.approx(Rollout(1).truth_step_time())
+        assert not any(f.startswith("conflict:") for r in records for f in r.flags)

@@ -18,8 +18,7 @@ CTX = RunContext.build(arch=ARCH, num_train_gpus=8, device_name="NVIDIA H200")
 SAMPLES = 64  # train_batch_size 16 x rollout.n 4
 
 
-@pytest.fixture(scope="module")
-def file_logger_class(verl_root):
+def load_file_logger_class(verl_root: Path):
     """verl/utils/tracking.py loaded by file path (it imports only the stdlib, orjson and packaging, not verl)."""
     path = verl_root / "verl" / "utils" / "tracking.py"
     spec = importlib.util.spec_from_file_location("_bench_verl_0_9_1_tracking", path)
@@ -27,6 +26,11 @@ def file_logger_class(verl_root):
     spec.loader.exec_module(module)
     assert "verl" not in sys.modules, "loading tracking.py must not import the verl package"
     return module.FileLogger
+
+
+@pytest.fixture(scope="module")
+def file_logger_class(verl_root):
+    return load_file_logger_class(verl_root)
 
 
 def verl_step_metrics(step: int, *, gen: float, update_actor: float, prompt_mean: float, response_mean: float) -> dict:

@@ -85,6 +85,21 @@ def flops_impl(model: str, seq_lens: list[int]) -> dict:
     return {"model": model, "model_type": arch.model_type, "per_sequence": rows}
 
 
+def comparison_markdown(models: list[str], seq_lens: list[int]) -> str:
+    """The docs table: train FLOPs per token of one sequence, ours, and each framework's own formula against it."""
+    lines = [
+        "| model | seq len | ours: train GFLOP/token | Miles formula / ours | VERL formula / ours |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for model in models:
+        for row in flops_impl(model, seq_lens)["per_sequence"]:
+            lines.append(
+                f"| {model} | {row['seq_len']} | {row['train_flops'] / row['seq_len'] / 1e9:.2f} "
+                f"| {row['miles_over_ours']:.3f} | {row['verl_over_ours']:.3f} |"
+            )
+    return "\n".join(lines)
+
+
 def ingest_impl(
     *,
     framework: str,
@@ -120,10 +135,17 @@ def register(app: typer.Typer) -> None:
         model: Annotated[str, typer.Option(help="preset name, model_configs name, or HF config.json path")],
         seq_lens: Annotated[str, typer.Option(help="comma-separated sequence lengths, e.g. 1024,4096")],
         json_output: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
+        markdown: Annotated[
+            bool, typer.Option(help="print the docs table; --model may then list several, comma-separated")
+        ] = False,
     ) -> None:
         """FLOPs of one sequence per length: forward, train (3x forward), and the frameworks' own formulas."""
+        lengths = _parse_seq_lens(seq_lens)
         try:
-            result = flops_impl(model, _parse_seq_lens(seq_lens))
+            if markdown:
+                typer.echo(comparison_markdown([m for m in model.split(",") if m], lengths))
+                return
+            result = flops_impl(model, lengths)
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from exc
         if json_output:

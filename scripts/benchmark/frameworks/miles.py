@@ -186,7 +186,7 @@ def _megatron(spec: BenchmarkSpec) -> list[str]:
 def _placement(spec: BenchmarkSpec, layout: Layout) -> list[str]:
     nodes = spec.run.nodes
     argv = ["--actor-num-nodes", fmt(nodes), "--actor-num-gpus-per-node", fmt(spec.train_gpus(layout) // nodes)]
-    argv += ["--num-gpus-per-node", fmt(spec.run.gpus_per_node)]
+    argv += ["--num-gpus-per-node", fmt(spec.gpus_per_node(layout))]
     if layout == "colocate":
         return argv + ["--colocate"]
     return argv + ["--rollout-num-gpus", fmt(spec.rollout_gpus(layout))]
@@ -223,14 +223,14 @@ def build_miles_launch(
     env_json = json.dumps(runtime_env(backend, paths), sort_keys=True)
     launch_argv = ["ray", "job", "submit", "--address", paths.ray_dashboard, "--runtime-env-json", env_json, "--"]
     head = ["ray", "start", "--head", "--block", "--node-ip-address", "127.0.0.1"]
-    head += ["--num-gpus", str(spec.run.gpus_per_node), "--disable-usage-stats"]
+    head += ["--num-gpus", str(spec.gpus_per_node(layout)), "--disable-usage-stats"]
     return FrameworkLaunch(
         framework="miles",
         backend=backend,
         layout=layout,
         argv=argv,
         launch_argv=launch_argv + argv,
-        env={"PYTHONUNBUFFERED": "1", "RAY_ADDRESS": paths.ray_dashboard},
+        env={"PYTHONUNBUFFERED": "1"},
         sink={"format": "miles-event-log", "path": SINK_DIR},
         ray_head_argv=head,
         blocks=blocks,

@@ -1,0 +1,45 @@
+"""`run.py convert-data`: write the VERL parquet files from a Miles jsonl slice (the plan's prepare step)."""
+
+from __future__ import annotations
+
+import typer
+
+
+def convert_data(
+    source: str = typer.Option(..., help="Miles jsonl (prompt + label rows)"),
+    start: int = typer.Option(..., help="first row of the slice"),
+    end: int = typer.Option(..., help="end row of the slice (exclusive)"),
+    train_file: str = typer.Option(..., help="parquet to write"),
+    val_file: str = typer.Option(..., help="small validation parquet to write"),
+    val_rows: int = typer.Option(8, help="rows in the validation parquet"),
+    input_key: str = typer.Option("prompt"),
+    label_key: str = typer.Option("label"),
+    data_source: str = typer.Option("math_dapo", help="VERL data_source: routes rows to VERL's scorer"),
+) -> None:
+    """Convert Miles jsonl rows [start:end) to VERL parquet, keeping Miles's row order."""
+    from scripts.benchmark.data_prep import convert_jsonl_to_parquet
+
+    try:
+        report = convert_jsonl_to_parquet(
+            source=source,
+            start=start,
+            end=end,
+            train_file=train_file,
+            val_file=val_file,
+            val_rows=val_rows,
+            input_key=input_key,
+            label_key=label_key,
+            data_source=data_source,
+        )
+    except (OSError, ValueError) as exc:
+        typer.echo(f"convert-data: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(f"wrote {report.train_rows} rows to {report.train_file} and {report.val_rows} to {report.val_file}")
+    if report.rows_with_rm_type:
+        typer.echo(
+            f"note: {report.rows_with_rm_type} rows carry metadata.rm_type, which overrides Miles's --rm-type for them"
+        )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("convert-data")(convert_data)

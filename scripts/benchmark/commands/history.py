@@ -1,0 +1,218 @@
+# doc-dev: docs/benchmark.md
+"""`record`, `check`, `untrust` and `history`: the benchmark's history database and its regression check.
+
+- `record DIR --store URL`: store every cell of DIR/report.json as one run of its series, with provenance; the run is
+  trusted when it passes the check (or with --baseline-reset), untrusted with --untrusted.
+- `check DIR --store URL`: judge DIR against the trusted history; writes DIR/check.md (and appends it to
+  $GITHUB_STEP_SUMMARY); exit 1 regression, 0 pass, 2 could not judge.
+- `untrust --store URL (--run-id N ... | --commit SHA) --reason TEXT`: revoke trust (rows are kept); --restore undoes.
+- `history --store URL`: change points per series and gated metric, with a trend PNG each.
+
+Caveats:
+- sqlalchemy, scipy, otava and matplotlib are imported inside the command bodies (fast --help).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from scripts.benchmark.history_store import Provenance
+    from scripts.benchmark.regression_check import CheckSettings
+
+_STORE_HELP = "history database: a SQLite file path or URL (sqlite:///x.db), or postgresql://user@host/db"
+
+StoreOpt = Annotated[str, typer.Option("--store", help=_STORE_HELP)]
+
+
+def _settings(
+    thresholds: list[str] | None,
+    window: int | None,
+    min_history: int | None,
+    alpha: float | None,
+    drift_horizon: int | None,
+) -> CheckSettings:
+    """CheckSettings from the CLI; an option left out keeps the CheckSettings default (one source of defaults)."""
+    from scripts.benchmark.regression_check import DEFAULT_GATES, CheckSettings, MetricGate
+
+    gates = dict(DEFAULT_GATES)
+    for item in thresholds or []:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise typer.BadParameter(f"--threshold expects METRIC=FRACTION, got {item!r}")
+        old = gates.get(name, MetricGate(threshold=0.0, required=False))
+        gates[name] = MetricGate(threshold=float(value), required=old.required)
+    given = dict(window=window, min_history=min_history, alpha=alpha, drift_horizon=drift_horizon)
+    return CheckSettings(gates=gates, **{k: v for k, v in given.items() if v is not None})
+
+
+def check_impl(run_dir: Path, store_url: str, settings: CheckSettings, output: Path | None) -> int:
+    """Judge run_dir, write the markdown verdict (and check.json) and return the exit code."""
+    from scripts.benchmark.history_gate import check_runs
+    from scripts.benchmark.history_input import read_report_runs
+    from scripts.benchmark.history_store import HistoryStore
+    from scripts.benchmark.regression_check import exit_code, render_markdown
+
+    runs = read_report_runs(run_dir)
+    with HistoryStore(store_url) as store:
+        checks, notes = check_runs(store, runs, settings)
+    markdown = render_markdown(checks, title="Performance check", notes=notes)
+    output = output or Path(run_dir) / "check.md"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(markdown, encoding="utf-8")
+    rows = [{**c.__dict__, "verdict": c.verdict.value} for c in checks]
+    output.with_suffix(".json").write_text(
+        json.dumps({"exit_code": exit_code(checks), "checks": rows, "notes": notes}, indent=1), encoding="utf-8"
+    )
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a", encoding="utf-8") as f:
+            f.write(markdown + "\n")
+    typer.echo(markdown)
+    return exit_code(checks)
+
+
+def record_impl(
+    run_dir: Path,
+    store_url: str,
+    provenance: Provenance,
+    *,
+    trust: str,
+    baseline_reset: bool,
+    settings: CheckSettings,
+) -> list[int]:
+    """Record every cell; trust 'auto' means trusted iff the check passes (0), as in Miles's gate."""
+    from scripts.benchmark.history_gate import check_runs
+    from scripts.benchmark.history_input import read_report_runs
+    from scripts.benchmark.history_store import HistoryStore
+    from scripts.benchmark.regression_check import exit_code
+
+    runs = read_report_runs(run_dir)
+    ids = []
+    with HistoryStore(store_url) as store:
+        for run in runs:
+            trusted = trust == "yes" or baseline_reset
+            if trust == "auto" and not baseline_reset:
+                checks, _ = check_runs(store, [run], settings)
+                trusted = exit_code(checks) == 0
+            run_id = store.record(run, provenance, trusted=trusted, baseline_reset=baseline_reset)
+            typer.echo(f"recorded run {run_id}: {run.series.label()} cell {run.cell_id} trusted={trusted}")
+            ids.append(run_id)
+    return ids
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("record")
+    def record(
+        run_dir: Annotated[Path, typer.Argument(help="run folder holding report.json")],
+        store: StoreOpt = "bench-history.db",
+        commit: Annotated[str | None, typer.Option(help="commit sha (default $GITHUB_SHA)")] = None,
+        pr: Annotated[int | None, typer.Option(help="PR number (default from $GITHUB_REF)")] = None,
+        ci_run_id: Annotated[str | None, typer.Option(help="CI run id (default $GITHUB_RUN_ID)")] = None,
+        trigger: Annotated[str | None, typer.Option(help="schedule, pull_request, manual...")] = None,
+        ref: Annotated[str | None, typer.Option(help="git ref (default $GITHUB_REF)")] = None,
+        untrusted: Annotated[bool, typer.Option(help="store the run but never use it as a baseline")] = False,
+        trusted: Annotated[bool, typer.Option(help="trust the run without checking it first")] = False,
+        baseline_reset: Annotated[
+            bool, typer.Option(help="an accepted change of level: baselines start again at this run")
+        ] = False,
+    ) -> None:
+        """Record a run folder's report.json into the history database."""
+        from scripts.benchmark.history_input import provenance_from_env
+
+        if untrusted and (trusted or baseline_reset):
+            raise typer.BadParameter("--untrusted contradicts --trusted / --baseline-reset")
+        provenance = provenance_from_env(commit=commit, pr=pr, ci_run_id=ci_run_id, trigger=trigger, ref=ref)
+        trust = "no" if untrusted else "yes" if trusted else "auto"
+        try:
+            record_impl(
+                run_dir, store, provenance, trust=trust, baseline_reset=baseline_reset,
+                settings=_settings(None, None, None, None, None),
+            )  # fmt: skip
+        except Exception as e:  # the nightly job must see the failure, distinct from a regression (1)
+            typer.echo(f"error: not recorded: {type(e).__name__}: {e}", err=True)
+            raise typer.Exit(2) from e
+
+    @app.command("check")
+    def check(
+        run_dir: Annotated[Path, typer.Argument(help="run folder holding report.json")],
+        store: StoreOpt = "bench-history.db",
+        output: Annotated[Path | None, typer.Option(help="markdown verdict (default DIR/check.md)")] = None,
+        threshold: Annotated[
+            list[str] | None, typer.Option(help="METRIC=FRACTION practical threshold, repeatable")
+        ] = None,
+        window: Annotated[int | None, typer.Option(help="trusted runs in the baseline [20]")] = None,
+        min_history: Annotated[int | None, typer.Option(help="fewer trusted runs: cold start, passes [5]")] = None,
+        alpha: Annotated[float | None, typer.Option(help="one-sided significance level [0.02]")] = None,
+        drift_horizon: Annotated[
+            int | None, typer.Option(help="the anchor window ends this many trusted runs ago [30]")
+        ] = None,
+    ) -> None:
+        """Exit 1 if the run regressed against its series' trusted history, 0 if not, 2 if it could not judge."""
+        try:
+            settings = _settings(threshold, window, min_history, alpha, drift_horizon)
+            code = check_impl(run_dir, store, settings, output)
+        except Exception as e:  # exit 1 must only ever mean "regression": any failure to judge is 2
+            typer.echo(f"error: could not judge: {type(e).__name__}: {e}", err=True)
+            raise typer.Exit(2) from e
+        raise typer.Exit(code)
+
+    @app.command("untrust")
+    def untrust(
+        store: StoreOpt = "bench-history.db",
+        run_id: Annotated[list[int] | None, typer.Option(help="run id, repeatable")] = None,
+        commit: Annotated[str | None, typer.Option(help="every run of this commit (prefix)")] = None,
+        reason: Annotated[str, typer.Option(help="why (kept with the run)")] = "",
+        restore: Annotated[bool, typer.Option(help="trust the runs again instead")] = False,
+    ) -> None:
+        """Revoke (or restore) the trusted flag of runs; no row is ever deleted."""
+        from scripts.benchmark.history_store import HistoryStore
+
+        if not reason:
+            raise typer.BadParameter("--reason is required: it is kept with the run")
+        with HistoryStore(store) as db:
+            ids = list(run_id or []) + (db.run_ids_for_commit(commit) if commit else [])
+            if not ids:
+                typer.echo("error: no run selected (give --run-id or a --commit that has runs)", err=True)
+                raise typer.Exit(2)
+            changed = db.set_trusted(ids, trusted=restore, note=reason)
+        missing = sorted(set(ids) - set(changed))
+        typer.echo(f"{'trusted' if restore else 'untrusted'} runs {changed}")
+        if missing:
+            typer.echo(f"error: no such run id(s) {missing}", err=True)
+            raise typer.Exit(2)
+
+    @app.command("history")
+    def history(
+        store: StoreOpt = "bench-history.db",
+        output_dir: Annotated[Path, typer.Option(help="history.md and one trend PNG per series")] = Path(
+            "bench-history"
+        ),
+        series: Annotated[str | None, typer.Option(help="only series whose label contains this")] = None,
+        metric: Annotated[list[str] | None, typer.Option(help="metrics (default: the gated ones)")] = None,
+        p_value: Annotated[float, typer.Option(help="Otava's max p-value")] = 0.001,
+        min_segment: Annotated[int, typer.Option(help="minimum runs between change points")] = 5,
+        window: Annotated[int, typer.Option(help="Otava's sliding window")] = 50,
+        magnitude: Annotated[float, typer.Option(help="Otava's minimum relative change")] = 0.0,
+    ) -> None:
+        """Change points (E-divisive means + t-test, as Apache Otava) per series, with a trend plot each."""
+        from scripts.benchmark.history_gate import render_changes_markdown, series_changes
+        from scripts.benchmark.history_plot import plot_trace
+        from scripts.benchmark.history_store import HistoryStore
+        from scripts.benchmark.regression_check import DEFAULT_GATES
+
+        with HistoryStore(store) as db:
+            traces = series_changes(
+                db, metrics=metric or list(DEFAULT_GATES), series_filter=series, max_pvalue=p_value,
+                min_segment=min_segment, window=window, min_magnitude=magnitude,
+            )  # fmt: skip
+        plots = {(t.series, t.metric): str(plot_trace(t, output_dir)) for t in traces}
+        markdown = render_changes_markdown(traces, plots=plots)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        (output_dir / "history.md").write_text(markdown, encoding="utf-8")
+        typer.echo(markdown)

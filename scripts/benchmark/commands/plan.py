@@ -1,0 +1,169 @@
+"""The main job (the app callback, no subcommand): plan matched Miles/VERL launches from one spec, then run them.
+
+    run.py --backend {fsdp,megatron,all} [--compare-verl] --preset NAME | --spec FILE
+           [--layout colocate|disaggregated] --output-dir DIR [--dry-run] [--num-steps N] [--gpus-per-node N]
+
+Writes DIR/plan.json, DIR/cells/<id>.sh, DIR/parity.md and DIR/parity.json, prints a summary; without --dry-run it
+then runs the plan into the same DIR (`run.py execute`, see commands/execute.py). Exit codes: 0 planned (dry run) /
+all cells complete; 1 a cell did not complete; 2 bad input (spec validation, options); 3 the launches do not match
+(parity) or are invalid (flags, VERL strict composition); 4 this machine cannot execute the plan (what is missing is
+printed); 130 interrupted (resume with `run.py execute --resume DIR`).
+"""
+
+from __future__ import annotations
+
+import typer
+
+EXIT_BAD_INPUT, EXIT_PARITY, EXIT_CANNOT_EXECUTE = 2, 3, 4
+
+
+def _fail(code: int, message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def plan_impl(
+    *,
+    backend: str,
+    compare_verl: bool,
+    preset: str | None,
+    spec_file: str | None,
+    layout: str | None,
+    output_dir: str,
+    dry_run: bool,
+    num_steps: int | None,
+    gpus_per_node: int | None,
+    miles_root: str | None,
+    megatron_root: str | None,
+    repeats: int | None = None,
+) -> None:
+    import os
+    from pathlib import Path
+
+    from pydantic import ValidationError
+
+    from scripts.benchmark.frameworks.miles import MilesPaths
+    from scripts.benchmark.plan import PlanError, PlanOptions, build_plan, verl_compose_check, write_plan
+    from scripts.benchmark.spec import BACKENDS, load_preset, load_spec_file, with_overrides
+    from scripts.benchmark.verl_config import find_verl_root
+
+    if (preset is None) == (spec_file is None):
+        _fail(EXIT_BAD_INPUT, "give exactly one of --preset NAME or --spec FILE")
+    if backend not in ("fsdp", "megatron", "all"):
+        _fail(EXIT_BAD_INPUT, f"--backend must be fsdp, megatron or all, got {backend!r}")
+    if layout not in (None, "colocate", "disaggregated"):
+        _fail(EXIT_BAD_INPUT, f"--layout must be colocate or disaggregated, got {layout!r}")
+    try:
+        spec = load_preset(preset) if preset else load_spec_file(spec_file)
+        spec = with_overrides(spec, layout=layout, num_steps=num_steps, gpus_per_node=gpus_per_node)
+    except ValidationError as exc:
+        details = [f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg']}" for e in exc.errors()]
+        _fail(EXIT_BAD_INPUT, "invalid spec:\n  - " + "\n  - ".join(details))
+    except (ValueError, OSError) as exc:
+        _fail(EXIT_BAD_INPUT, f"invalid spec: {exc}")
+    paths = MilesPaths.from_env()
+    paths = MilesPaths(miles_root=miles_root or paths.miles_root, megatron_root=megatron_root or paths.megatron_root)
+    out = Path(output_dir).resolve()
+    if not dry_run and (out / "manifest.json").exists():
+        _fail(
+            EXIT_BAD_INPUT,
+            f"{out} already holds a run (manifest.json): resume it with `run.py execute --resume {out}`",
+        )
+    options = PlanOptions(
+        backends=BACKENDS if backend == "all" else (backend,),
+        layout=spec.placement.layout,
+        compare_verl=compare_verl,
+        output_dir=out,
+        paths=paths,
+    )
+    try:
+        plan = build_plan(spec, preset, options)
+    except PlanError as exc:
+        if exc.plan is not None:
+            write_plan(exc.plan, out)
+        _fail(EXIT_PARITY, f"{exc} (see {out / 'parity.md'})")
+    written = write_plan(plan, out)
+    _print_summary(plan, written, out)
+    compose = verl_compose_check(plan, find_verl_root()) if compare_verl else {}
+    if compose is None:
+        where = os.environ.get("VERL_ISOLATED_DIR") or ".cache/verl-0.9.1 or an installed verl"
+        typer.echo(f"VERL strict compose: skipped (no VERL 0.9.1 config found in {where})")
+    elif compose:
+        bad = {cell: problems for cell, problems in compose.items() if problems}
+        if bad:
+            _fail(EXIT_PARITY, f"VERL overrides do not compose against VERL 0.9.1: {bad}")
+        typer.echo(f"VERL strict compose: ok for {len(compose)} cell(s)")
+    if dry_run:
+        typer.echo("dry run: nothing executed")
+        return
+    from scripts.benchmark.preflight import check_can_execute
+
+    missing = check_can_execute(plan.data)
+    if missing:
+        _fail(EXIT_CANNOT_EXECUTE, "cannot execute the plan on this machine:\n  - " + "\n  - ".join(missing))
+    from scripts.benchmark.commands.execute import execute_impl
+
+    code = execute_impl(out / "plan.json", out, {"repeats": repeats}, resume=False)
+    if code:
+        raise typer.Exit(code)
+
+
+def _print_summary(plan, written, out) -> None:
+    data = plan.data
+    typer.echo(f"spec {data['spec']['name']} ({data['spec_hash']}), {len(data['cells'])} cell(s):")
+    for cell in data["cells"]:
+        gpus = cell["gpus"]
+        typer.echo(
+            f"  {cell['id']:<32} {gpus['train']} train + {gpus['rollout']} rollout GPUs "
+            f"({gpus['total']} total), {cell['num_steps']} steps -> {out / cell['script']}"
+        )
+    for step in data["prepare"]:
+        typer.echo(f"  prepare {step['name']}: creates {step['creates']}")
+    for pair in plan.parity["pairs"]:
+        c = pair["counts"]
+        typer.echo(
+            f"  parity {pair['miles_cell']} vs {pair['verl_cell']}: {c['matched']} matched, "
+            f"{c['asymmetry']} declared asymmetries, {c['MISMATCH']} mismatches"
+        )
+    typer.echo(f"wrote {len(written)} files under {out}")
+
+
+def main_callback(
+    ctx: typer.Context,
+    backend: str = typer.Option("all", help="fsdp, megatron or all"),
+    compare_verl: bool = typer.Option(False, "--compare-verl", help="also plan the matched VERL cells"),
+    preset: str = typer.Option(None, help="preset name (scripts/benchmark/presets/<name>.yaml)"),
+    spec: str = typer.Option(None, "--spec", help="a spec YAML file instead of a preset"),
+    layout: str = typer.Option(None, help="colocate or disaggregated (default: the spec's)"),
+    output_dir: str = typer.Option(None, help="folder for plan.json, cells/, parity.md"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="write the plan and stop"),
+    num_steps: int = typer.Option(None, help="override run.num_steps"),
+    gpus_per_node: int = typer.Option(None, help="override run.gpus_per_node"),
+    miles_root: str = typer.Option(None, help="Miles checkout on the GPU node (default $MILES_ROOT or /root/miles)"),
+    megatron_root: str = typer.Option(None, help="Megatron-LM checkout (default $MEGATRON_ROOT or /root/Megatron-LM)"),
+    repeats: int = typer.Option(None, help="repeats of every cell, interleaved (run only) [1]"),
+) -> None:
+    """Plan (and, without --dry-run, run) the Miles vs VERL matrix for one spec."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if output_dir is None:
+        typer.echo(ctx.get_help())
+        _fail(EXIT_BAD_INPUT, "--output-dir is required")
+    plan_impl(
+        backend=backend,
+        compare_verl=compare_verl,
+        preset=preset,
+        spec_file=spec,
+        layout=layout,
+        output_dir=output_dir,
+        dry_run=dry_run,
+        num_steps=num_steps,
+        gpus_per_node=gpus_per_node,
+        miles_root=miles_root,
+        megatron_root=megatron_root,
+        repeats=repeats,
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.callback(invoke_without_command=True)(main_callback)

@@ -1,0 +1,89 @@
+"""`run.py report DIR`: steady state, summaries with CIs, Miles/VERL comparison and plots for one run folder.
+
+- Reads DIR/manifest.json, each complete repeat's metrics.jsonl and environment.json, DIR/plan.json, DIR/parity.json.
+- Writes DIR/report.md, DIR/report.json (contract 3), DIR/report.html and DIR/plots/*.png; prints report.md.
+- Exit status: 0 when the report was written; 1 when DIR is not a run folder or has no complete cell.
+
+Caveats:
+- Refused comparisons (parity, hardware) are reported, not errors: the exit status stays 0.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+
+def load_calibration() -> tuple[Callable | None, Callable | None, str | None]:
+    """The calibration readers (measured peak, roofline) when scripts/benchmark/calibration_data.py exists."""
+    try:
+        module = importlib.import_module("scripts.benchmark.calibration_data")
+    except ModuleNotFoundError as error:
+        if error.name != "scripts.benchmark.calibration_data":
+            raise
+        return None, None, "calibration data module (scripts/benchmark/calibration_data.py) is not in this checkout"
+    return module.measured_peak_tflops, module.roofline_tflops, None
+
+
+def report_impl(
+    run_dir: Path, *, reps: int, confidence: float, seed: int, family_wise: bool = True, calibration: bool = True
+) -> tuple[dict[str, Any], dict[str, Path]]:
+    """Analyse and write; returns the report document and the written files."""
+    from scripts.benchmark.analysis import analyse_run_folder
+    from scripts.benchmark.report import write_report
+
+    measured_peak, roofline, note = load_calibration() if calibration else (None, None, "disabled by --no-calibration")
+    doc = analyse_run_folder(
+        run_dir,
+        reps=reps,
+        confidence=confidence,
+        seed=seed,
+        family_wise=family_wise,
+        measured_peak_tflops=measured_peak,
+        roofline_tflops=roofline,
+    )
+    if note:
+        doc["calibration_note"] = note
+    return doc, write_report(doc, run_dir)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("report")
+    def report(
+        run_dir: Annotated[Path, typer.Argument(help="run folder written by the runner (holds manifest.json)")],
+        reps: Annotated[int, typer.Option(help="bootstrap resamples per comparison")] = 4000,
+        confidence: Annotated[float, typer.Option(help="confidence level of every interval")] = 0.95,
+        seed: Annotated[int, typer.Option(help="bootstrap seed (fixed, so a report is reproducible)")] = 0,
+        family_wise: Annotated[
+            bool,
+            typer.Option(
+                "--family-wise/--per-metric",
+                help="Bonferroni-adjust the intervals of each Miles/VERL pair over its metrics (default) or not",
+            ),
+        ] = True,
+        calibration: Annotated[
+            bool, typer.Option(help="use the committed calibration data (measured peak, roofline)")
+        ] = True,
+        quiet: Annotated[bool, typer.Option(help="do not print report.md")] = False,
+    ) -> None:
+        """Analyse a run folder and write report.md, report.json, report.html and plots into it."""
+        if not 0 < confidence < 1:
+            raise typer.BadParameter(f"--confidence must be in (0, 1), got {confidence}")
+        if reps < 100:
+            raise typer.BadParameter(f"--reps must be at least 100 for a percentile interval, got {reps}")
+        if not (run_dir / "manifest.json").is_file():
+            typer.echo(f"error: {run_dir}/manifest.json not found: not a benchmark run folder", err=True)
+            raise typer.Exit(1)
+        doc, written = report_impl(
+            run_dir, reps=reps, confidence=confidence, seed=seed, family_wise=family_wise, calibration=calibration
+        )
+        if not quiet:
+            typer.echo(written["report.md"].read_text(encoding="utf-8"))
+        typer.echo("wrote " + ", ".join(str(p) for p in written.values()), err=True)
+        if not doc["cells"]:
+            typer.echo(f"error: no complete cell in {run_dir} (see report.md, Incomplete cells)", err=True)
+            raise typer.Exit(1)

@@ -1,0 +1,39 @@
+# doc-dev: docs/benchmark.md
+"""`simulate-check`: measure the regression check's false alarms and power on simulated series (CPU, seconds).
+
+- Prints (and with --output writes) the markdown table that docs/benchmark.md carries; see check_simulation.py for
+  the noise model and the three methods compared.
+
+Caveats:
+- numpy and scipy are imported inside the command body.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("simulate-check")
+    def simulate_check(
+        trials: Annotated[int, typer.Option(help="simulated series per table row")] = 4000,
+        seed: Annotated[int, typer.Option(help="random seed")] = 0,
+        between_run_share: Annotated[float, typer.Option(help="share of the step variance that is per run")] = 0.25,
+        output: Annotated[Path | None, typer.Option(help="also write the table here")] = None,
+    ) -> None:
+        """False-alarm rate and detection power of this check vs last-run and Miles-band gates, same series."""
+        from scripts.benchmark.check_simulation import SimulationSettings, render_table, run_simulation
+
+        if trials < 100:
+            raise typer.BadParameter(f"--trials must be >= 100 for rates to mean anything, got {trials}")
+        if not 0 <= between_run_share <= 1:
+            raise typer.BadParameter(f"--between-run-share must be in [0, 1], got {between_run_share}")
+        settings = SimulationSettings(trials=trials, seed=seed, between_run_share=between_run_share)
+        table = render_table(run_simulation(settings))
+        if output is not None:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_text(table, encoding="utf-8")
+        typer.echo(table)

@@ -1,0 +1,307 @@
+# doc-dev: docs/benchmark.md
+"""The benchmark history database: one code path (SQLAlchemy Core) for a SQLite file and a PostgreSQL server.
+
+- `open_store(url)` accepts a SQLAlchemy URL (`sqlite:///history.db`, `postgresql+psycopg://user@host/db`), a bare
+  `postgresql://` URL (mapped to the psycopg 3 driver) or a plain file path (a SQLite file); it creates the tables.
+- A run series is `SeriesKey(preset, framework, backend, layout, hardware, spec_hash)`, like the run series of
+  Miles's metric-history gate; one recorded run is one cell of one report.json.
+- Each run keeps its provenance (commit, PR, CI run id, trigger, ref, environment record) and a `trusted` flag;
+  `set_trusted` flips it with a reason and a timestamp and never deletes a row.
+- `baseline_reset` marks a run from which baselines start again (an accepted, intended change of level).
+
+Caveats:
+- Runs are ordered by insertion (`id`), which is the nightly order; backfilled runs sort where they were inserted.
+- Values are stored as floats or NULL (missing or non-finite); NaN never reaches the database.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+_metadata = sa.MetaData()
+
+RUNS = sa.Table(
+    "bench_runs",
+    _metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("series", sa.String(400), nullable=False, index=True),
+    sa.Column("preset", sa.String(100), nullable=True),
+    sa.Column("framework", sa.String(20), nullable=False),
+    sa.Column("backend", sa.String(20), nullable=False),
+    sa.Column("layout", sa.String(20), nullable=False),
+    sa.Column("hardware", sa.String(100), nullable=True),
+    sa.Column("spec_hash", sa.String(64), nullable=False),
+    sa.Column("cell_id", sa.String(100), nullable=False),
+    sa.Column("report_generated_at", sa.String(40), nullable=False),
+    sa.Column("run_dir", sa.Text, nullable=False),
+    sa.Column("recorded_at", sa.String(40), nullable=False),
+    sa.Column("commit", sa.String(64), nullable=True),
+    sa.Column("pr", sa.Integer, nullable=True),
+    sa.Column("ci_run_id", sa.String(64), nullable=True),
+    sa.Column("trigger", sa.String(40), nullable=True),
+    sa.Column("ref", sa.String(200), nullable=True),
+    sa.Column("environment", sa.Text, nullable=False),
+    sa.Column("trusted", sa.Boolean, nullable=False),
+    sa.Column("trust_note", sa.Text, nullable=True),
+    sa.Column("trust_changed_at", sa.String(40), nullable=True),
+    sa.Column("baseline_reset", sa.Boolean, nullable=False, default=False),
+    sa.UniqueConstraint("series", "cell_id", "report_generated_at", "run_dir", name="uq_bench_runs_report_cell"),
+)
+
+VALUES = sa.Table(
+    "bench_values",
+    _metadata,
+    sa.Column("run_id", sa.Integer, sa.ForeignKey("bench_runs.id"), primary_key=True),
+    sa.Column("metric", sa.String(100), primary_key=True),
+    sa.Column("value", sa.Float, nullable=True),
+    sa.Column("repeat_values", sa.Text, nullable=False),
+    sa.Column("ci_low", sa.Float, nullable=True),
+    sa.Column("ci_high", sa.Float, nullable=True),
+    sa.Column("n", sa.Integer, nullable=False),
+    sa.Column("unit", sa.String(40), nullable=True),
+    sa.Column("direction", sa.String(10), nullable=True),
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SeriesKey:
+    """What makes two runs comparable: same preset, framework, backend, layout, hardware and resolved spec."""
+
+    preset: str | None
+    framework: str
+    backend: str
+    layout: str
+    hardware: str | None
+    spec_hash: str
+
+    def label(self) -> str:
+        return "/".join(
+            [self.preset or "-", self.framework, self.backend, self.layout, self.hardware or "-", self.spec_hash]
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Provenance:
+    """Where a run came from; every field is optional because a laptop run has none of them."""
+
+    commit: str | None = None
+    pr: int | None = None
+    ci_run_id: str | None = None
+    trigger: str | None = None
+    ref: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricValue:
+    """One metric of one run: the run-level value (median of the repeat medians) and what it was built from."""
+
+    metric: str
+    value: float | None
+    repeat_values: list[float] = field(default_factory=list)
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n: int = 0
+    unit: str | None = None
+    direction: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunToRecord:
+    series: SeriesKey
+    cell_id: str
+    report_generated_at: str
+    run_dir: str
+    environment: dict[str, Any]
+    values: list[MetricValue]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredRun:
+    id: int
+    series: str
+    cell_id: str
+    commit: str | None
+    pr: int | None
+    ci_run_id: str | None
+    trigger: str | None
+    recorded_at: str
+    trusted: bool
+    trust_note: str | None
+    baseline_reset: bool
+
+
+def normalize_url(url: str) -> str:
+    """A plain path becomes a SQLite URL; `postgresql://` selects psycopg 3 (the driver this project installs)."""
+    if "://" not in url:
+        return f"sqlite:///{Path(url).expanduser().resolve()}"
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    return url
+
+
+class HistoryStore:
+    """Read and write the history tables; every statement is SQLAlchemy Core, so both backends share it."""
+
+    def __init__(self, url: str) -> None:
+        self.url = normalize_url(url)
+        if self.url.startswith("sqlite:///"):
+            Path(self.url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        self.engine = sa.create_engine(self.url, future=True)
+        _metadata.create_all(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> HistoryStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def record(self, run: RunToRecord, provenance: Provenance, *, trusted: bool, baseline_reset: bool) -> int:
+        """Insert one run and its values in one transaction; refuses a cell of a report already recorded."""
+        row = {
+            "series": run.series.label(),
+            "preset": run.series.preset,
+            "framework": run.series.framework,
+            "backend": run.series.backend,
+            "layout": run.series.layout,
+            "hardware": run.series.hardware,
+            "spec_hash": run.series.spec_hash,
+            "cell_id": run.cell_id,
+            "report_generated_at": run.report_generated_at,
+            "run_dir": run.run_dir,
+            "recorded_at": _now(),
+            "commit": provenance.commit,
+            "pr": provenance.pr,
+            "ci_run_id": provenance.ci_run_id,
+            "trigger": provenance.trigger,
+            "ref": provenance.ref,
+            "environment": json.dumps(run.environment, sort_keys=True, default=str),
+            "trusted": trusted,
+            "baseline_reset": baseline_reset,
+        }
+        with self.engine.begin() as conn:
+            duplicate = conn.execute(
+                sa.select(RUNS.c.id).where(
+                    RUNS.c.series == row["series"],
+                    RUNS.c.cell_id == run.cell_id,
+                    RUNS.c.report_generated_at == run.report_generated_at,
+                    RUNS.c.run_dir == run.run_dir,
+                )
+            ).first()
+            if duplicate is not None:
+                raise ValueError(
+                    f"cell {run.cell_id!r} of the report generated at {run.report_generated_at} in {run.run_dir} "
+                    f"is already recorded as run {duplicate.id}"
+                )
+            run_id = conn.execute(sa.insert(RUNS).values(**row)).inserted_primary_key[0]
+            if run.values:
+                conn.execute(sa.insert(VALUES), [_value_row(run_id, v) for v in run.values])
+        return int(run_id)
+
+    def set_trusted(self, run_ids: Sequence[int], *, trusted: bool, note: str) -> list[int]:
+        """Flip the trusted flag of existing runs (rows stay); returns the ids that exist."""
+        with self.engine.begin() as conn:
+            found = [r.id for r in conn.execute(sa.select(RUNS.c.id).where(RUNS.c.id.in_(list(run_ids))))]
+            if found:
+                conn.execute(
+                    sa.update(RUNS)
+                    .where(RUNS.c.id.in_(found))
+                    .values(trusted=trusted, trust_note=note, trust_changed_at=_now())
+                )
+        return sorted(found)
+
+    def run_ids_for_commit(self, commit: str) -> list[int]:
+        """Ids of the runs whose commit starts with `commit` (a short sha is enough)."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(RUNS.c.id).where(RUNS.c.commit.startswith(commit, autoescape=True)))
+            return sorted(r.id for r in rows)
+
+    def list_series(self) -> list[str]:
+        with self.engine.connect() as conn:
+            return [r.series for r in conn.execute(sa.select(RUNS.c.series).distinct().order_by(RUNS.c.series))]
+
+    def runs(self, series: str) -> list[StoredRun]:
+        """All runs of a series in insertion order, trusted or not."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(RUNS).where(RUNS.c.series == series).order_by(RUNS.c.id))
+            return [_stored_run(r) for r in rows]
+
+    def values(self, run_ids: Iterable[int], metric: str) -> dict[int, float | None]:
+        """Run id -> stored run-level value of `metric` (None when missing or non-finite)."""
+        ids = list(run_ids)
+        if not ids:
+            return {}
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(VALUES.c.run_id, VALUES.c.value).where(VALUES.c.run_id.in_(ids), VALUES.c.metric == metric)
+            )
+            return {r.run_id: r.value for r in rows}
+
+    def metrics(self, series: str) -> list[str]:
+        with self.engine.connect() as conn:
+            query = (
+                sa.select(VALUES.c.metric)
+                .join(RUNS, RUNS.c.id == VALUES.c.run_id)
+                .where(RUNS.c.series == series)
+                .distinct()
+                .order_by(VALUES.c.metric)
+            )
+            return [r.metric for r in conn.execute(query)]
+
+
+def baseline_runs(runs: Sequence[StoredRun]) -> list[StoredRun]:
+    """Trusted runs since the latest trusted baseline reset (inclusive), oldest first."""
+    start = 0
+    for i, run in enumerate(runs):
+        if run.trusted and run.baseline_reset:
+            start = i
+    return [r for r in runs[start:] if r.trusted]
+
+
+def _value_row(run_id: int, v: MetricValue) -> dict[str, Any]:
+    finite = v.value is not None and math.isfinite(v.value)
+    return {
+        "run_id": run_id,
+        "metric": v.metric,
+        "value": float(v.value) if finite else None,
+        "repeat_values": json.dumps([x if math.isfinite(x) else None for x in v.repeat_values]),
+        "ci_low": _finite_or_none(v.ci_low),
+        "ci_high": _finite_or_none(v.ci_high),
+        "n": v.n,
+        "unit": v.unit,
+        "direction": v.direction,
+    }
+
+
+def _finite_or_none(x: float | None) -> float | None:
+    return float(x) if x is not None and math.isfinite(x) else None
+
+
+def _stored_run(r: Any) -> StoredRun:
+    return StoredRun(
+        id=r.id,
+        series=r.series,
+        cell_id=r.cell_id,
+        commit=r.commit,
+        pr=r.pr,
+        ci_run_id=r.ci_run_id,
+        trigger=r.trigger,
+        recorded_at=r.recorded_at,
+        trusted=bool(r.trusted),
+        trust_note=r.trust_note,
+        baseline_reset=bool(r.baseline_reset),
+    )
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,151 @@
+# doc-dev: docs/benchmark.md
+"""DIR/manifest.json: what the runner did to every cell repeat, written atomically after every change.
+
+- Shared contract fields per cell: id, framework, backend, layout, repeat, state (pending | running | complete |
+  failed | interrupted), reason, started_at, ended_at (ISO-8601 UTC or null), dir ("cells/<id>/rep-<k>"), metrics
+  ("cells/<id>/rep-<k>/metrics.jsonl").
+- Additional fields (readers may ignore them): steps_completed, num_steps, exit_code, previous_attempts (folders of
+  earlier attempts kept by --resume); top level: spec_hash, options (the execute options, reused by --resume),
+  prepare (one entry per preparation step), warnings.
+- `Manifest.save()` writes tmp + fsync + rename, so a reader never sees a half-written manifest.
+- `set_state` enforces the transitions: pending -> running -> complete | failed | interrupted, and a rerun
+  (failed | interrupted | running | complete-but-short) -> running.
+
+Caveats:
+- A cell left "running" by a harness that was SIGKILLed (no chance to write) is treated by --resume as partial.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+MANIFEST_NAME = "manifest.json"
+SCHEMA_VERSION = 1
+
+CellState = Literal["pending", "running", "complete", "failed", "interrupted"]
+_ALLOWED: dict[str, frozenset[str]] = {
+    "pending": frozenset({"running"}),
+    "running": frozenset({"complete", "failed", "interrupted", "running"}),
+    "failed": frozenset({"running"}),
+    "interrupted": frozenset({"running"}),
+    "complete": frozenset({"running"}),
+}
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2, sort_keys=False, allow_nan=False)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+@dataclass(kw_only=True)
+class CellRun:
+    id: str
+    framework: str
+    backend: str
+    layout: str
+    repeat: int
+    state: CellState = "pending"
+    reason: str | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+    dir: str = ""
+    metrics: str = ""
+    steps_completed: int = 0
+    num_steps: int | None = None
+    exit_code: int | None = None
+    previous_attempts: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.id, self.repeat)
+
+
+@dataclass(kw_only=True)
+class Manifest:
+    path: Path
+    cells: list[CellRun]
+    spec_hash: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    prepare: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.path.parent
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "plan": "plan.json",
+            "spec_hash": self.spec_hash,
+            "options": self.options,
+            "prepare": self.prepare,
+            "warnings": self.warnings,
+            "cells": [asdict(cell) for cell in self.cells],
+        }
+
+    def save(self) -> None:
+        write_json_atomic(self.path, self.to_json())
+
+    @classmethod
+    def load(cls, path: Path) -> Manifest:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("schema_version") != SCHEMA_VERSION:
+            raise ValueError(f"{path}: schema_version {data.get('schema_version')!r}, expected {SCHEMA_VERSION}")
+        known = set(CellRun.__dataclass_fields__)
+        cells = [CellRun(**{k: v for k, v in cell.items() if k in known}) for cell in data["cells"]]
+        return cls(
+            path=path,
+            cells=cells,
+            spec_hash=data.get("spec_hash"),
+            options=data.get("options") or {},
+            prepare=data.get("prepare") or [],
+            warnings=data.get("warnings") or [],
+        )
+
+    def find(self, cell_id: str, repeat: int) -> CellRun | None:
+        return next((c for c in self.cells if c.key == (cell_id, repeat)), None)
+
+    def set_state(self, cell: CellRun, state: CellState, *, reason: str | None = None) -> None:
+        if state not in _ALLOWED[cell.state]:
+            raise ValueError(f"cell {cell.id} rep {cell.repeat}: illegal transition {cell.state} -> {state}")
+        cell.state = state
+        cell.reason = reason
+        if state == "running":
+            cell.started_at, cell.ended_at, cell.exit_code = utc_now(), None, None
+        else:
+            cell.ended_at = utc_now()
+        self.save()
+
+
+def cell_dir_name(cell_id: str, repeat: int) -> str:
+    return f"cells/{cell_id}/rep-{repeat}"
+
+
+def new_cell_run(cell: dict[str, Any], repeat: int) -> CellRun:
+    rel = cell_dir_name(cell["id"], repeat)
+    return CellRun(
+        id=cell["id"],
+        framework=cell["framework"],
+        backend=cell["backend"],
+        layout=cell["layout"],
+        repeat=repeat,
+        dir=rel,
+        metrics=f"{rel}/metrics.jsonl",
+        num_steps=cell.get("num_steps"),
+    )

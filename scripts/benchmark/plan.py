@@ -1,0 +1,181 @@
+"""Build and write the plan of one benchmark invocation: cells, prepare steps, per-cell scripts and the parity proof.
+
+- `PlanOptions`: backends, layout, compare_verl, output_dir, Miles paths, the run.py path the prepare step calls.
+- `build_plan(spec, preset, options) -> Plan`: plan.json content (shared contract: schema_version, spec, spec_hash,
+  preset, prepare, cells), the per-cell launches, and the parity pairs. Every Miles cell's flags are checked against
+  the inventory; parity rows come from the emitted launches parsed back. A parity or flag error raises PlanError, but
+  the Plan (with the failing parity rows) is attached so it can still be written for review.
+- `verl_compose_check(plan)`: strict Hydra composition of every VERL cell when VERL 0.9.1's config is found.
+- `write_plan(plan, output_dir)`: plan.json, cells/<id>.sh (runnable, set -euo pipefail, defines BENCH_CELL_DIR),
+  parity.json, parity.md.
+
+Caveats:
+- Miles cells carry an extra key, `ray_head_argv` (the Ray head their `ray job submit` needs); the cell script starts
+  it in its own session and stops only that process group.
+- Secrets never enter a plan: env holds only the fixed values built here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scripts.benchmark.data_prep import converted_paths, prepare_step
+from scripts.benchmark.frameworks.miles import MilesPaths, build_miles_launch
+from scripts.benchmark.frameworks.verl import VerlData, build_verl_launch, overrides_of
+from scripts.benchmark.launch import FrameworkLaunch, quote, render_argv
+from scripts.benchmark.miles_flags import flag_problems, load_inventory
+from scripts.benchmark.parity import ParityError, build_parity, parity_json, parity_markdown
+from scripts.benchmark.spec import Backend, BenchmarkSpec, Layout, spec_hash, spec_json
+
+RUN_PY = Path(__file__).resolve().parent / "run.py"
+SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+
+
+class PlanError(ValueError):
+    def __init__(self, message: str, plan: Plan | None = None):
+        super().__init__(message)
+        self.plan = plan
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    backends: tuple[Backend, ...]
+    layout: Layout
+    compare_verl: bool
+    output_dir: Path
+    paths: MilesPaths = field(default_factory=MilesPaths)
+    run_py: str = str(RUN_PY)
+
+
+@dataclass
+class Plan:
+    data: dict[str, Any]
+    launches: list[FrameworkLaunch]
+    parity: dict[str, Any]
+    title: str
+
+
+def _cell(spec: BenchmarkSpec, launch: FrameworkLaunch) -> dict[str, Any]:
+    layout = launch.layout
+    cell = {
+        "id": launch.cell_id,
+        "framework": launch.framework,
+        "backend": launch.backend,
+        "layout": layout,
+        "argv": launch.argv,
+        "launch_argv": launch.launch_argv,
+        "env": launch.env,
+        "sink": launch.sink,
+        "gpus": {
+            "train": spec.train_gpus(layout),
+            "rollout": spec.rollout_gpus(layout),
+            "total": spec.total_gpus(layout),
+            "per_node": spec.gpus_per_node(layout),
+            "nodes": spec.run.nodes,
+        },
+        "num_steps": spec.run.num_steps,
+        "model_config": spec.model.config_path(),
+        "script": f"cells/{launch.cell_id}.sh",
+    }
+    if launch.ray_head_argv:
+        cell["ray_head_argv"] = launch.ray_head_argv
+    return cell
+
+
+def build_plan(spec: BenchmarkSpec, preset: str | None, options: PlanOptions) -> Plan:
+    data_dir = options.output_dir / "data"
+    train_file, val_file = converted_paths(spec, data_dir)
+    prepare = [prepare_step(spec, data_dir, options.run_py)] if options.compare_verl else []
+    inventory, launches, pairs, errors = load_inventory(), [], [], []
+    for backend in options.backends:
+        miles = build_miles_launch(spec, backend, options.layout, options.paths)
+        errors += [f"{miles.cell_id}: {p}" for p in flag_problems(miles.argv, backend, inventory)]
+        launches.append(miles)
+        if not options.compare_verl:
+            continue
+        verl = build_verl_launch(spec, backend, options.layout, VerlData(train_file, val_file))
+        launches.append(verl)
+        pair = {"backend": backend, "layout": options.layout, "miles_cell": miles.cell_id, "verl_cell": verl.cell_id}
+        try:
+            rows, error = (
+                build_parity(miles.argv, verl.argv, backend, options.layout, prepare[0]["argv"], inventory),
+                None,
+            )
+        except ParityError as exc:
+            rows, error = exc.rows, str(exc)
+            errors.append(f"parity {error}")
+        pairs.append({**pair, "rows": rows, "error": error})
+    digest = spec_hash(spec)
+    data = {
+        "schema_version": 1,
+        "spec": spec_json(spec),
+        "spec_hash": digest,
+        "preset": preset,
+        "prepare": prepare,
+        "cells": [_cell(spec, launch) for launch in launches],
+    }
+    _assert_no_secrets(data)
+    title = f"{preset or spec.name} ({options.layout})"
+    plan = Plan(data=data, launches=launches, parity=parity_json(digest, pairs), title=title)
+    if errors:
+        raise PlanError("; ".join(errors), plan)
+    return plan
+
+
+def _assert_no_secrets(data: dict[str, Any]) -> None:
+    for cell in data["cells"]:
+        leaked = [k for k in cell["env"] if any(marker in k.upper() for marker in SECRET_MARKERS)]
+        assert not leaked, f"secret-looking env keys in {cell['id']}: {leaked}"
+
+
+def verl_compose_check(plan: Plan, root: Path | None) -> dict[str, list[str]] | None:
+    """{cell id: problems} for every VERL cell, or None when VERL 0.9.1's config is not available here."""
+    if root is None:
+        return None
+    from scripts.benchmark.verl_config import verl_override_problems
+
+    return {
+        launch.cell_id: verl_override_problems(overrides_of(launch.argv), root)
+        for launch in plan.launches
+        if launch.framework == "verl"
+    }
+
+
+def render_cell_script(cell: dict[str, Any], prepare: list[dict[str, Any]], output_dir: Path) -> str:
+    cell_dir = f"{output_dir}/cells/{cell['id']}/rep-0"
+    lines = ["#!/usr/bin/env bash", f"# {cell['id']}: generated by scripts/benchmark/run.py; regenerate, do not edit."]
+    lines += ["set -euo pipefail", f'BENCH_CELL_DIR="${{BENCH_CELL_DIR:-{cell_dir}}}"', "export BENCH_CELL_DIR"]
+    lines += ['mkdir -p "${BENCH_CELL_DIR}/sink"']
+    for step in prepare:
+        lines += [f"if [ ! -e {quote(step['creates'])} ]; then", "  " + " ".join(quote(t) for t in step["argv"]), "fi"]
+    lines += [f"export {key}={quote(value)}" for key, value in sorted(cell["env"].items())]
+    if cell.get("ray_head_argv"):
+        head = " ".join(quote(t) for t in cell["ray_head_argv"])
+        lines += [f'setsid {head} >"${{BENCH_CELL_DIR}}/ray-head.log" 2>&1 &', "RAY_HEAD_PID=$!"]
+        lines += ["trap 'kill -TERM -- \"-${RAY_HEAD_PID}\" 2>/dev/null || true' EXIT"]
+        lines += [
+            "for _ in $(seq 1 90); do ray status --address 127.0.0.1:6379 >/dev/null 2>&1 && break; sleep 2; done"
+        ]
+    command = render_argv(cell["launch_argv"])
+    lines += [" \\\n".join(command)]
+    return "\n".join(lines) + "\n"
+
+
+def write_plan(plan: Plan, output_dir: Path) -> list[Path]:
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "cells").mkdir(exist_ok=True)
+    written = [output_dir / "plan.json", output_dir / "parity.json", output_dir / "parity.md"]
+    written[0].write_text(json.dumps(plan.data, indent=2) + "\n")
+    written[1].write_text(json.dumps(plan.parity, indent=2, default=str) + "\n")
+    written[2].write_text(parity_markdown(plan.parity, plan.title))
+    for cell in plan.data["cells"]:
+        script = output_dir / cell["script"]
+        script.write_text(
+            render_cell_script(cell, plan.data["prepare"] if cell["framework"] == "verl" else [], output_dir)
+        )
+        script.chmod(0o755)
+        written.append(script)
+    return written

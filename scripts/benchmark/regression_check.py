@@ -1,0 +1,256 @@
+# doc-dev: docs/benchmark.md
+"""The regression check: is a candidate run worse than the trusted history of its series, both significantly and
+by more than a practical threshold?
+
+- Baseline: the last `window` trusted runs of the series (since the latest baseline reset); runs further than 3.5
+  robust SDs (1.4826 x MAD) from their median are left out, the rest give the mean and SD. One outlier run is dropped;
+  one noisy run that is kept moves the baseline by at most 3.5 SD / n.
+- Test: a one-sided prediction test of the candidate against that baseline, standard error `s * sqrt(1 + 1 / n)`
+  (one new run plus the baseline's own error), Student t with n - 1 degrees of freedom.
+  The change and its 95% CI are relative to the baseline, signed by the metric's declared better direction (METRICS).
+- A metric REGRESSED when p < alpha AND the worsening exceeds its practical threshold; IMPROVED symmetrically.
+- Drift guard: the candidate is also judged against an anchor, the `window` trusted runs that ended `drift_horizon`
+  trusted runs ago, so a slow drift that the rolling baseline follows is still caught (DRIFTED).
+- `judge` is vectorised over leading axes, so the simulation (check_simulation.py) measures this very code.
+
+Caveats:
+- Fewer than `min_history` trusted runs: INACTIVE (cold start passes with a note), as in Miles's gate.
+- The test assumes the candidate ran with the same repeats and steps as the history (the spec hash guarantees it).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import stats
+
+from miles.utils.bench_metrics import METRICS
+
+# The MAD of a normal sample times this is its standard deviation.
+_MAD_TO_SD = 1.4826
+# History runs further than this many robust SDs from the median are left out of the baseline (conbench also
+# excludes outliers before its lookback z-score).
+_OUTLIER_SDS = 3.5
+
+
+class Verdict(str, enum.Enum):
+    REGRESSED = "REGRESSED"
+    DRIFTED = "DRIFTED"
+    IMPROVED = "IMPROVED"
+    UNCHANGED = "UNCHANGED"
+    INACTIVE = "INACTIVE"
+    ERROR = "ERROR"
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricGate:
+    """Practical threshold of one metric, as a relative change in its worse direction."""
+
+    threshold: float
+    required: bool
+
+
+# 3% rather than the 5% tolerance quoted by Datadog SMP: at the point estimate a true 5% regression exceeds a 5%
+# threshold only half of the time; 3% gives >= 90% detection at CV 2% (docs/benchmark.md, simulation table).
+DEFAULT_GATES: dict[str, MetricGate] = {
+    "step_time_s": MetricGate(threshold=0.03, required=True),
+    "train_tokens_per_s": MetricGate(threshold=0.03, required=False),
+    "rollout_tokens_per_gpu_s": MetricGate(threshold=0.03, required=False),
+    "train_tflops_per_gpu": MetricGate(threshold=0.03, required=False),
+    "train_mfu": MetricGate(threshold=0.03, required=False),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckSettings:
+    window: int = 20
+    min_history: int = 5
+    alpha: float = 0.02
+    drift_horizon: int = 30
+    gates: dict[str, MetricGate] = field(default_factory=lambda: dict(DEFAULT_GATES))
+
+    def __post_init__(self) -> None:
+        if self.window < 2 or self.min_history < 2 or self.min_history > self.window:
+            raise ValueError(f"need 2 <= min_history ({self.min_history}) <= window ({self.window})")
+        if not 0 < self.alpha < 0.5:
+            raise ValueError(f"alpha must be in (0, 0.5), got {self.alpha}")
+        for name, gate in self.gates.items():
+            if name not in METRICS:
+                raise ValueError(f"gated metric {name!r} has no declared better direction in bench_metrics.METRICS")
+            if not gate.threshold >= 0:
+                raise ValueError(f"threshold of {name!r} must be >= 0, got {gate.threshold}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Judgement:
+    """Arrays (or scalars) over the leading axes of the inputs."""
+
+    baseline: np.ndarray
+    change: np.ndarray
+    """(candidate - baseline) / |baseline|, in the metric's own sign (not the better direction)."""
+    ci_low: np.ndarray
+    ci_high: np.ndarray
+    p_worse: np.ndarray
+    p_better: np.ndarray
+    worse: np.ndarray
+    """Relative change in the worse direction (positive = worse)."""
+
+
+def judge(history: np.ndarray, candidate: np.ndarray, *, direction: str, alpha_ci: float = 0.05) -> Judgement:
+    """Compare candidate values (...) with histories (..., n) of trusted run values; n >= 2."""
+    history = np.asarray(history, dtype=float)
+    candidate = np.asarray(candidate, dtype=float)
+    median = np.median(history, axis=-1)
+    # A floor keeps a perfectly flat history (deterministic metric) from making every tiny change "significant".
+    floor = 1e-3 * np.abs(median)
+    robust_sd = np.maximum(_MAD_TO_SD * np.median(np.abs(history - median[..., None]), axis=-1), floor)
+    keep = np.abs(history - median[..., None]) <= _OUTLIER_SDS * robust_sd[..., None]
+    n_keep = keep.sum(axis=-1)
+    baseline = np.where(keep, history, 0.0).sum(axis=-1) / n_keep
+    sq = np.where(keep, (history - baseline[..., None]) ** 2, 0.0).sum(axis=-1)
+    scale = np.maximum(np.sqrt(sq / np.maximum(n_keep - 1, 1)), floor)
+    se = scale * np.sqrt(1.0 + 1.0 / n_keep)
+    df = np.maximum(n_keep - 1, 1)
+    sign = 1.0 if direction == "lower" else -1.0
+    abs_base = np.where(np.abs(baseline) > 0, np.abs(baseline), np.nan)
+    change = (candidate - baseline) / abs_base
+    t_worse = sign * (candidate - baseline) / se
+    half = stats.t.ppf(1 - alpha_ci / 2, df) * se / abs_base
+    return Judgement(
+        baseline=baseline,
+        change=change,
+        ci_low=change - half,
+        ci_high=change + half,
+        p_worse=stats.t.sf(t_worse, df),
+        p_better=stats.t.cdf(t_worse, df),
+        worse=sign * change,
+    )
+
+
+def classify(j: Judgement, *, threshold: float, alpha: float) -> np.ndarray:
+    """Boolean array: regressed (significant and beyond the practical threshold)."""
+    return (j.p_worse < alpha) & (j.worse > threshold)
+
+
+def classify_improved(j: Judgement, *, threshold: float, alpha: float) -> np.ndarray:
+    return (j.p_better < alpha) & (-j.worse > threshold)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricCheck:
+    """The verdict on one metric of one cell, with everything the markdown table shows."""
+
+    cell_id: str
+    metric: str
+    verdict: Verdict
+    baseline: float | None = None
+    candidate: float | None = None
+    change: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    p_value: float | None = None
+    n_baseline: int = 0
+    threshold: float | None = None
+    note: str = ""
+
+
+def check_metric(
+    *,
+    cell_id: str,
+    metric: str,
+    candidate: float | None,
+    recent: list[float],
+    anchor: list[float],
+    settings: CheckSettings,
+) -> MetricCheck:
+    """Judge one metric: recent (oldest first, trusted, finite) and anchor windows come from the store."""
+    gate = settings.gates[metric]
+    base = dict(cell_id=cell_id, metric=metric, candidate=candidate, threshold=gate.threshold, n_baseline=len(recent))
+    if candidate is None or not math.isfinite(candidate):
+        return MetricCheck(**base, verdict=Verdict.ERROR, note="missing or non-finite in the candidate run")
+    if len(recent) < settings.min_history:
+        note = f"cold start: {len(recent)} trusted run(s), {settings.min_history} needed"
+        return MetricCheck(**base, verdict=Verdict.INACTIVE, note=note)
+    direction = METRICS[metric].direction
+    j = judge(np.asarray(recent[-settings.window :]), np.asarray(candidate), direction=direction)
+    fields = dict(
+        baseline=float(j.baseline),
+        change=float(j.change),
+        ci_low=float(j.ci_low),
+        ci_high=float(j.ci_high),
+    )
+    base["n_baseline"] = min(len(recent), settings.window)
+    if classify(j, threshold=gate.threshold, alpha=settings.alpha):
+        return MetricCheck(**base, **fields, p_value=float(j.p_worse), verdict=Verdict.REGRESSED)
+    drift_note = ""
+    if len(anchor) >= settings.min_history:
+        a = judge(np.asarray(anchor), np.asarray(candidate), direction=direction)
+        if classify(a, threshold=gate.threshold, alpha=settings.alpha):
+            # Report the comparison that fired: baseline, change, CI and p are the anchor's.
+            note = (
+                f"baseline is the anchor: {len(anchor)} trusted runs ending {settings.drift_horizon} runs back; "
+                f"vs the last {base['n_baseline']} runs the change is only {float(j.change):+.1%}"
+            )
+            anchor_fields = dict(
+                baseline=float(a.baseline), change=float(a.change), ci_low=float(a.ci_low), ci_high=float(a.ci_high)
+            )
+            return MetricCheck(
+                **{**base, "n_baseline": len(anchor)},
+                **anchor_fields,
+                p_value=float(a.p_worse),
+                verdict=Verdict.DRIFTED,
+                note=note,
+            )
+    else:
+        drift_note = "drift guard inactive (history shorter than window + drift horizon)"
+    if classify_improved(j, threshold=gate.threshold, alpha=settings.alpha):
+        return MetricCheck(**base, **fields, p_value=float(j.p_better), verdict=Verdict.IMPROVED, note=drift_note)
+    return MetricCheck(**base, **fields, p_value=float(j.p_worse), verdict=Verdict.UNCHANGED, note=drift_note)
+
+
+def exit_code(checks: list[MetricCheck]) -> int:
+    """1: a regression (or drift) was found; 2: nothing regressed but something could not be judged; else 0."""
+    verdicts = {c.verdict for c in checks}
+    if verdicts & {Verdict.REGRESSED, Verdict.DRIFTED}:
+        return 1
+    if Verdict.ERROR in verdicts or not checks:
+        return 2
+    return 0
+
+
+def render_markdown(checks: list[MetricCheck], *, title: str, notes: list[str]) -> str:
+    """The verdict as GitHub markdown: one headline, one table row per (cell, metric), then notes."""
+    code = exit_code(checks)
+    headline = {0: "PASS", 1: "REGRESSION", 2: "COULD NOT JUDGE"}[code]
+    lines = [f"### {title}: {headline} (exit {code})", ""]
+    lines += [
+        "| cell | metric | baseline | candidate | change [95% CI] | p | threshold | verdict |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for c in checks:
+        if c.change is None:
+            change = "-"
+        else:
+            change = f"{c.change:+.1%} [{c.ci_low:+.1%}, {c.ci_high:+.1%}]"
+        baseline = "-" if c.baseline is None else f"{_fmt(c.baseline)} (n={c.n_baseline})"
+        p = "-" if c.p_value is None else f"{c.p_value:.2g}"
+        threshold = "-" if c.threshold is None else f"{c.threshold:.0%} {METRICS[c.metric].direction}-is-better"
+        verdict = f"**{c.verdict.value}**" if c.verdict in (Verdict.REGRESSED, Verdict.DRIFTED) else c.verdict.value
+        if c.note:
+            verdict += f" ({c.note})"
+        lines.append(
+            f"| {c.cell_id} | {c.metric} | {baseline} | {_fmt(c.candidate)} | {change} | {p} | {threshold} | "
+            f"{verdict} |"
+        )
+    lines.append("")
+    lines += [f"- {n}" for n in notes]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _fmt(x: float | None) -> str:
+    if x is None or not math.isfinite(x):
+        return "missing"
+    return f"{x:.4g}"

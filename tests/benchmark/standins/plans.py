@@ -1,0 +1,98 @@
+"""Test helpers: plan.json files whose cells run the stand-in trainer, and a way to run the real harness on them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+STANDINS = Path(__file__).resolve().parent
+RUN_PY = REPO_ROOT / "scripts" / "benchmark" / "run.py"
+
+SINKS = {
+    "verl": {"format": "verl-file-logger", "path": "${BENCH_CELL_DIR}/sink/verl.jsonl"},
+    "miles": {"format": "miles-event-log", "path": "${BENCH_CELL_DIR}/sink/events"},
+}
+
+
+def standin_cell(
+    framework: str,
+    *,
+    backend: str = "fsdp",
+    steps: int = 4,
+    step_s: float = 0.1,
+    extra: list[str] | None = None,
+    python: str | None = None,
+) -> dict:
+    sink = SINKS[framework]
+    argv = [
+        python or sys.executable,
+        str(STANDINS / "standin_trainer.py"),
+        "--format",
+        sink["format"],
+        "--sink",
+        sink["path"],
+        "--steps",
+        str(steps),
+        "--step-s",
+        str(step_s),
+        *(extra or []),
+    ]
+    return {
+        "id": f"{framework}-{backend}-colocate",
+        "framework": framework,
+        "backend": backend,
+        "layout": "colocate",
+        "argv": argv,
+        "launch_argv": list(argv),
+        "env": {"STANDIN_CELL": f"{framework}-{backend}"},
+        "sink": dict(sink),
+        "gpus": {"train": 1, "rollout": 1, "total": 1, "per_node": 1, "nodes": 1},
+        "num_steps": steps,
+        "model_config": "qwen3-0.6b",
+        "script": f"cells/{framework}-{backend}-colocate.sh",
+    }
+
+
+def write_plan(folder: Path, cells: list[dict], prepare: list[dict] | None = None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    plan = {
+        "schema_version": 1,
+        "spec": {"test": "standin"},
+        "spec_hash": "0123456789ab",
+        "preset": None,
+        "prepare": prepare or [],
+        "cells": cells,
+    }
+    path = folder / "plan.json"
+    path.write_text(json.dumps(plan, indent=2))
+    return path
+
+
+def harness_argv(*args: str) -> list[str]:
+    return [sys.executable, str(RUN_PY), "execute", *args, "--ray", "none", "--poll-interval-s", "0.05"]
+
+
+def run_harness(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        harness_argv(*args),
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO_ROOT,
+    )
+
+
+def read_manifest(run_dir: Path) -> dict:
+    return json.loads((run_dir / "manifest.json").read_text())
+
+
+def read_metric_steps(run_dir: Path, cell: dict) -> list[int]:
+    path = run_dir / cell["metrics"]
+    if not path.exists():
+        return []
+    return [json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip()]

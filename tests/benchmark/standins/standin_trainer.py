@@ -1,0 +1,214 @@
+"""TEST STAND-IN, not a framework: writes a real sink format step by step so the runner can be tested without a GPU.
+
+- `--format verl-file-logger --sink FILE`: one VERL FileLogger line per step, `{"step": N, "data": {...}}` (timing_s/*,
+  perf/*, response_length/*, prompt_length/*), plus the step-0 validation line VERL writes before training.
+- `--format miles-event-log --sink DIR`: Miles's --save-debug-event-data layout, one JSONL file per process
+  (rollout_manager.jsonl, actor_cell0_rank0.jsonl); per rollout the RolloutManager logs its rollout perf, then the
+  train rank its rollout data, train/step series and timers, each a
+  `{"timestamp", "source", "type": "metric", "metrics": {...}}` line.
+- Faults on demand: `--crash-after K` (exit 1 after K steps), `--stall-after K` (stay alive, no more steps),
+  `--ignore-sigterm`, `--spawn-children N` (children that ignore SIGTERM; one more escapes with setsid + double fork);
+  every pid it creates goes to `--pid-file`. `--print-env` prints the environment (secret redaction test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import sys
+import time
+from pathlib import Path
+
+
+def _ignore_sigterm() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def _record_pid(pid_file: Path | None, pid: int) -> None:
+    if pid_file is not None:
+        with open(pid_file, "a") as f:
+            f.write(f"{pid}\n")
+
+
+def _sleep_forever() -> None:
+    while True:
+        time.sleep(1)
+
+
+def _spawn_children(count: int, pid_file: Path | None) -> None:
+    for _ in range(count):
+        pid = os.fork()
+        if pid == 0:
+            _ignore_sigterm()
+            _sleep_forever()
+        _record_pid(pid_file, pid)
+    # An escaped grandchild: fork, setsid (new session and group), fork again, the middle process exits at once.
+    read_fd, write_fd = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        os.setsid()
+        grandchild = os.fork()
+        if grandchild == 0:
+            _ignore_sigterm()
+            os.close(read_fd)
+            os.write(write_fd, f"{os.getpid()}\n".encode())
+            os.close(write_fd)
+            _sleep_forever()
+        os._exit(0)
+    os.close(write_fd)
+    escaped = int(os.read(read_fd, 64).decode().strip())
+    os.close(read_fd)
+    os.waitpid(middle, 0)
+    _record_pid(pid_file, escaped)
+
+
+def _write_line(path: Path, obj: dict) -> None:
+    with open(path, "ab", buffering=0) as f:
+        f.write((json.dumps(obj) + "\n").encode())
+
+
+def _verl_step(step: int, step_s: float, rng: random.Random) -> dict:
+    gen = step_s * 0.6
+    response_mean = rng.uniform(200, 400)
+    tokens = int(64 * (response_mean + 120))
+    return {
+        "step": step,
+        "data": {
+            "timing_s/step": step_s,
+            "timing_s/gen": gen,
+            "timing_s/old_log_prob": step_s * 0.1,
+            "timing_s/adv": 0.001,
+            "timing_s/update_actor": step_s * 0.25,
+            "timing_s/update_weights": step_s * 0.04,
+            "perf/total_num_tokens": tokens,
+            "perf/time_per_step": step_s,
+            "perf/throughput": tokens / step_s / 8,
+            "perf/mfu/actor": 0.21,
+            "perf/max_memory_allocated_gb": 30.5,
+            "response_length/mean": response_mean,
+            "response_length/max": 512.0,
+            "prompt_length/mean": 120.0,
+            "training/global_step": step,
+            "training/epoch": 0,
+        },
+    }
+
+
+ROLLOUT_MANAGER = {"component": "rollout_manager"}
+TRAIN_RANK = {"component": "actor", "cell_index": 0, "rank_within_cell": 0}
+
+
+def _miles_rollout_calls(rollout_id: int, step_s: float, rng: random.Random) -> list[tuple[dict, dict]]:
+    """The tracking.log calls of one rollout, in a colocated run's order: RolloutManager perf, then the train rank's
+    rollout data, train/step series and timers (the timers carry the previous rollout's weight update)."""
+    rollout_time = step_s * 0.6
+    response_mean = rng.uniform(200, 400)
+    samples, prompt_mean = 64, 120.0
+    update_weights = 0.04 * step_s
+    train_wait = rollout_time + update_weights + 0.01
+    train_block = step_s * 0.35
+    return [
+        (
+            ROLLOUT_MANAGER,
+            {
+                "rollout/step": rollout_id,
+                "perf/rollout_time": rollout_time,
+                "perf/tokens_per_gpu_per_sec": samples * response_mean / rollout_time / 8,
+                "rollout/response_len/mean": response_mean,
+            },
+        ),
+        (
+            TRAIN_RANK,
+            {
+                "rollout/step": rollout_id,
+                "rollout/response_lengths": response_mean,
+                "rollout/total_lengths": prompt_mean + response_mean,
+            },
+        ),
+        (TRAIN_RANK, {"train/step": rollout_id, "train/loss": 0.0125, "train/grad_norm": 0.91}),
+        (
+            TRAIN_RANK,
+            {
+                "rollout/step": rollout_id,
+                "perf/train_wait_time": train_wait,
+                "perf/train_time": train_block,
+                "perf/actor_train_time": step_s * 0.25,
+                "perf/log_probs_time": step_s * 0.08,
+                "perf/update_weights_time": update_weights,
+                "perf/step_time": train_wait + train_block,
+                "perf/wait_time_ratio": train_wait / (train_wait + train_block),
+                "perf/actor_train_tok_per_s": samples * (prompt_mean + response_mean) / (step_s * 0.25),
+                "perf/actor_train_tflops": 150.0,
+            },
+        ),
+    ]
+
+
+def _event(identity: dict, metrics: dict) -> dict:
+    """A Miles MetricEvent line (one per tracking.log call)."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + f".{int(time.time() * 1e6) % 1000000:06d}Z"
+    return {"timestamp": stamp, "source": identity, "type": "metric", "rollout_id": None, "attempt": None,
+            "metrics": metrics}  # fmt: skip
+
+
+def _process_file(identity: dict) -> str:
+    if identity["component"] == "rollout_manager":
+        return "rollout_manager.jsonl"
+    return f"{identity['component']}_cell{identity['cell_index']}_rank{identity['rank_within_cell']}.jsonl"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--format", required=True, choices=["verl-file-logger", "miles-event-log"])
+    parser.add_argument("--sink", type=Path, required=True)
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--step-s", type=float, default=0.15)
+    parser.add_argument("--startup-s", type=float, default=0.1)
+    parser.add_argument("--crash-after", type=int, default=None)
+    parser.add_argument("--stall-after", type=int, default=None)
+    parser.add_argument("--ignore-sigterm", action="store_true")
+    parser.add_argument("--spawn-children", type=int, default=0)
+    parser.add_argument("--pid-file", type=Path, default=None)
+    parser.add_argument("--print-env", action="store_true")
+    args = parser.parse_args()
+
+    _record_pid(args.pid_file, os.getpid())
+    if args.ignore_sigterm:
+        _ignore_sigterm()
+    if args.spawn_children:
+        _spawn_children(args.spawn_children, args.pid_file)
+    if args.print_env:
+        for name, value in sorted(os.environ.items()):
+            print(f"{name}={value}", flush=True)
+    print(f"standin start: {args.format} {args.steps} steps", flush=True)
+    time.sleep(args.startup_s)
+    rng = random.Random(0)
+    if args.format == "verl-file-logger":
+        args.sink.parent.mkdir(parents=True, exist_ok=True)
+        args.sink.write_bytes(b"")  # FileLogger truncates its file at start-up
+        _write_line(args.sink, {"step": 0, "data": {"val-core/math/acc/mean@1": 0.1}})
+    else:
+        args.sink.mkdir(parents=True, exist_ok=True)
+    for step in range(1, args.steps + 1):
+        if args.stall_after is not None and step > args.stall_after:
+            print(f"standin stalls after step {args.stall_after}", flush=True)
+            _sleep_forever()
+        step_s = args.step_s * rng.uniform(0.9, 1.1)
+        time.sleep(step_s)
+        if args.format == "verl-file-logger":
+            _write_line(args.sink, _verl_step(step, step_s, rng))
+        else:
+            for identity, metrics in _miles_rollout_calls(step - 1, step_s, rng):  # Miles counts rollouts from 0
+                _write_line(args.sink / _process_file(identity), _event(identity, metrics))
+        print(f"standin step {step}/{args.steps} {step_s:.3f} s", flush=True)
+        if args.crash_after is not None and step >= args.crash_after:
+            print("Traceback (most recent call last):\nRuntimeError: standin crash on demand", file=sys.stderr)
+            sys.exit(1)
+    print("standin done", flush=True)
+
+
+if __name__ == "__main__":
+    main()

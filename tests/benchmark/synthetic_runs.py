@@ -1,0 +1,208 @@
+"""Test helper: write run folders (contract 2) with schema-v1 records whose truth is known.
+
+- `SyntheticCell` describes one cell: per-phase mean seconds, noise (coefficient of variation, AR(1) coefficient),
+  a warm-up of `warmup_steps` steps that start `warmup_factor` times slower and decay linearly to 1, repeats, and
+  faults (NaN steps, phases not reported, a failed repeat).
+- `write_run_folder(root, cells, parity=...)` writes manifest.json, plan.json, parity.json and, per repeat,
+  metrics.jsonl (through bench_metrics.write_records) and environment.json.
+
+Caveats:
+- Test code only: the numbers are generated, never presented as measurements of a framework.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from miles.utils.bench_metrics import PHASES, StepRecord, write_records
+
+SAMPLES_PER_STEP = 256
+PROMPT_TOKENS_PER_SAMPLE = 200
+DATASHEET_PEAK_TFLOPS = 989.0
+TRAIN_GPUS = 8
+
+
+@dataclass(kw_only=True)
+class SyntheticCell:
+    framework: str
+    backend: str = "fsdp"
+    layout: str = "colocate"
+    phase_means: dict[str, float] = field(
+        default_factory=lambda: {"generate": 60.0, "old_logprob": 8.0, "ref_logprob": 0.0, "train": 30.0}
+    )
+    other_s: float = 2.0
+    response_length: float = 3000.0
+    num_steps: int = 80
+    repeats: int = 1
+    cv: float = 0.03
+    ar: float = 0.5
+    warmup_steps: int = 0
+    warmup_factor: float = 3.0
+    seed: int = 0
+    nan_steps: tuple[int, ...] = ()
+    unreported_phases: tuple[str, ...] = ()
+    failed_repeats: tuple[int, ...] = ()
+    gpu_model: str = "NVIDIA H200"
+
+    @property
+    def id(self) -> str:
+        return f"{self.framework}-{self.backend}-{self.layout}"
+
+
+def ar1_noise(rng: np.random.Generator, n: int, cv: float, ar: float) -> np.ndarray:
+    """Multiplicative AR(1) noise with marginal standard deviation `cv` around 1."""
+    innovations = rng.normal(0.0, cv * np.sqrt(1 - ar**2), size=n)
+    out = np.empty(n)
+    out[0] = rng.normal(0.0, cv)
+    for t in range(1, n):
+        out[t] = ar * out[t - 1] + innovations[t]
+    return 1.0 + out
+
+
+def warmup_multiplier(cell: SyntheticCell, step: int) -> float:
+    if step >= cell.warmup_steps:
+        return 1.0
+    return 1.0 + (cell.warmup_factor - 1.0) * (1.0 - step / cell.warmup_steps)
+
+
+def build_records(cell: SyntheticCell, repeat: int) -> list[StepRecord]:
+    rng = np.random.default_rng([cell.seed, repeat])
+    noise = {p: ar1_noise(rng, cell.num_steps, cell.cv, cell.ar) for p in [*PHASES, "response"]}
+    records = []
+    for step in range(cell.num_steps):
+        slow = warmup_multiplier(cell, step)
+        true_phases = {
+            p: (cell.other_s if p == "other" else cell.phase_means.get(p, 0.0)) * slow * noise[p][step] for p in PHASES
+        }
+        step_time = sum(true_phases.values())
+        phases = {p: None if p in cell.unreported_phases else v for p, v in true_phases.items()}
+        response = int(cell.response_length * SAMPLES_PER_STEP * noise["response"][step])
+        prompt = PROMPT_TOKENS_PER_SAMPLE * SAMPLES_PER_STEP
+        train = phases["train"]
+        tflops = None if train is None else 6 * 1.7e9 * (prompt + response) / train / TRAIN_GPUS / 1e12
+        generate = phases["generate"]
+        record = StepRecord(
+            framework=cell.framework,
+            step=step,
+            step_time_s=float("nan") if step in cell.nan_steps else step_time,
+            phases_s=phases,
+            tokens={"prompt": prompt, "response": response},
+            samples=SAMPLES_PER_STEP,
+            train_tflops_per_gpu=tflops,
+            train_mfu=None if tflops is None else tflops / DATASHEET_PEAK_TFLOPS,
+            train_tokens_per_s=None if train is None else (prompt + response) / train,
+            rollout_tokens_per_gpu_s=None if generate is None else response / generate / TRAIN_GPUS,
+            wait_ratio=None if train is None else 1 - train / step_time,
+            flags=["nonfinite:step_time"] if step in cell.nan_steps else [],
+            raw={
+                "response_length/min": 10.0,
+                "response_length/max": float(cell.response_length * 2.5),
+            },
+        )
+        records.append(record)
+    return records
+
+
+def environment_record(cell: SyntheticCell, repeat: int) -> dict[str, Any]:
+    """The runner's environment.json layout (scripts/benchmark/environment_record.py)."""
+    gpus = [
+        {"index": i, "name": cell.gpu_model, "memory_total_mib": 143771.0, "driver": "570.86.15"}
+        for i in range(TRAIN_GPUS)
+    ]
+    return {
+        "framework": cell.framework,
+        "hostname": f"node-{repeat}",
+        "gpu_model": cell.gpu_model,
+        "gpu_count": TRAIN_GPUS,
+        "gpus": gpus,
+        "driver": "570.86.15",
+        "cuda_driver": "12.8",
+        "cuda_runtime": "12.8",
+        "nccl": "2.26.2",
+        "packages": {
+            "torch": {"version": "2.7.1", "commit": None},
+            "sglang": {"version": "0.4.9", "commit": None},
+            cell.framework: {"version": "0.0.0", "commit": "0123456789abcdef"},
+        },
+        "missing": {},
+    }
+
+
+def matched_parity(cells: list[SyntheticCell], spec_hash: str = "0123456789ab") -> dict[str, Any]:
+    """The plan's parity.json layout (scripts/benchmark/parity.py): one table per backend/layout pair."""
+    pairs = []
+    for backend, layout in sorted({(c.backend, c.layout) for c in cells}):
+        rows = [
+            {"knob": "lr", "group": "optimizer", "miles": 1e-6, "verl": 1e-6, "status": "matched", "note": ""},
+            {
+                "knob": "completion_wait",
+                "group": "rollout",
+                "miles": "event",
+                "verl": "poll 2 s",
+                "status": "asymmetry",
+                "note": "VERL's generate phase ends up to 2 s late per step",
+            },
+        ]
+        pairs.append(
+            {
+                "backend": backend,
+                "layout": layout,
+                "miles_cell": f"miles-{backend}-{layout}",
+                "verl_cell": f"verl-{backend}-{layout}",
+                "error": None,
+                "counts": {"matched": 1, "asymmetry": 1, "MISMATCH": 0},
+                "rows": rows,
+            }
+        )
+    return {"schema_version": 1, "spec_hash": spec_hash, "pairs": pairs}
+
+
+def write_run_folder(
+    root: Path, cells: list[SyntheticCell], *, parity: dict[str, Any] | None = None, write_parity: bool = True
+) -> Path:
+    """A complete run folder under `root`; returns `root`."""
+    root.mkdir(parents=True, exist_ok=True)
+    entries = []
+    for cell in cells:
+        for repeat in range(cell.repeats):
+            rel = f"cells/{cell.id}/rep-{repeat}"
+            state = "failed" if repeat in cell.failed_repeats else "complete"
+            entries.append(
+                {
+                    "id": cell.id,
+                    "framework": cell.framework,
+                    "backend": cell.backend,
+                    "layout": cell.layout,
+                    "repeat": repeat,
+                    "state": state,
+                    "reason": "exit code 1" if state == "failed" else None,
+                    "started_at": "2026-01-01T00:00:00Z",
+                    "ended_at": "2026-01-01T01:00:00Z",
+                    "dir": rel,
+                    "metrics": f"{rel}/metrics.jsonl",
+                }
+            )
+            folder = root / rel
+            folder.mkdir(parents=True, exist_ok=True)
+            records = build_records(cell, repeat)
+            if state == "failed":
+                records = records[: cell.num_steps // 3]
+            write_records(folder / "metrics.jsonl", records)
+            (folder / "environment.json").write_text(json.dumps(environment_record(cell, repeat)))
+    manifest = {"schema_version": 1, "plan": "plan.json", "cells": entries}
+    (root / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    spec = {
+        "model": {"hf_checkpoint": "/models/Qwen3-1.7B-Base", "config": "qwen3-1.7b-base"},
+        "fsdp": {"gradient_checkpointing": True},
+        "megatron": {"recompute": "none"},
+    }
+    plan = {"schema_version": 1, "spec": spec, "spec_hash": "0123456789ab", "preset": "qwen3-1.7b-base", "cells": []}
+    (root / "plan.json").write_text(json.dumps(plan))
+    if write_parity:
+        (root / "parity.json").write_text(json.dumps(parity if parity is not None else matched_parity(cells)))
+    return root

@@ -1,0 +1,121 @@
+"""The check's statistics, change points and the simulation that benchmarks the check (small, seconds)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from scripts.benchmark.change_points import find_change_points
+from scripts.benchmark.check_simulation import SimulationSettings, render_table, run_simulation
+from scripts.benchmark.regression_check import CheckSettings, MetricGate, Verdict, check_metric, judge
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class TestJudge:
+    def test_direction_comes_from_metrics_not_from_the_sign(self):
+        """A 10% higher step time is worse; a 10% higher throughput is better."""
+        history = np.array([100.0, 101.0, 99.0, 100.5, 99.5, 100.0])
+        slow = judge(history, np.array(110.0), direction="lower")
+        fast = judge(history, np.array(110.0), direction="higher")
+        assert float(slow.worse) == pytest.approx(0.10, abs=0.002) and float(slow.p_worse) < 1e-3
+        assert float(fast.worse) == pytest.approx(-0.10, abs=0.002) and float(fast.p_better) < 1e-3
+
+    def test_an_outlier_run_in_history_neither_moves_the_baseline_nor_widens_the_interval(self):
+        clean = np.array([100.0, 101.0, 99.0, 100.5, 99.5, 100.0, 100.2, 99.8])
+        dirty = clean.copy()
+        dirty[3] = 160.0
+        a = judge(clean, np.array(104.0), direction="lower")
+        b = judge(dirty, np.array(104.0), direction="lower")
+        assert float(b.baseline) == pytest.approx(float(a.baseline), rel=0.002)
+        assert float(b.ci_high - b.ci_low) < 1.3 * float(a.ci_high - a.ci_low)
+
+    def test_vectorised_over_trials_equals_one_by_one(self):
+        rng = np.random.default_rng(1)
+        histories = 1 + 0.02 * rng.standard_normal((5, 12))
+        candidates = 1 + 0.02 * rng.standard_normal(5)
+        together = judge(histories, candidates, direction="lower")
+        for i in range(5):
+            alone = judge(histories[i], candidates[i], direction="lower")
+            assert float(alone.p_worse) == pytest.approx(together.p_worse[i])
+
+
+class TestCheckMetric:
+    settings = CheckSettings()
+    history = [60.0, 60.3, 59.8, 60.1, 59.9, 60.2]
+
+    def test_non_finite_candidate_is_error(self):
+        c = check_metric(cell_id="c", metric="step_time_s", candidate=float("nan"), recent=self.history, anchor=[],
+                         settings=self.settings)  # fmt: skip
+        assert c.verdict is Verdict.ERROR
+
+    def test_short_history_is_inactive(self):
+        c = check_metric(cell_id="c", metric="step_time_s", candidate=70.0, recent=self.history[:3], anchor=[],
+                         settings=self.settings)  # fmt: skip
+        assert c.verdict is Verdict.INACTIVE and "cold start" in c.note
+
+    def test_threshold_of_an_undeclared_metric_is_refused(self):
+        with pytest.raises(ValueError, match="no declared better direction"):
+            CheckSettings(gates={"response_length_mean": MetricGate(threshold=0.05, required=False)})
+
+
+class TestChangePoints:
+    def test_a_step_is_found_at_its_first_new_value(self):
+        rng = np.random.default_rng(0)
+        series = np.r_[10 + 0.1 * rng.standard_normal(25), 11 + 0.1 * rng.standard_normal(25)]
+        points = find_change_points(series)
+        cp = max(points, key=lambda p: abs(p.change))
+        assert cp.index == 25 and cp.change == pytest.approx(0.1, abs=0.01) and cp.p_value < 1e-6
+
+    def test_a_short_excursion_is_not_split_out_below_the_minimum_segment(self):
+        """Three slow nights are a spike, not a level (apache/otava#150); with min_segment=1 Otava splits them."""
+        rng = np.random.default_rng(3)
+        series = 10 + 0.05 * rng.standard_normal(80)
+        series[40:43] += 1.0
+        assert [cp.index for cp in find_change_points(series, min_segment=1)] == [40, 43]
+        assert find_change_points(series, min_segment=5) == []
+
+    def test_flat_noise_has_no_change_point(self):
+        rng = np.random.default_rng(4)
+        assert find_change_points(10 + 0.1 * rng.standard_normal(60)) == []
+
+
+class TestCheckSimulation:
+    def test_defaults_meet_the_targets_and_beat_last_run_and_band_gates(self):
+        """Small run of the docs table: at CV 2% <= 5% false alarms and >= 90% detection of a 5% regression; at
+        (a)'s detection power the last-run and band gates raise more false alarms at every CV."""
+        result = run_simulation(SimulationSettings(trials=3000, seed=11, drift_cvs=()))
+        rows = {(r.cv, r.regression): r for r in result.rows}
+        assert rows[(0.02, 0.0)].check <= 0.04
+        assert rows[(0.02, 0.05)].check >= 0.92
+        assert rows[(0.02, 0.05)].check >= max(rows[(0.02, 0.05)].last_run, rows[(0.02, 0.05)].band) + 0.3
+        for cv in (0.02, 0.05, 0.10):
+            null = rows[(cv, 0.0)]
+            assert null.check <= 0.06
+            assert null.check < null.last_run_matched - 0.02 and null.check < null.band_matched - 0.005
+        for cv in (0.05, 0.10):
+            assert rows[(cv, 0.0)].check < min(rows[(cv, 0.0)].last_run, rows[(cv, 0.0)].band)
+        assert "| 2% | 5% | detection |" in render_table(result)
+
+    def test_drift_guard_catches_a_slow_drift_that_rolling_baselines_absorb(self):
+        """0.2% slower per night for 60 nights: every rolling gate misses it, the anchored check does not."""
+        result = run_simulation(
+            SimulationSettings(trials=1000, seed=12, cvs=(0.02,), regressions=(0.0, 0.05), drift_cvs=(0.02,))
+        )
+        rows = {(r.cv, r.drift): r for r in result.drift_rows}
+        assert rows[(0.02, 0.0)].check <= 0.05
+        drifting = rows[(0.02, 0.002)]
+        assert drifting.check >= 0.95
+        assert max(drifting.check_without_anchor, drifting.last_run, drifting.band) <= 0.3
+
+    def test_cli_prints_the_table(self):
+        result = subprocess.run(
+            [sys.executable, str(REPO_ROOT / "scripts/benchmark/run.py"), "simulate-check", "--trials", "200"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert "(a) this check" in result.stdout and result.stdout.count("| 10% | 0% | false alarms |") == 1

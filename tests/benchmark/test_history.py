@@ -1,0 +1,341 @@
+"""record / check / untrust / history against a real SQLite file and a real PostgreSQL server (same test code)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from scripts.benchmark.commands.history import _settings, check_impl, record_impl
+from scripts.benchmark.history_input import provenance_from_env, read_report_runs
+from scripts.benchmark.history_store import HistoryStore, Provenance
+from tests.benchmark.history_fixtures import ExternalPostgres, PostgresServer, postgres_bindir, write_report
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+RUN_PY = REPO_ROOT / "scripts" / "benchmark" / "run.py"
+
+
+def _no_postgres(reason: str) -> None:
+    """CI (BENCH_REQUIRE_POSTGRES=1) must test PostgreSQL for real: a missing server fails there, skips elsewhere."""
+    if os.environ.get("BENCH_REQUIRE_POSTGRES") == "1":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def pg_server():
+    external_url = os.environ.get("BENCH_TEST_POSTGRES_URL")
+    if external_url:  # the server .ci/run installed and started
+        yield ExternalPostgres(external_url)
+        return
+    bindir = postgres_bindir()
+    if bindir is None:
+        _no_postgres("PostgreSQL server binaries (initdb, pg_ctl) not found; install the `postgresql` package")
+    try:
+        server = PostgresServer(bindir)
+    except KeyError:
+        _no_postgres("running as root and there is no `postgres` account to run initdb as (initdb refuses root)")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request, tmp_path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'history.db'}"
+    server = request.getfixturevalue("pg_server")
+    return server.create_database(f"bench_{uuid.uuid4().hex[:12]}")
+
+
+def _record(store_url: str, run_dir: Path, *, commit: str, trust: str = "auto", reset: bool = False) -> list[int]:
+    provenance = Provenance(
+        commit=commit, pr=None, ci_run_id=f"ci-{commit}", trigger="schedule", ref="refs/heads/main"
+    )
+    return record_impl(
+        run_dir,
+        store_url,
+        provenance,
+        trust=trust,
+        baseline_reset=reset,
+        settings=_settings(None, None, None, None, None),
+    )
+
+
+def _seed_history(store_url: str, root: Path, count: int, *, level=lambda i: 1.0, start: int = 0) -> None:
+    for i in range(start, start + count):
+        run_dir = root / f"night-{i:03d}"
+        write_report(
+            run_dir, slowdown=level(i), seed=i, generated_at=f"2026-11-{1 + i % 28:02d}T0{i % 10}:00:{i % 60:02d}"
+        )
+        _record(store_url, run_dir, commit=f"{i:07x}aaaa", trust="yes")
+
+
+def _check(store_url: str, run_dir: Path, tmp_path: Path) -> tuple[int, str, dict]:
+    out = tmp_path / f"verdict-{uuid.uuid4().hex[:6]}.md"
+    code = check_impl(run_dir, store_url, _settings(None, None, None, None, None), out)
+    return code, out.read_text(), json.loads(out.with_suffix(".json").read_text())
+
+
+class TestHistoryStore:
+    def test_record_keeps_series_identity_and_provenance_per_cell(self, store_url, tmp_path):
+        """Each cell of a report is one run of its own series, with the CI provenance attached."""
+        write_report(tmp_path / "run", frameworks=("miles", "verl"))
+        ids = _record(store_url, tmp_path / "run", commit="deadbeef")
+        assert len(ids) == 2
+        with HistoryStore(store_url) as store:
+            labels = store.list_series()
+            assert labels == [
+                "smoke/miles/fsdp/colocate/8x NVIDIA H200/abcdef123456",
+                "smoke/verl/fsdp/colocate/8x NVIDIA H200/abcdef123456",
+            ]
+            run = store.runs(labels[0])[0]
+            assert (run.commit, run.ci_run_id, run.trigger, run.trusted) == (
+                "deadbeef",
+                "ci-deadbeef",
+                "schedule",
+                True,
+            )
+            value = store.values([run.id], "step_time_s")[run.id]
+            assert value == pytest.approx(60.0, rel=0.02)
+
+    def test_recording_the_same_report_twice_is_refused(self, store_url, tmp_path):
+        """A re-run of the nightly step must not double-count a run in the baseline."""
+        write_report(tmp_path / "run")
+        _record(store_url, tmp_path / "run", commit="c1")
+        with pytest.raises(ValueError, match="already recorded as run"):
+            _record(store_url, tmp_path / "run", commit="c1")
+
+    def test_untrust_flips_the_flag_and_keeps_the_row_and_restore_undoes_it(self, store_url, tmp_path):
+        """Trust is revocable without deleting anything, through the real CLI."""
+        write_report(tmp_path / "run")
+        (run_id,) = _record(store_url, tmp_path / "run", commit="feedface")
+        cli = [
+            sys.executable,
+            str(RUN_PY),
+            "untrust",
+            "--store",
+            store_url,
+            "--commit",
+            "feed",
+            "--reason",
+            "bad node",
+        ]
+        assert subprocess.run(cli, capture_output=True, text=True, timeout=120).returncode == 0
+        with HistoryStore(store_url) as store:
+            (run,) = store.runs(store.list_series()[0])
+            assert (run.id, run.trusted, run.trust_note) == (run_id, False, "bad node")
+            assert store.values([run_id], "step_time_s")[run_id] is not None
+        restore = [sys.executable, str(RUN_PY), "untrust", "--store", store_url, "--run-id", str(run_id), "--restore",
+                   "--reason", "node was fine"]  # fmt: skip
+        assert subprocess.run(restore, capture_output=True, text=True, timeout=120).returncode == 0
+        with HistoryStore(store_url) as store:
+            assert store.runs(store.list_series()[0])[0].trusted is True
+        missing = [sys.executable, str(RUN_PY), "untrust", "--store", store_url, "--run-id", "999", "--reason", "x"]
+        result = subprocess.run(missing, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2 and "no such run id(s) [999]" in result.stderr
+
+
+class TestCheck:
+    def test_cold_start_passes_with_a_note(self, store_url, tmp_path):
+        write_report(tmp_path / "cand")
+        code, markdown, data = _check(store_url, tmp_path / "cand", tmp_path)
+        assert code == 0
+        assert "cold start" in markdown and "INACTIVE" in markdown
+
+    def test_unchanged_run_passes_and_slower_run_fails_through_the_cli(self, store_url, tmp_path):
+        """The real command's exit code is the CI signal: 0 unchanged, 1 regressed, with the verdict in markdown."""
+        _seed_history(store_url, tmp_path, 8)
+        write_report(tmp_path / "same", seed=100)
+        write_report(tmp_path / "slow", seed=101, slowdown=1.10)
+        summary = tmp_path / "summary.md"
+        env = {**os.environ, "GITHUB_STEP_SUMMARY": str(summary)}
+        same = subprocess.run([sys.executable, str(RUN_PY), "check", str(tmp_path / "same"), "--store", store_url],
+                              capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+        slow = subprocess.run([sys.executable, str(RUN_PY), "check", str(tmp_path / "slow"), "--store", store_url],
+                              capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+        assert same.returncode == 0, same.stdout + same.stderr
+        assert slow.returncode == 1, slow.stdout + slow.stderr
+        verdict = (tmp_path / "slow" / "check.md").read_text()
+        row = next(line for line in verdict.splitlines() if "| step_time_s |" in line)
+        assert "**REGRESSED**" in row and "+10." in row
+        rate_row = next(line for line in verdict.splitlines() if "| train_tokens_per_s |" in line)
+        assert "**REGRESSED**" in rate_row and "-9." in rate_row  # higher-is-better metric fell
+        assert summary.read_text().count("### Performance check") == 2
+
+    def test_an_unreachable_store_is_could_not_judge_never_regression(self, tmp_path):
+        """Exit 1 is reserved for a regression; a database that cannot be reached is exit 2."""
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]  # nothing listens there once the socket is closed
+        write_report(tmp_path / "cand")
+        store = f"postgresql://bench@127.0.0.1:{port}/none?connect_timeout=5"
+        result = subprocess.run([sys.executable, str(RUN_PY), "check", str(tmp_path / "cand"), "--store", store],
+                                capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert result.returncode == 2 and "could not judge: OperationalError" in result.stderr
+
+    def test_faster_run_is_improved_not_regressed(self, store_url, tmp_path):
+        _seed_history(store_url, tmp_path, 8)
+        write_report(tmp_path / "fast", seed=100, slowdown=0.9)
+        code, markdown, data = _check(store_url, tmp_path / "fast", tmp_path)
+        assert code == 0
+        verdicts = {c["metric"]: c["verdict"] for c in data["checks"]}
+        assert verdicts["step_time_s"] == "IMPROVED" and verdicts["train_tokens_per_s"] == "IMPROVED"
+
+    def test_small_change_within_the_practical_threshold_passes(self, store_url, tmp_path):
+        """A significant but 1.5% slowdown is below the 3% threshold: both conditions are needed."""
+        _seed_history(store_url, tmp_path, 12)
+        write_report(tmp_path / "cand", seed=100, slowdown=1.015, noise=0.0005)
+        code, _, data = _check(store_url, tmp_path / "cand", tmp_path)
+        step = next(c for c in data["checks"] if c["metric"] == "step_time_s")
+        assert code == 0 and step["verdict"] == "UNCHANGED" and step["p_value"] < 0.02
+
+    def test_nan_or_missing_required_metric_is_an_error_not_a_pass(self, store_url, tmp_path):
+        _seed_history(store_url, tmp_path, 6)
+        write_report(tmp_path / "nan", seed=50, nan_steps=("step_time_s",))
+        write_report(tmp_path / "missing", seed=51, drop=("train_tokens_per_s",))
+        code, markdown, data = _check(store_url, tmp_path / "nan", tmp_path)
+        verdicts = {c["metric"]: c["verdict"] for c in data["checks"]}
+        assert code == 2 and verdicts["step_time_s"] == "ERROR" and "COULD NOT JUDGE" in markdown
+        code, markdown, data = _check(store_url, tmp_path / "missing", tmp_path)
+        verdicts = {c["metric"]: c["verdict"] for c in data["checks"]}
+        assert code == 2 and verdicts["train_tokens_per_s"] == "ERROR"
+
+    def test_an_optional_metric_the_series_never_had_is_skipped_not_an_error(self, store_url, tmp_path):
+        """MFU is null when the GPU has no peak entry; if the history never had it either, nothing is judged."""
+        for i in range(6):
+            write_report(tmp_path / f"n{i}", seed=i, overrides={"train_mfu": None}, generated_at=f"2026-11-0{i + 1}")
+            _record(store_url, tmp_path / f"n{i}", commit=f"c{i}", trust="yes")
+        write_report(tmp_path / "cand", seed=9, overrides={"train_mfu": None})
+        code, _, data = _check(store_url, tmp_path / "cand", tmp_path)
+        assert code == 0 and "train_mfu" not in {c["metric"] for c in data["checks"]}
+
+    def test_one_outlier_run_in_history_does_not_move_the_baseline(self, store_url, tmp_path):
+        """A 40% slow night in the baseline is left out; the baseline stays at the healthy level."""
+        _seed_history(store_url, tmp_path, 10, level=lambda i: 1.4 if i == 5 else 1.0)
+        write_report(tmp_path / "cand", seed=100)
+        code, _, data = _check(store_url, tmp_path / "cand", tmp_path)
+        step = next(c for c in data["checks"] if c["metric"] == "step_time_s")
+        assert code == 0 and step["baseline"] == pytest.approx(60.0, rel=0.005)
+
+    def test_untrusted_runs_are_not_baseline(self, store_url, tmp_path):
+        """A regressed run recorded with auto trust is stored untrusted and never pulls the baseline up."""
+        _seed_history(store_url, tmp_path, 6)
+        write_report(tmp_path / "slow", seed=70, slowdown=1.2)
+        (slow_id,) = _record(store_url, tmp_path / "slow", commit="badc0de")
+        with HistoryStore(store_url) as store:
+            assert [r.trusted for r in store.runs(store.list_series()[0]) if r.id == slow_id] == [False]
+        write_report(tmp_path / "slow2", seed=71, slowdown=1.2)
+        code, _, _ = _check(store_url, tmp_path / "slow2", tmp_path)
+        assert code == 1
+
+    def test_slow_drift_absorbed_by_the_rolling_baseline_is_caught_by_the_anchor(self, store_url, tmp_path):
+        """0.3% slower every night: the last-20 baseline follows it, the anchor 30 runs back does not."""
+        _seed_history(store_url, tmp_path, 60, level=lambda i: 1.0 + 0.003 * i)
+        write_report(tmp_path / "cand", seed=500, slowdown=1.0 + 0.003 * 60)
+        code, markdown, data = _check(store_url, tmp_path / "cand", tmp_path)
+        step = next(c for c in data["checks"] if c["metric"] == "step_time_s")
+        assert code == 1 and step["verdict"] == "DRIFTED" and "baseline is the anchor" in markdown
+        assert step["change"] == pytest.approx(1.18 / 1.0585 - 1, abs=0.01)  # vs the anchor: nights 10..29
+        rolling = float(step["note"].split("the change is only ")[1].rstrip("%")) / 100
+        assert rolling < 0.03  # the rolling baseline alone would not flag it
+
+    def test_baseline_reset_accepts_a_new_level(self, store_url, tmp_path):
+        """After an accepted 20% slowdown is recorded with --baseline-reset, runs at the new level pass."""
+        _seed_history(store_url, tmp_path, 8)
+        for i in range(6):
+            write_report(tmp_path / f"new-{i}", seed=200 + i, slowdown=1.2, generated_at=f"2026-12-0{i + 1}T00:00:00")
+            _record(store_url, tmp_path / f"new-{i}", commit=f"new{i}", trust="yes", reset=(i == 0))
+        write_report(tmp_path / "cand", seed=300, slowdown=1.2)
+        code, _, data = _check(store_url, tmp_path / "cand", tmp_path)
+        step = next(c for c in data["checks"] if c["metric"] == "step_time_s")
+        assert code == 0 and step["n_baseline"] == 6
+
+
+class TestHistoryCommand:
+    def test_change_point_is_reported_with_its_commit_range_and_plotted(self, store_url, tmp_path):
+        """A 10% step at night 15 of 30 is found at the right run, with the commits on both sides."""
+        _seed_history(store_url, tmp_path, 30, level=lambda i: 1.1 if i >= 15 else 1.0)
+        out = tmp_path / "hist"
+        result = subprocess.run(
+            [sys.executable, str(RUN_PY), "history", "--store", store_url, "--output-dir", str(out),
+             "--metric", "step_time_s"],
+            capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        markdown = (out / "history.md").read_text()
+        row = next(line for line in markdown.splitlines() if "| step_time_s |" in line)
+        assert "run 16 " in row and "000000eaaaa..000000faaaa" in row and "+10." in row
+        (png,) = out.glob("*.png")
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+class TestReportInput:
+    def test_missing_field_is_named(self, tmp_path):
+        path = write_report(tmp_path / "run")
+        data = json.loads(path.read_text())
+        del data["cells"][0]["layout"]
+        path.write_text(json.dumps(data))
+        with pytest.raises(ValueError, match=r"cells\[0\]: field 'layout' must be a string"):
+            read_report_runs(tmp_path / "run")
+
+    def test_a_report_without_spec_hash_has_no_series(self, tmp_path):
+        path = write_report(tmp_path / "run")
+        data = json.loads(path.read_text())
+        data["spec_hash"] = None
+        path.write_text(json.dumps(data))
+        with pytest.raises(ValueError, match="spec_hash is None; a run without a spec hash has no series"):
+            read_report_runs(tmp_path / "run")
+
+    def test_absent_report_says_how_to_make_it(self, tmp_path):
+        with pytest.raises(FileNotFoundError, match="run.py report"):
+            read_report_runs(tmp_path)
+
+    def test_run_value_is_the_median_of_repeat_medians(self, tmp_path):
+        """One slow repeat cannot move the run value (it is the median of three repeat medians)."""
+        path = write_report(tmp_path / "run", repeats=3, noise=0.0)
+        data = json.loads(path.read_text())
+        data["cells"][0]["samples"]["step_time_s"][1] = [90.0] * 6
+        path.write_text(json.dumps(data))
+        (run,) = read_report_runs(tmp_path / "run")
+        value = next(v for v in run.values if v.metric == "step_time_s")
+        assert value.value == 60.0 and value.repeat_values == [60.0, 90.0, 60.0]
+
+    def test_provenance_comes_from_github_actions_variables(self, monkeypatch):
+        monkeypatch.setenv("GITHUB_SHA", "0123abc")
+        monkeypatch.setenv("GITHUB_REF", "refs/pull/42/merge")
+        monkeypatch.setenv("GITHUB_RUN_ID", "777")
+        monkeypatch.setenv("GITHUB_EVENT_NAME", "pull_request")
+        p = provenance_from_env(commit=None, pr=None, ci_run_id=None, trigger=None, ref=None)
+        assert (p.commit, p.pr, p.ci_run_id, p.trigger) == ("0123abc", 42, "777", "pull_request")
+
+
+class TestWithTheRealReport:
+    def test_nightly_reports_from_run_report_are_recorded_and_a_slower_run_fails(self, tmp_path):
+        """End to end on SQLite: runner-layout folders -> the real `run.py report` -> record -> check."""
+        from scripts.benchmark.commands.report import report_impl
+        from tests.benchmark.synthetic_runs import SyntheticCell, write_run_folder
+
+        store = f"sqlite:///{tmp_path / 'history.db'}"
+
+        def nightly(name: str, seed: int, slowdown: float = 1.0) -> Path:
+            phases = {"generate": 60.0 * slowdown, "old_logprob": 8.0, "ref_logprob": 0.0, "train": 30.0 * slowdown}
+            cell = SyntheticCell(framework="miles", phase_means=phases, num_steps=24, repeats=2, cv=0.02, seed=seed)
+            run_dir = write_run_folder(tmp_path / name, [cell])
+            report_impl(run_dir, reps=200, confidence=0.95, seed=0, calibration=False)
+            return run_dir
+
+        for i in range(5):
+            _record(store, nightly(f"night-{i}", seed=i), commit=f"c{i}")
+        code, _, data = _check(store, nightly("same", seed=50), tmp_path)
+        assert code == 0, data
+        code, markdown, data = _check(store, nightly("slow", seed=51, slowdown=1.15), tmp_path)
+        verdicts = {c["metric"]: c["verdict"] for c in data["checks"]}
+        assert code == 1 and verdicts["step_time_s"] == "REGRESSED", markdown

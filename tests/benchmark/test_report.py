@@ -1,0 +1,395 @@
+"""`run.py report` end to end on generated run folders with a known warm-up, a planted 25% gap and a no-gap pair."""
+
+import json
+import math
+import re
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from scripts.benchmark.analysis import analyse_run_folder, calibration_view, unexplained_parity
+from scripts.benchmark.commands.report import register, report_impl
+from scripts.benchmark.plots import PHASE_BARS_SIZE_PX, ratio_chart_size_px, ratio_rows, step_times_size_px
+from scripts.benchmark.report_schema import validate_report_file
+from tests.benchmark.synthetic_runs import SyntheticCell, matched_parity, write_run_folder
+
+WARMUP_STEPS = 12
+REPS = 1000
+SLOW_GENERATE = {"generate": 75.0, "old_logprob": 8.0, "ref_logprob": 0.0, "train": 30.0}
+
+
+def planted_cells() -> list[SyntheticCell]:
+    """FSDP: Miles's generate phase 25% slower (75 s vs 60 s). Megatron: the same workload on both sides."""
+    common = {"warmup_steps": WARMUP_STEPS, "num_steps": 80}
+    return [
+        SyntheticCell(framework="miles", backend="fsdp", phase_means=SLOW_GENERATE, seed=11, **common),
+        SyntheticCell(framework="verl", backend="fsdp", seed=12, **common),
+        SyntheticCell(framework="miles", backend="megatron", seed=13, **common),
+        SyntheticCell(
+            framework="verl",
+            backend="megatron",
+            seed=14,
+            nan_steps=(40, 41),
+            unreported_phases=("old_logprob",),
+            **common,
+        ),
+    ]
+
+
+@pytest.fixture(scope="module")
+def planted_run(tmp_path_factory) -> tuple[Path, dict]:
+    run_dir = write_run_folder(tmp_path_factory.mktemp("planted"), planted_cells())
+    doc, _ = report_impl(run_dir, reps=REPS, confidence=0.95, seed=0)
+    return run_dir, doc
+
+
+def comparison(doc: dict, backend: str, metric: str) -> dict:
+    return next(c for c in doc["comparisons"] if c["backend"] == backend and c["metric"] == metric)
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    header = path.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    return struct.unpack(">II", header[16:24])
+
+
+def markdown_tables(text: str) -> list[list[str]]:
+    """Every pipe table of a markdown text, as its list of lines."""
+    tables, current = [], []
+    for line in text.splitlines():
+        if line.startswith("|"):
+            current.append(line)
+        elif current:
+            tables.append(current)
+            current = []
+    if current:
+        tables.append(current)
+    return tables
+
+
+def table_columns(line: str) -> int:
+    return len(re.split(r"(?<!\\)\|", line.strip())) - 2
+
+
+class TestPlantedDifferences:
+    def test_warmup_found_in_every_cell(self, planted_run):
+        """Truth: 12 warm-up steps. MSER may drop a few more steps, never keep a slow one."""
+        _, doc = planted_run
+        for cell in doc["cells"]:
+            steady = cell["steady_state"]
+            assert steady["reached"], cell["id"]
+            assert WARMUP_STEPS <= steady["start_step"] <= WARMUP_STEPS + 5, (cell["id"], steady)
+
+    def test_planted_25_percent_generate_gap_is_found(self, planted_run):
+        _, doc = planted_run
+        generate = comparison(doc, "fsdp", "phases_s.generate")
+        assert generate["ci_low"] < 1.25 < generate["ci_high"]
+        assert generate["ci_low"] > 1.0 and generate["significant"]
+        assert 1.2 < generate["ratio"] < 1.3
+        assert "block bootstrap" in generate["method"]
+
+    def test_other_phases_of_the_planted_pair_are_not_significant(self, planted_run):
+        _, doc = planted_run
+        for metric in ("phases_s.train", "phases_s.old_logprob", "train_tflops_per_gpu"):
+            row = comparison(doc, "fsdp", metric)
+            assert row["ci_low"] < 1.0 < row["ci_high"], row
+
+    def test_attribution_puts_the_gap_in_generate(self, planted_run):
+        """The planted gap is 15 s of generate per step; attribution finds it there and nowhere else."""
+        _, doc = planted_run
+        rows = {a["component"]: a for a in doc["attribution"] if a["backend"] == "fsdp"}
+        generate = rows["phases_s.generate"]
+        assert generate["ci_low"] < 15.0 < generate["ci_high"]
+        assert generate["share_of_gap"] > 0.9
+        assert rows["phases_s.train"]["ci_low"] < 0 < rows["phases_s.train"]["ci_high"]
+        total = sum(r["gap_s"] for k, r in rows.items() if k != "step_time_s" and r["gap_s"] is not None)
+        assert total == pytest.approx(rows["step_time_s"]["gap_s"])
+
+    def test_no_difference_pair_keeps_one_inside_every_ci(self, planted_run):
+        _, doc = planted_run
+        rows = [c for c in doc["comparisons"] if c["backend"] == "megatron" and c["ratio"] is not None]
+        assert {r["metric"] for r in rows} >= {"step_time_s", "phases_s.generate", "phases_s.train"}
+        for row in rows:
+            assert row["ci_low"] < 1.0 < row["ci_high"], row
+            assert not row["significant"]
+
+    def test_unreported_phase_is_null_and_printed_na(self, planted_run):
+        run_dir, doc = planted_run
+        row = comparison(doc, "megatron", "phases_s.old_logprob")
+        assert row["verl"] is None and row["ratio"] is None and "not reported by verl" in row["method"]
+        verl = next(c for c in doc["cells"] if c["id"] == "verl-megatron-colocate")
+        assert verl["summaries"]["phases_s.old_logprob"]["median"] is None
+        assert verl["summaries"]["phases_s.old_logprob"]["n"] == 0
+        section = (run_dir / "report.md").read_text().split("## Miles vs VERL: megatron / colocate", 1)[1]
+        line = next(x for x in section.splitlines() if x.startswith("| `phases_s.old_logprob` |"))
+        assert line.split(" | ")[4:8] == ["n/a", "n/a", "n/a", "n/a"]
+        assert "0.0" not in line.split(" | ")[4]
+
+    def test_nan_steps_are_left_out_not_fatal(self, planted_run):
+        _, doc = planted_run
+        verl = next(c for c in doc["cells"] if c["id"] == "verl-megatron-colocate")
+        steady_steps = 80 - verl["steady_state"]["start_step"]
+        assert verl["summaries"]["step_time_s"]["n"] == steady_steps - 2
+        assert verl["summaries"]["phases_s.generate"]["n"] == steady_steps
+        samples = verl["samples"]["step_time_s"][0]
+        assert len(samples) == steady_steps and sum(math.isnan(x) for x in samples) == 2
+        assert verl["samples"]["phases_s.old_logprob"] == [[]]
+
+    def test_per_token_costs_sit_beside_raw_times(self, planted_run):
+        run_dir, doc = planted_run
+        cell = doc["cells"][0]
+        assert cell["summaries"]["generate_s_per_1k_response_tokens"]["unit"] == "s/1k tokens"
+        assert cell["response_length"]["mean"] == pytest.approx(3000, rel=0.05)
+        lines = [x for x in (run_dir / "report.md").read_text().splitlines() if x.startswith("| `")]
+        names = [x.split("`")[1] for x in lines]
+        first = names.index("phases_s.generate")
+        assert names[first + 1] == "generate_s_per_1k_response_tokens"
+
+
+class TestOutputs:
+    def test_plots_are_pngs_of_the_expected_size(self, planted_run):
+        run_dir, doc = planted_run
+        expected = {
+            "phase_bars.png": PHASE_BARS_SIZE_PX,
+            "step_times.png": step_times_size_px(4),
+            "ratios.png": ratio_chart_size_px(len(ratio_rows(doc))),
+        }
+        assert step_times_size_px(4) == (1200, 640)
+        for name, size in expected.items():
+            path = run_dir / "plots" / name
+            assert path.stat().st_size > 10_000, name
+            assert png_size(path) == size, name
+
+    def test_markdown_tables_render(self, planted_run):
+        """Every table: a header, a separator of the same width, rows of the same width; GitHub's size limit."""
+        run_dir, _ = planted_run
+        text = (run_dir / "report.md").read_text()
+        assert len(text) < 65_536
+        tables = markdown_tables(text)
+        assert len(tables) >= 8
+        for table in tables:
+            width = table_columns(table[0])
+            assert re.fullmatch(r"\|(---\|)+", table[1]), table[:2]
+            assert table[1].count("---") == width
+            assert all(table_columns(line) == width for line in table), table
+        for heading in (
+            "## Verdict",
+            "## Per-cell summaries",
+            "## Steady state",
+            "## Parity table",
+            "## Environments",
+        ):
+            assert heading in text
+
+    def test_verdict_names_the_gap(self, planted_run):
+        run_dir, _ = planted_run
+        verdict = (run_dir / "report.md").read_text().split("## Verdict", 1)[1].split("##", 1)[0]
+        assert "**fsdp / colocate**: Miles is" in verdict and "slower" in verdict and "generate +" in verdict
+        assert "**megatron / colocate**: no significant step-time difference" in verdict
+
+    def test_report_json_validates_against_its_contract(self, planted_run):
+        run_dir, _ = planted_run
+        text = (run_dir / "report.json").read_text()
+        json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
+        report = validate_report_file(run_dir / "report.json")
+        assert report.schema_version == 1 and report.preset == "qwen3-1.7b-base" and report.spec_hash == "0123456789ab"
+        assert {c.id for c in report.cells} == {c.id for c in planted_cells()}
+        cell = report.cells[0]
+        assert cell.hardware == "8x NVIDIA H200" and cell.environment["driver"] == "570.86.15"
+        assert cell.environment["packages"]["torch"]["version"] == "2.7.1"
+        assert (
+            len(cell.samples["step_time_s"]) == 1
+            and len(cell.samples["step_time_s"][0]) == cell.summaries["step_time_s"].n
+        )
+        assert report.parity == matched_parity(planted_cells())
+        assert len(report.comparisons) == 2 * len(cell.summaries)
+
+    def test_html_is_self_contained(self, planted_run):
+        run_dir, _ = planted_run
+        page = (run_dir / "report.html").read_text()
+        assert page.count("data:image/png;base64,") == 3
+        assert 'src="plots/' not in page and "<table>" in page
+
+
+class TestRefusals:
+    def test_unexplained_parity_row_refuses_the_comparison(self, tmp_path):
+        """A MISMATCH row in the megatron table refuses megatron only; fsdp is still compared."""
+        cells = planted_cells()
+        parity = matched_parity(cells)
+        megatron = next(p for p in parity["pairs"] if p["backend"] == "megatron")
+        megatron["rows"].append(
+            {"knob": "max_response_len", "group": "lengths", "miles": 8192, "verl": 4096, "status": "MISMATCH"}
+            | {"note": "not a declared asymmetry"}
+        )
+        run_dir = write_run_folder(tmp_path, cells, parity=parity)
+        doc, _ = report_impl(run_dir, reps=REPS, confidence=0.95, seed=0)
+        assert {c["backend"] for c in doc["comparisons"]} == {"fsdp"}
+        assert {a["backend"] for a in doc["attribution"]} == {"fsdp"}
+        assert [(r["backend"], r["layout"]) for r in doc["refused"]] == [("megatron", "colocate")]
+        assert "max_response_len (MISMATCH: {'miles': 8192, 'verl': 4096})" in doc["refused"][0]["reason"]
+        text = (run_dir / "report.md").read_text()
+        assert "**megatron / colocate**: comparison refused: parity table has unexplained differences" in text
+
+    @pytest.mark.parametrize(
+        ("change", "reason"),
+        [
+            ("no_parity", "no parity.json in the run folder"),
+            ("parity_error", "parity error: megatron/colocate: lr: miles=1e-06 verl=2e-06"),
+            ("other_spec", "parity.json is for spec ffffffffffff, the plan for spec 0123456789ab"),
+            ("missing_pair", "parity.json has no table for megatron/colocate"),
+        ],
+    )
+    def test_a_comparison_without_a_valid_parity_proof_is_refused(self, tmp_path, change, reason):
+        cells = planted_cells()
+        parity = matched_parity(cells, spec_hash="ffffffffffff" if change == "other_spec" else "0123456789ab")
+        if change == "parity_error":
+            next(p for p in parity["pairs"] if p["backend"] == "megatron")[
+                "error"
+            ] = "megatron/colocate: lr: miles=1e-06 verl=2e-06"
+        if change == "missing_pair":
+            parity["pairs"] = [p for p in parity["pairs"] if p["backend"] != "megatron"]
+        run_dir = write_run_folder(tmp_path, cells, parity=parity, write_parity=change != "no_parity")
+        doc = analyse_run_folder(run_dir, reps=REPS)
+        refused = {r["backend"]: r["reason"] for r in doc["refused"]}
+        assert reason in refused["megatron"]
+
+    def test_asymmetry_without_note_and_backend_scoped_rows(self):
+        parity = {
+            "rows": [
+                {"knob": "a", "status": "asymmetry", "note": ""},
+                {"knob": "b", "status": "mismatch", "backend": "megatron"},
+                {"knob": "c", "status": "asymmetry", "note": "declared"},
+            ]
+        }
+        assert [p.split(" ")[0] for p in unexplained_parity(parity, "megatron", "colocate")] == ["a", "b"]
+        assert [p.split(" ")[0] for p in unexplained_parity(parity, "fsdp", "colocate")] == ["a"]
+
+    def test_different_hardware_refuses_the_comparison(self, tmp_path):
+        cells = planted_cells()[:2]
+        cells[1].gpu_model = "NVIDIA H100 80GB HBM3"
+        doc = analyse_run_folder(write_run_folder(tmp_path, cells), reps=REPS)
+        assert doc["comparisons"] == []
+        assert "different hardware" in doc["refused"][0]["reason"]
+
+
+class TestRepeatsAndFaults:
+    def test_repeats_are_the_unit_and_failed_repeats_are_listed(self, tmp_path):
+        common = {"warmup_steps": 6, "num_steps": 40, "repeats": 3}
+        cells = [
+            SyntheticCell(framework="miles", phase_means=SLOW_GENERATE, seed=21, failed_repeats=(2,), **common),
+            SyntheticCell(framework="verl", seed=22, **common),
+        ]
+        run_dir = write_run_folder(tmp_path, cells)
+        doc, written = report_impl(run_dir, reps=REPS, confidence=0.95, seed=0)
+        miles = next(c for c in doc["cells"] if c["framework"] == "miles")
+        assert miles["repeats"] == 2 and len(miles["samples"]["step_time_s"]) == 2
+        assert "2 repeat medians" in miles["summaries"]["step_time_s"]["method"]
+        assert doc["incomplete"] == [
+            {"cell_id": "miles-fsdp-colocate", "repeat": 2, "state": "failed", "reason": "exit code 1"}
+        ]
+        generate = comparison(doc, "fsdp", "phases_s.generate")
+        assert generate["significant"] and generate["ci_low"] < 1.25 < generate["ci_high"]
+        assert "## Incomplete cells" in written["report.md"].read_text()
+
+    def test_short_run_and_empty_metrics_are_reported_not_fatal(self, tmp_path):
+        """6 steps: never steady, no CI. A 'complete' repeat with an empty metrics.jsonl is listed as incomplete."""
+        cells = [SyntheticCell(framework="miles", num_steps=6, seed=1), SyntheticCell(framework="verl", seed=2)]
+        run_dir = write_run_folder(tmp_path, cells)
+        (run_dir / "cells/verl-fsdp-colocate/rep-0/metrics.jsonl").write_text("")
+        doc, written = report_impl(run_dir, reps=REPS, confidence=0.95, seed=0)
+        (miles,) = doc["cells"]
+        assert not miles["steady_state"]["reached"] and "too few" in miles["steady_state"]["repeats"][0]["method"]
+        assert miles["summaries"]["step_time_s"]["ci_low"] is None
+        assert doc["incomplete"][0]["state"] == "empty" and doc["comparisons"] == []
+        text = written["report.md"].read_text()
+        assert "(no CI)" in text and "Never reached a steady state: `miles-fsdp-colocate`" in text
+
+    def test_single_framework_run_reports_cells_without_comparison(self, tmp_path):
+        run_dir = write_run_folder(tmp_path, planted_cells()[:1], write_parity=False)
+        doc, written = report_impl(run_dir, reps=REPS, confidence=0.95, seed=0)
+        assert doc["comparisons"] == [] and doc["parity"] is None
+        text = written["report.md"].read_text()
+        assert "No Miles/VERL pair to compare" in text and "No parity.json" in text
+
+
+class TestCalibrationHook:
+    def test_measured_peak_and_roofline_fractions(self, planted_run):
+        """With the two readers given, MFU against the measured peak and the roofline fraction are tflops / ceiling."""
+        _, doc = planted_run
+        seen = []
+
+        def roofline(device, preset, grad_ckpt):
+            seen.append((device, preset, grad_ckpt))
+            return 400.0
+
+        rows = calibration_view(
+            doc["cells"],
+            measured_peak_tflops=lambda device: 800.0 if device == "NVIDIA H200" else None,
+            roofline_tflops=roofline,
+            preset="qwen3-1.7b-base",
+            grad_ckpt_by_backend={"fsdp": False},
+        )
+        row = rows[0]
+        assert row["mfu_measured_peak"] == pytest.approx(row["train_tflops_per_gpu"] / 800.0)
+        assert row["fraction_of_roofline"] == pytest.approx(row["train_tflops_per_gpu"] / 400.0)
+        assert seen[0] == ("NVIDIA H200", "qwen3-1.7b-base", False) and seen[2][2] is True
+
+    def test_report_reads_the_committed_calibration_module(self, planted_run):
+        """calibration_data.py is merged: each cell gets a calibration row; unmeasured numbers stay null."""
+        run_dir, doc = planted_run
+        from scripts.benchmark.calibration_data import measured_peak_tflops
+
+        assert doc["calibration"] is not None and len(doc["calibration"]) == 4
+        row = doc["calibration"][0]
+        peak = measured_peak_tflops("NVIDIA H200")
+        assert row["measured_peak_tflops"] == peak
+        assert row["grad_ckpt"] is True and doc["calibration"][2]["grad_ckpt"] is False
+        if peak is None:
+            assert row["mfu_measured_peak"] is None
+        assert "## Calibration: measured peak and roofline" in (run_dir / "report.md").read_text()
+
+
+class TestCommand:
+    @staticmethod
+    def app() -> typer.Typer:
+        app = typer.Typer()
+
+        @app.callback()
+        def main() -> None:
+            """Stands in for the plan command's callback, so `report` is a subcommand as in run.py."""
+
+        register(app)
+        return app
+
+    def test_report_command_writes_the_files(self, tmp_path):
+        run_dir = write_run_folder(tmp_path, planted_cells()[:2])
+        result = CliRunner().invoke(self.app(), ["report", str(run_dir), "--reps", "200"])
+        assert result.exit_code == 0, result.output
+        assert "# Miles vs VERL throughput report" in result.output
+        for name in ("report.md", "report.json", "report.html", "plots/ratios.png"):
+            assert (run_dir / name).is_file(), name
+
+    def test_run_py_report_as_a_maintainer_types_it(self, tmp_path):
+        """The real entry point in a subprocess: `python3 scripts/benchmark/run.py report DIR`."""
+        run_dir = write_run_folder(tmp_path, planted_cells()[:2])
+        repo = Path(__file__).resolve().parents[2]
+        argv = [sys.executable, str(repo / "scripts/benchmark/run.py"), "report", str(run_dir), "--reps", "200"]
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert "## Verdict" in result.stdout and "report.html" in result.stderr
+        validate_report_file(run_dir / "report.json")
+
+    def test_not_a_run_folder_is_a_clear_error(self, tmp_path):
+        result = CliRunner().invoke(self.app(), ["report", str(tmp_path)])
+        assert result.exit_code == 1
+        assert "manifest.json not found" in result.output
+
+    def test_bad_confidence_is_rejected_before_any_work(self, tmp_path):
+        result = CliRunner().invoke(self.app(), ["report", str(tmp_path), "--confidence", "95"])
+        assert result.exit_code == 2
+        assert "--confidence must be in (0, 1), got 95.0" in result.output

@@ -1,0 +1,307 @@
+"""Runner pieces that need no process: redaction, order, watchdog, command resolution, manifest, Slurm script."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scripts.benchmark.cell_command import FrameworkRuntime, build_cell_command, framework_interpreter_argv
+from scripts.benchmark.environment_record import build_environment_record, probe_packages
+from scripts.benchmark.executor import interleaved_order, validate_plan
+from scripts.benchmark.gpu_memory import read_used_mib, wait_until_released
+from scripts.benchmark.manifest import Manifest, new_cell_run
+from scripts.benchmark.progress import MatrixProgress, format_duration
+from scripts.benchmark.ray_head import RayTarget, build_head_argv, external_target
+from scripts.benchmark.redaction import REDACTED, Redactor, find_plan_secrets, is_secret_name
+from scripts.benchmark.slurm import build_sbatch
+from scripts.benchmark.watchdog import Watchdog, WatchdogLimits
+from tests.benchmark.standins.plans import RUN_PY, STANDINS, standin_cell, write_plan
+
+
+class TestRedaction:
+    def test_secret_names_follow_the_documented_patterns(self):
+        for name in (
+            "WANDB_API_KEY",
+            "HF_TOKEN",
+            "GITHUB_TOKEN",
+            "AWS_SECRET",
+            "DB_PASSWORD",
+            "mlflow_tracking_password",
+        ):
+            assert is_secret_name(name), name
+        for name in ("PATH", "HOME", "TOKENIZERS_PARALLELISM", "NCCL_DEBUG", "KEYBOARD"):
+            assert not is_secret_name(name), name
+
+    def test_values_are_redacted_wherever_they_appear(self):
+        redactor = Redactor.from_environ({"WANDB_API_KEY": "sekrit-123", "PATH": "/usr/bin", "X_TOKEN": "ab"})
+        assert redactor.redact_text("key is sekrit-123, again sekrit-123!") == f"key is {REDACTED}, again {REDACTED}!"
+        assert redactor.redact_text("/usr/bin ab") == "/usr/bin ab"  # not secrets / too short to search for
+        assert redactor.redact_env({"WANDB_API_KEY": "sekrit-123", "URL": "http://u:sekrit-123@h"}) == {
+            "WANDB_API_KEY": REDACTED,
+            "URL": f"http://u:{REDACTED}@h",
+        }
+
+    def test_argv_secrets_are_redacted_after_flags_and_in_assignments(self):
+        argv = ["train.py", "--wandb-key", "k1", "--hf-token=k2", "HF_TOKEN=k3", "+trainer.api_key=k4", "--lr", "1"]
+        assert Redactor().redact_argv(argv) == [
+            "train.py", "--wandb-key", REDACTED, f"--hf-token={REDACTED}", f"HF_TOKEN={REDACTED}",
+            f"+trainer.api_key={REDACTED}", "--lr", "1",
+        ]  # fmt: skip
+
+    def test_a_plan_with_a_literal_secret_is_reported_by_location(self):
+        cell = standin_cell("miles")
+        cell["env"]["HF_TOKEN"] = "hf_x"
+        cell["launch_argv"] += ["--wandb-key", "abc"]
+        assert find_plan_secrets({"cells": [cell]}) == [
+            "cells[miles-fsdp-colocate].env.HF_TOKEN",
+            "cells[miles-fsdp-colocate].launch_argv: --wandb-key",
+        ]
+
+
+class TestPlanChecks:
+    def test_bad_cells_are_reported_with_the_field_and_the_value(self):
+        cell = standin_cell("verl")
+        cell["num_steps"] = 0
+        cell["sink"]["format"] = "tensorboard"
+        twin = standin_cell("verl")
+        problems = validate_plan({"schema_version": 1, "cells": [cell, twin, {"id": "x"}]})
+        assert "cells[0] (verl-fsdp-colocate): num_steps must be a positive integer, got 0" in problems
+        assert any("sink.format 'tensorboard' is not one of" in p for p in problems)
+        assert "cells[1] (verl-fsdp-colocate): duplicate id" in problems
+        assert any(p.startswith("cells[2] lacks framework, backend") for p in problems)
+        assert validate_plan({"schema_version": 2, "cells": []}) == [
+            "schema_version is 2, expected 1",
+            "cells must be a non-empty list",
+        ]
+
+    def test_repeats_are_interleaved_miles_then_verl_per_backend(self):
+        cells = [
+            standin_cell("verl", backend="fsdp"),
+            standin_cell("miles", backend="megatron"),
+            standin_cell("miles", backend="fsdp"),
+            standin_cell("verl", backend="megatron"),
+        ]
+        order = [(c["id"], rep) for c, rep in interleaved_order(cells, repeats=2)]
+        expected_one_repeat = [
+            "miles-fsdp-colocate", "verl-fsdp-colocate", "miles-megatron-colocate", "verl-megatron-colocate",
+        ]  # fmt: skip
+        assert order == [(i, 0) for i in expected_one_repeat] + [(i, 1) for i in expected_one_repeat]
+
+
+class TestWatchdog:
+    limits = WatchdogLimits(cell_timeout_s=100, first_step_timeout_s=30, stall_timeout_s=10)
+
+    def test_startup_stall_then_progress_then_stall(self):
+        dog = Watchdog(limits=self.limits, started_at=0.0, num_steps=5)
+        assert dog.check(29.0, None) is None
+        assert dog.check(31.0, None).reason.startswith("stalled: no step within 31 s of start")
+        dog.on_step(20.0, 1)
+        assert dog.check(29.0, None) is None
+        verdict = dog.check(31.0, None)
+        assert verdict.state == "failed" and "no new step for 11 s after step 1" in verdict.reason
+
+    def test_time_limit_and_exit_codes(self):
+        dog = Watchdog(limits=self.limits, started_at=0.0, num_steps=3)
+        dog.on_step(95.0, 3)
+        assert "time limit: ran 101 s" in dog.check(101.0, None).reason
+        assert dog.check(50.0, 0).state == "complete"
+        assert dog.check(50.0, 2).reason == "exited with code 2 after 3 of 3 steps"
+        assert dog.check(50.0, -9).reason == "killed by signal 9 after 3 of 3 steps"
+        short = Watchdog(limits=self.limits, started_at=0.0, num_steps=3)
+        short.on_step(1.0, 1)
+        assert short.check(2.0, 0).reason == "exited with code 0 after only 1 of 3 steps"
+
+    def test_zero_disables_a_limit(self):
+        dog = Watchdog(
+            limits=WatchdogLimits(cell_timeout_s=0, first_step_timeout_s=0, stall_timeout_s=0),
+            started_at=0,
+            num_steps=1,
+        )
+        assert dog.check(1e9, None) is None
+
+
+class TestCellCommand:
+    def test_miles_ray_job_submit_is_pointed_at_the_private_head_with_a_submission_id(self, tmp_path: Path):
+        cell = standin_cell("miles")
+        cell["launch_argv"] = [
+            "ray", "job", "submit", "--address", "http://127.0.0.1:8265", "--runtime-env-json={}", "--",
+            "python3", "train.py", "--save", "${BENCH_CELL_DIR}/ckpt",
+        ]  # fmt: skip
+        cell["env"] = {"OUT": "${BENCH_CELL_DIR}/x"}
+        target = RayTarget(gcs_address="127.0.0.1:40001", dashboard_url="http://127.0.0.1:40002", private=True)
+        command = build_cell_command(
+            cell, cell_dir=tmp_path, runtime=FrameworkRuntime(python="/envs/miles/bin/python"), ray=target,
+            submission_id="bench-x", base_env={"HOME": "/root"},
+        )  # fmt: skip
+        assert command.argv == [
+            "ray", "job", "submit", "--address=http://127.0.0.1:40002", "--submission-id=bench-x",
+            "--runtime-env-json={}", "--", "/envs/miles/bin/python", "train.py", "--save", f"{tmp_path}/ckpt",
+        ]  # fmt: skip
+        assert command.submission_id == "bench-x"
+        assert command.plan_env["RAY_ADDRESS"] == "http://127.0.0.1:40002"
+        assert command.process_env["OUT"] == f"{tmp_path}/x" and command.process_env["HOME"] == "/root"
+
+    def test_verl_gets_the_gcs_address_and_a_prefix_carries_the_env_explicitly(self, tmp_path: Path):
+        cell = standin_cell("verl")
+        cell["launch_argv"] = ["python3", "-m", "verl.trainer.main_ppo", "trainer.total_epochs=1"]
+        runtime = FrameworkRuntime.from_options(None, "docker exec -i verl-box")
+        target = external_target("10.0.0.1:6379", None)
+        command = build_cell_command(
+            cell, cell_dir=tmp_path, runtime=runtime, ray=target, submission_id="unused", base_env={"HOME": "/h"}
+        )
+        assert command.argv[:5] == ["docker", "exec", "-i", "verl-box", "env"]
+        assert "RAY_ADDRESS=10.0.0.1:6379" in command.argv and f"BENCH_CELL_DIR={tmp_path}" in command.argv
+        assert command.argv[-4:] == cell["launch_argv"]
+        assert "RAY_ADDRESS" not in command.process_env  # only the container side gets the plan env
+        assert framework_interpreter_argv(cell["launch_argv"], runtime) == [
+            "docker",
+            "exec",
+            "-i",
+            "verl-box",
+            "python3",
+        ]
+
+    def test_external_addresses_are_split_into_gcs_and_dashboard(self):
+        assert external_target("http://head:8265", None) == RayTarget("head:6379", "http://head:8265", False)
+        assert external_target("head:7000", "http://head:9000").dashboard_url == "http://head:9000"
+
+    def test_the_private_head_blocks_in_the_foreground_on_its_own_ports(self, tmp_path: Path):
+        argv = build_head_argv(["ray"], ports=[1, 2, 3, 4, 5, 6], temp_dir=tmp_path, num_gpus=8)
+        assert argv[:4] == ["ray", "start", "--head", "--block"]
+        assert {"--port=1", "--dashboard-port=2", f"--temp-dir={tmp_path}", "--num-gpus=8"} <= set(argv)
+
+
+class TestManifest:
+    def test_transitions_are_enforced_and_saved_atomically(self, tmp_path: Path):
+        cell = new_cell_run(standin_cell("verl"), 1)
+        manifest = Manifest(path=tmp_path / "manifest.json", cells=[cell])
+        with pytest.raises(ValueError, match="illegal transition pending -> complete"):
+            manifest.set_state(cell, "complete")
+        manifest.set_state(cell, "running")
+        manifest.set_state(cell, "failed", reason="exited with code 1")
+        loaded = Manifest.load(tmp_path / "manifest.json")
+        assert loaded.cells[0].state == "failed" and loaded.cells[0].reason == "exited with code 1"
+        assert loaded.cells[0].metrics == "cells/verl-fsdp-colocate/rep-1/metrics.jsonl"
+        assert loaded.cells[0].started_at.endswith("Z") and loaded.cells[0].ended_at.endswith("Z")
+        assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]
+
+
+class TestSlurmAndProgress:
+    def test_the_sbatch_script_sizes_the_allocation_from_the_plan_and_parses(self, tmp_path: Path, monkeypatch):
+        monkeypatch.setenv("WANDB_API_KEY", "sekrit-123")
+        cell = standin_cell("miles")
+        cell["gpus"] = {"train": 16, "rollout": 16, "total": 16, "per_node": 8, "nodes": 2}
+        text = build_sbatch(
+            {"cells": [cell, standin_cell("verl")]},
+            ["execute", "plan.json", "--output-dir", "out", "--ray", "none", "--miles-prefix", "env X=sekrit-123"],
+            python="/usr/bin/python3",
+            workdir=tmp_path,
+        )
+        assert "#SBATCH --nodes=2" in text and "#SBATCH --gpus-per-node=8" in text
+        assert "--ray none" not in text and "--ray external --ray-address" in text
+        assert "sekrit-123" not in text
+        assert "pkill" not in text and "killall" not in text
+        script = tmp_path / "job.sbatch"
+        script.write_text(text)
+        assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+
+    def test_plain_progress_lines_when_not_a_terminal(self):
+        stream = io.StringIO()
+        progress = MatrixProgress(total_cells=2, stream=stream)
+        progress.cell_started("miles-fsdp-colocate rep 0", 3)
+        progress.step(1, 2.5)
+        progress.cell_ended("failed", "stalled")
+        assert stream.getvalue().splitlines() == [
+            "[1/2] start miles-fsdp-colocate rep 0 (3 steps)",
+            "[1/2] miles-fsdp-colocate rep 0: step 1/3 last step 2.50 s, ETA ?",
+            "[1/2] failed miles-fsdp-colocate rep 0: stalled",
+        ]
+        assert (format_duration(59), format_duration(61), format_duration(3700)) == ("59s", "1m01s", "1h01m")
+
+
+def test_manifest_json_is_strict_json(tmp_path: Path):
+    manifest = Manifest(path=tmp_path / "manifest.json", cells=[new_cell_run(standin_cell("miles"), 0)])
+    manifest.save()
+    data = json.loads((tmp_path / "manifest.json").read_text())
+    assert data["schema_version"] == 1 and data["plan"] == "plan.json" and data["cells"][0]["state"] == "pending"
+
+
+class TestGpuProbes:
+    """Against a stand-in nvidia-smi on PATH (tests/benchmark/standins/nvidia-smi), answering the runner's queries."""
+
+    @pytest.fixture
+    def smi(self, monkeypatch):
+        monkeypatch.setenv("PATH", f"{STANDINS}:{os.environ['PATH']}")
+        return monkeypatch
+
+    def test_the_environment_record_reads_gpu_model_count_driver_and_cuda(self, smi):
+        record = build_environment_record(framework="verl", interpreter_argv=["python3"], packages={"packages": {}})
+        assert (record["gpu_model"], record["gpu_count"], record["driver"]) == ("NVIDIA H200", 2, "570.124.06")
+        assert record["cuda_driver"] == "12.8" and "gpus" not in record["missing"]
+
+    def test_gpu_memory_release_is_awaited_and_a_leak_is_reported(self, smi):
+        smi.setenv("STANDIN_SMI_USED_MIB", "5")
+        baseline = read_used_mib()
+        assert baseline == {0: 5.0, 1: 3.0}
+        assert wait_until_released(baseline, timeout_s=0.2, poll_s=0.05) is None
+        smi.setenv("STANDIN_SMI_USED_MIB", "70000")
+        message = wait_until_released(baseline, timeout_s=0.2, poll_s=0.05)
+        assert message == "GPU memory not released 0 s after the cell stopped: GPU 0: 70000 MiB (before the run: 5)"
+
+    def test_without_nvidia_smi_the_record_says_why(self, monkeypatch, tmp_path):
+        monkeypatch.setenv("PATH", str(tmp_path))
+        record = build_environment_record(framework="miles", interpreter_argv=["python3"], packages={"packages": {}})
+        assert record["gpu_count"] is None and record["missing"]["gpus"] == "nvidia-smi not found on PATH"
+        assert read_used_mib() is None and wait_until_released(None, timeout_s=1) is None
+
+    def test_the_package_probe_reads_versions_from_the_interpreter_without_importing_them(self):
+        probe = probe_packages([sys.executable])
+        assert probe["python"] == sys.version.split()[0]
+        assert probe["packages"]["torch"]["version"]  # installed in the test venv; read via importlib.metadata
+        assert probe["packages"]["sglang"] == {
+            "version": None,
+            "commit": None,
+            "missing": "not installed in this interpreter",
+        }
+        assert probe["torch_git_version"] and len(probe["torch_git_version"]) == 40
+        assert probe_packages(["/no/such/python"])["missing"].startswith("could not run the interpreter probe")
+
+    def test_the_cuda_build_of_torch_is_read_from_its_version_file(self, tmp_path: Path):
+        """torch/version.py as a CUDA 13 build writes it (the lines seen on an H200 node), found via PYTHONPATH."""
+        (tmp_path / "torch").mkdir()
+        (tmp_path / "torch" / "__init__.py").write_text("raise ImportError('the probe must not import torch')\n")
+        (tmp_path / "torch" / "version.py").write_text(
+            "cuda: Optional[str] = '13.0'\ngit_version = '70d99e998b4955e0049d13a98d77ae1b14db1f45'\n"
+            "hip: Optional[str] = None\n"
+        )
+        probe = probe_packages([sys.executable], env={**os.environ, "PYTHONPATH": str(tmp_path)})
+        assert probe["torch_cuda"] == "13.0" and probe["torch_hip"] is None
+        assert probe["torch_git_version"] == "70d99e998b4955e0049d13a98d77ae1b14db1f45"
+
+
+def test_live_progress_renders_with_rich():
+    stream = io.StringIO()
+    progress = MatrixProgress(total_cells=1, live=True, stream=stream)
+    progress.cell_started("verl-fsdp-colocate rep 0", 2)
+    progress.step(1, 0.5)
+    progress.cell_ended("complete", None)
+    progress.close()
+    assert "complete verl-fsdp-colocate rep 0" in stream.getvalue()
+
+
+def test_emit_sbatch_writes_the_script_and_runs_nothing(tmp_path: Path):
+    plan = write_plan(tmp_path / "plan", [standin_cell("verl")])
+    script = tmp_path / "bench.sbatch"
+    argv = [sys.executable, str(RUN_PY), "execute", str(plan), "--output-dir", str(tmp_path / "run")]
+    result = subprocess.run([*argv, "--emit-sbatch", str(script)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    text = script.read_text()
+    assert f"execute {plan} --output-dir {tmp_path / 'run'} --ray external" in text
+    assert str(script) not in text
+    assert not (tmp_path / "run").exists()
