@@ -11,8 +11,8 @@
   tests against the real transformers model); weight-sync floors move `bf16 bytes = 2 * parameter_count`.
 
 Caveats:
-- Roofline entries are keyed by model config name (`model_configs/<name>.json`); a preset name that is not a model
-  config name matches an entry only if the entry lists it under "presets".
+- Roofline entries are keyed by preset name; a model config name (`model_configs/<name>.json`) finds the first
+  preset of that model.
 - The floors are lower bounds from bandwidth alone: no framework overhead, bucketing or resharding is included.
 """
 
@@ -66,20 +66,33 @@ def _roofline_entry(data: Mapping[str, Any], preset: str) -> Mapping[str, Any] |
     entries = data.get("roofline") or {}
     if preset in entries:
         return entries[preset]
-    return next((e for e in entries.values() if preset in e.get("presets", [])), None)
+    return next((e for e in entries.values() if e.get("config") == preset), None)
 
 
 def roofline_tflops(
-    device_name: str, preset: str, grad_ckpt: bool, *, shape: str | None = None, directory: Path | None = None
+    device_name: str,
+    preset: str,
+    grad_ckpt: bool,
+    *,
+    backend: str = "megatron",
+    shape: str | None = None,
+    directory: Path | None = None,
 ) -> float | None:
-    """Median model TFLOP/s of one forward+backward on one GPU for that model; shape None: the headline shape."""
+    """Median model TFLOP/s of one forward + backward of the preset's model on one GPU.
+
+    The shape is that backend's token budget per GPU packed with the preset's lengths, unless `shape` names another
+    ("max_len": one prompt plus the longest response). `preset` may also be a model config name.
+    """
     data = load_calibration(device_name, directory)
     entry = None if data is None else _roofline_entry(data, preset)
-    if entry is None:
+    if entry is None or "shapes" not in entry:
         return None
-    shape = shape or entry["headline_shape"]
+    if shape is None:
+        if backend not in entry["headline_shape"]:
+            raise ValueError(f"backend must be one of {sorted(entry['headline_shape'])}, got {backend!r}")
+        shape = entry["headline_shape"][backend]
     mode = entry["shapes"].get(shape, {}).get("grad_ckpt", {}).get("on" if grad_ckpt else "off")
-    return None if mode is None else float(mode["tflops"]["median"])
+    return None if not mode or "tflops" not in mode else float(mode["tflops"]["median"])
 
 
 def parameter_count(config: Mapping[str, Any]) -> int:

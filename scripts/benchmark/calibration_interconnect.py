@@ -154,7 +154,9 @@ def _collective_worker(rank: int, world_size: int, backend: str, port: int, opti
                 )
             del full, buffers
         if rank == 0:
-            Path(result_path).write_text(json.dumps({"verified": verified, "table": rows}), encoding="utf-8")
+            env_seen = {k: os.environ.get(k) for k in MULTICAST_OFF_ENV}
+            written = {"verified": verified, "table": rows, "env_seen_by_rank0": env_seen}
+            Path(result_path).write_text(json.dumps(written), encoding="utf-8")
     finally:
         dist.destroy_process_group()
 
@@ -204,7 +206,7 @@ def measure_collectives(
     return {
         "world_size": world_size,
         "backend": backend,
-        "env": dict(MULTICAST_OFF_ENV),
+        "env": written["env_seen_by_rank0"],
         "dtype": "bfloat16",
         "verified_collectives": written["verified"],
         "table": rows,

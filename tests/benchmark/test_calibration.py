@@ -1,0 +1,364 @@
+"""Calibration: the CPU path of calibrate.py end to end, the committed GPU results and the functions reports call."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from miles.utils.bench_flops import ModelArch, batch_train_flops, peak_tflops_for_device
+from scripts.benchmark.calibration_data import (
+    CALIBRATION_DIR,
+    MODEL_CONFIG_DIR,
+    device_key,
+    load_calibration,
+    measured_copy_gb_per_s,
+    measured_peak_tflops,
+    parameter_count,
+    read_model_config,
+    roofline_tflops,
+    weight_sync_floor_s,
+)
+from scripts.benchmark.calibration_interconnect import MULTICAST_OFF_ENV, bus_bandwidth_factor, measure_collectives
+from scripts.benchmark.calibration_presets import pack_sequences, preset_names, read_preset_shapes
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CALIBRATE = REPO_ROOT / "scripts" / "benchmark" / "calibrate.py"
+MODEL_NAMES = sorted(p.stem for p in MODEL_CONFIG_DIR.glob("*.json"))
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> tuple[Path, dict]:
+    """One real run of the CPU path (tiny GEMMs, 2-layer Qwen3, 2 gloo processes), as CI runs it."""
+    out = tmp_path_factory.mktemp("calibration")
+    env = {k: v for k, v in os.environ.items() if k not in MULTICAST_OFF_ENV}
+    subprocess.run(
+        [sys.executable, str(CALIBRATE), "--tiny", "--output-dir", str(out)],
+        check=True,
+        cwd=out,
+        env=env,
+        timeout=300,
+        capture_output=True,
+    )
+    return out, json.loads((out / "cpu.json").read_text())
+
+
+class TestCalibrateCpuPath:
+    def test_every_part_is_measured_and_recorded(self, tiny_run):
+        """The tiny run records environment, peak, roofline, counter check and interconnect, none as an error."""
+        _, data = tiny_run
+        assert data["schema_version"] == 1 and data["device_key"] == "cpu"
+        assert data["environment"]["torch"] and data["date"].endswith("+00:00")
+        for part in ("peak", "roofline", "flops_crosscheck", "interconnect"):
+            assert "error" not in data[part], data[part]
+
+    def test_peak_summaries_hold_every_repeat(self, tiny_run):
+        """Each GEMM shape keeps n repeats with ordered quantiles; the headline is the best shape's median."""
+        peak = tiny_run[1]["peak"]
+        shapes = peak["per_device"][0]["matmul_bf16"]["shapes"]
+        assert [s["m"] for s in shapes] == [64, 128]
+        for s in shapes:
+            t = s["tflops"]
+            assert t["n"] == 5 and 0 < t["min"] <= t["p10"] <= t["median"] <= t["p90"] <= t["max"]
+        assert peak["bf16_tflops_median"] == max(s["tflops"]["median"] for s in shapes)
+        assert peak["per_device"][0]["d2d_copy"]["gb_per_s"]["median"] > 0
+
+    def test_roofline_uses_the_flops_model_for_every_shape_and_mode(self, tiny_run):
+        """TFLOP/s = FLOPs model of the shape / median step time, with and without activation checkpointing."""
+        from scripts.benchmark.calibrate import TINY_CONFIG, TINY_SHAPES
+
+        entry = tiny_run[1]["roofline"]["tiny"]
+        arch = ModelArch.from_hf_config(TINY_CONFIG)
+        assert set(entry["shapes"]) == set(TINY_SHAPES) and entry["num_params_run"] == parameter_count(TINY_CONFIG)
+        for name, seq_lens in TINY_SHAPES.items():
+            shape = entry["shapes"][name]
+            assert shape["seq_lens"] == seq_lens and shape["tokens"] == sum(seq_lens)
+            assert shape["model_train_flops_per_step"] == batch_train_flops(arch, seq_lens)
+            for mode in ("off", "on"):
+                timing = shape["grad_ckpt"][mode]
+                # a median of the per-step rates equals the rate of the median step for an odd count
+                expected = shape["model_train_flops_per_step"] / timing["step_s"]["median"] / 1e12
+                assert timing["tflops"]["median"] == pytest.approx(expected, rel=1e-9)
+
+    def test_flop_counter_agrees_with_the_flops_model(self, tiny_run):
+        """PyTorch's counter over the real Qwen3 step matches the FLOPs model (full attention) within 1%."""
+        (check,) = tiny_run[1]["flops_crosscheck"]
+        assert check["attention"] == "eager" and check["agrees_within_1pct"]
+        assert check["counter_over_model_as_counted"] == pytest.approx(1.0, abs=1e-6)
+        assert check["counter_over_model_causal"] > 1.0  # the counter charges the masked half too
+
+    def test_gloo_collectives_ran_on_two_processes(self, tiny_run):
+        """The launch gives 2 ranks, every collective verified, busbw = algbw * nccl-tests factor, multicast off."""
+        inter = tiny_run[1]["interconnect"]
+        assert inter["world_size"] == 2 and inter["backend"] == "gloo"
+        assert inter["env"] == MULTICAST_OFF_ENV
+        assert inter["verified_collectives"] == sorted(["all_gather", "reduce_scatter", "all_reduce", "broadcast"])
+        assert len(inter["table"]) == 8
+        for row in inter["table"]:
+            factor = bus_bandwidth_factor(row["collective"], 2)
+            assert row["busbw_gb_per_s"] == pytest.approx(row["algbw_gb_per_s"] * factor)
+            assert row["algbw_gb_per_s"] == pytest.approx(row["message_bytes"] / row["time_s"] / 1e9)
+
+    def test_weight_sync_floor_moves_every_bf16_parameter_at_the_measured_rate(self, tiny_run):
+        """Floors from the run's own tables: all params once over broadcast algbw, read+write over copy GB/s."""
+        out, data = tiny_run
+        largest = max(
+            (r for r in data["interconnect"]["table"] if r["collective"] == "broadcast"),
+            key=lambda r: r["message_bytes"],
+        )
+        params = parameter_count(read_model_config("qwen3-0.6b"))
+        floor = weight_sync_floor_s("cpu", "qwen3-0.6b", "broadcast", directory=out)
+        assert floor == pytest.approx(2 * params / (largest["algbw_gb_per_s"] * 1e9))
+        copy = measured_copy_gb_per_s("cpu", directory=out)
+        assert weight_sync_floor_s("cpu", "qwen3-0.6b", "d2d_copy", directory=out) == pytest.approx(
+            4 * params / (copy * 1e9)
+        )
+
+
+class TestCommittedH200Calibration:
+    """The committed NVIDIA H200 run, as reports on that GPU read it."""
+
+    data = load_calibration("NVIDIA H200")
+
+    def test_is_found_from_the_device_name_and_records_its_environment(self):
+        """torch.cuda.get_device_name() alone finds it; date, GPU, driver and versions are recorded."""
+        assert self.data is not None
+        env = self.data["environment"]
+        assert env["gpu_name"] == "NVIDIA H200" and env["gpu_count"] >= 1
+        assert env["driver"] and env["torch"] and env["cuda"] and self.data["date"]
+
+    def test_measured_peak_is_below_the_datasheet_peak(self):
+        """The achieved matmul rate is a real fraction of the 989 TFLOP/s datasheet figure."""
+        measured = measured_peak_tflops("NVIDIA H200")
+        assert 0.5 * peak_tflops_for_device("NVIDIA H200") < measured < peak_tflops_for_device("NVIDIA H200")
+        assert measured_copy_gb_per_s("NVIDIA H200") > 1000
+
+    def test_roofline_covers_every_preset_and_backend_below_the_peak(self):
+        """Each preset has both backends with and without checkpointing; recompute makes checkpointing slower."""
+        peak = measured_peak_tflops("NVIDIA H200")
+        for preset in preset_names():
+            for backend in ("megatron", "fsdp"):
+                off = roofline_tflops("NVIDIA H200", preset, False, backend=backend)
+                on = roofline_tflops("NVIDIA H200", preset, True, backend=backend)
+                assert 0 < on < off < peak, (preset, backend, on, off)
+
+    def test_roofline_shapes_are_the_presets_current_shapes(self):
+        """A preset whose lengths or token budget changed needs a new GPU run: this fails until it has one."""
+        for preset in preset_names():
+            expected = read_preset_shapes(preset).shapes()
+            measured = {k: v["seq_lens"] for k, v in self.data["roofline"][preset]["shapes"].items()}
+            assert measured == expected, preset
+
+    def test_roofline_flops_are_the_current_flops_model(self):
+        """A changed FLOPs model makes the stored TFLOP/s stale: the stored per-step FLOPs must still match."""
+        for preset, entry in self.data["roofline"].items():
+            config = read_model_config(entry["config"])
+            config = dict(config, num_hidden_layers=entry["num_layers_run"])
+            arch = ModelArch.from_hf_config(config)
+            for shape in entry["shapes"].values():
+                assert shape["model_train_flops_per_step"] == pytest.approx(
+                    batch_train_flops(arch, shape["seq_lens"]), rel=1e-12
+                ), preset
+
+    def test_gpu_flop_counter_checks_all_agree(self):
+        """On the GPU the counter (SDPA step and eager, dense and MoE) agreed with the FLOPs model within 1%."""
+        checks = self.data["flops_crosscheck"]
+        assert {c["attention"] for c in checks} == {"sdpa", "eager"}
+        assert all(c["agrees_within_1pct"] for c in checks), checks
+
+    def test_a_model_config_name_finds_its_preset(self):
+        assert roofline_tflops("NVIDIA H200", "qwen3-0.6b", False) == roofline_tflops("NVIDIA H200", "smoke", False)
+
+    def test_single_gpu_run_has_no_collective_floor(self):
+        """Interconnect was not measured on one GPU: its floors are None, never 0."""
+        assert "skipped" in self.data["interconnect"]
+        assert weight_sync_floor_s("NVIDIA H200", "qwen3-4b", "broadcast") is None
+        assert weight_sync_floor_s("NVIDIA H200", "qwen3-4b", "d2d_copy") > 0
+
+
+class TestCalibrationLookup:
+    def test_device_key_lowercases_and_joins_words(self):
+        assert device_key("NVIDIA H200") == "nvidia-h200"
+        assert device_key("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
+        with pytest.raises(ValueError, match="no letters or digits"):
+            device_key(" -- ")
+
+    def test_an_uncalibrated_gpu_gives_none(self):
+        assert load_calibration("NVIDIA H100 80GB HBM3") is None
+        assert measured_peak_tflops("NVIDIA H100 80GB HBM3") is None
+        assert roofline_tflops("NVIDIA H100 80GB HBM3", "qwen3-4b", False) is None
+        assert weight_sync_floor_s("NVIDIA H100 80GB HBM3", "qwen3-4b") is None
+
+    def test_unknown_names_are_rejected_with_what_is_known(self, tmp_path):
+        with pytest.raises(ValueError, match="qwen3-4b"):
+            read_model_config("qwen3-5b")
+        with pytest.raises(ValueError, match="weight-sync path"):
+            weight_sync_floor_s("NVIDIA H200", "qwen3-4b", "rdma")
+        with pytest.raises(ValueError, match="backend must be one of"):
+            roofline_tflops("NVIDIA H200", "qwen3-4b", False, backend="deepspeed")
+        (tmp_path / "nvidia-h200.json").write_text(json.dumps({"schema_version": 99}))
+        with pytest.raises(ValueError, match="schema_version 99"):
+            load_calibration("NVIDIA H200", directory=tmp_path)
+
+    def test_every_committed_file_is_named_by_its_gpu(self):
+        for path in CALIBRATION_DIR.glob("*.json"):
+            assert path.stem == device_key(json.loads(path.read_text())["environment"]["gpu_name"])
+
+
+class TestParameterCount:
+    @pytest.mark.parametrize("name", MODEL_NAMES)
+    def test_matches_the_transformers_model(self, name):
+        """The pure count equals numel over the real transformers model built on the meta device."""
+        import torch
+
+        from scripts.benchmark.calibration_roofline import build_causal_lm
+
+        config = read_model_config(name)
+        model = build_causal_lm(config, device=torch.device("meta"))
+        assert parameter_count(config) == sum(p.numel() for p in model.parameters())
+
+    def test_rejects_other_architectures(self):
+        with pytest.raises(ValueError, match="llama"):
+            parameter_count({"model_type": "llama"})
+
+
+class TestPresetShapes:
+    @pytest.mark.parametrize("preset", preset_names())
+    def test_yaml_reading_agrees_with_the_spec(self, preset):
+        """The PyYAML-only reading (GPU images lack pydantic) gives the validated spec's budgets and lengths."""
+        from scripts.benchmark.spec import load_preset
+
+        spec, shapes = load_preset(preset), read_preset_shapes(preset)
+        assert shapes.model_config == spec.model.config
+        assert (shapes.max_prompt, shapes.max_response) == (spec.lengths.max_prompt, spec.lengths.max_response)
+        assert shapes.max_tokens_per_gpu == {b: spec.max_tokens_per_gpu(b) for b in ("megatron", "fsdp")}
+        for backend, budget in shapes.max_tokens_per_gpu.items():
+            pack = shapes.shapes()[backend]
+            assert sum(pack) == budget and max(pack) <= spec.lengths.max_prompt + spec.lengths.max_response
+
+    def test_pack_fills_the_budget_with_the_length_mix(self):
+        assert pack_sequences(9216, 1024, 8192) == [4096, 3072, 2048]
+        assert pack_sequences(32768, 1024, 8192) == [4096, 3072, 2048] * 3 + [4096, 1024]
+        with pytest.raises(ValueError, match="budget 0"):
+            pack_sequences(0, 1024, 8192)
+
+    def test_unknown_preset_lists_the_known_ones(self):
+        with pytest.raises(ValueError, match="qwen3-4b"):
+            read_preset_shapes("qwen3-5b")
+
+
+class TestCounterFormulas:
+    def test_grouped_kv_heads_cost_what_query_heads_cost(self):
+        """The GQA formulas equal torch's own formula on K/V expanded to the query heads."""
+        import torch
+        from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
+
+        from scripts.benchmark.calibration_roofline import gqa_sdpa_flop_formulas
+
+        formulas = gqa_sdpa_flop_formulas()
+        q, kv = (2, 32, 300, 128), (2, 8, 300, 128)
+        forward = formulas[torch.ops.aten._scaled_dot_product_flash_attention]
+        backward = formulas[torch.ops.aten._scaled_dot_product_efficient_attention_backward]
+        assert forward(q, kv, kv) == sdpa_flop_count(q, q, q) == 4 * 2 * 32 * 300 * 300 * 128
+        assert backward(q, q, kv, kv) == sdpa_backward_flop_count(q, q, q, q)
+
+    def test_activation_checkpointing_is_really_switched(self):
+        """With checkpointing the counter sees the recomputed forward; without it, exactly the model's count."""
+        import torch
+
+        from scripts.benchmark.calibrate import TINY_CONFIG
+        from scripts.benchmark.calibration_roofline import (
+            build_causal_lm,
+            count_step_flops,
+            make_sequences,
+            set_activation_checkpointing,
+        )
+
+        model = build_causal_lm(TINY_CONFIG, device=torch.device("cpu"), attn_implementation="eager")
+        sequences = make_sequences([64], TINY_CONFIG["vocab_size"], torch.device("cpu"))
+        plain = count_step_flops(model, sequences)["total"]
+        set_activation_checkpointing(model, True)
+        recomputed = count_step_flops(model, sequences)["total"]
+        set_activation_checkpointing(model, False)
+        assert count_step_flops(model, sequences)["total"] == plain < recomputed
+
+    def test_moe_step_agrees_with_eager_experts(self):
+        """Qwen3 MoE (router + top-k experts) counted by the counter matches the FLOPs model within 1%."""
+        import torch
+
+        from scripts.benchmark.calibrate import TINY_CONFIG
+        from scripts.benchmark.calibration_roofline import crosscheck_flops
+
+        moe = dict(
+            TINY_CONFIG,
+            model_type="qwen3_moe",
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=64,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+            norm_topk_prob=True,
+            tie_word_embeddings=False,
+        )
+        check = crosscheck_flops(
+            moe, [64, 32], device=torch.device("cpu"), attn_implementation="eager", dtype=torch.float32
+        )
+        assert check["agrees_within_1pct"], check
+
+
+class TestCollectiveLaunch:
+    def test_needs_two_processes_and_known_collectives(self):
+        with pytest.raises(ValueError, match="world_size=1"):
+            measure_collectives(1, backend="gloo")
+        with pytest.raises(ValueError, match="unknown collective 'all_to_all'"):
+            measure_collectives(2, backend="gloo", collectives=["all_to_all"])
+        with pytest.raises(ValueError, match="too small"):
+            measure_collectives(4, backend="gloo", message_bytes=[4])
+
+    def test_bus_bandwidth_factors_follow_nccl_tests(self):
+        assert bus_bandwidth_factor("all_reduce", 8) == pytest.approx(1.75)
+        assert bus_bandwidth_factor("all_gather", 8) == bus_bandwidth_factor("reduce_scatter", 8) == 0.875
+        assert bus_bandwidth_factor("broadcast", 8) == 1.0
+
+
+class TestPlanValidation:
+    def test_bad_parts_and_shapes_fail_before_any_measurement(self, tmp_path):
+        from scripts.benchmark.calibrate import build_plan
+
+        with pytest.raises(ValueError, match="unknown parts"):
+            build_plan(output_dir=tmp_path, device="cpu", tiny=True, presets=[], moe_num_layers=1, parts=["gemm"])
+        with pytest.raises(ValueError, match="no preset 'qwen3-5b'"):
+            build_plan(
+                output_dir=tmp_path, device="cuda", tiny=False, presets=["qwen3-5b"], moe_num_layers=1, parts=[]
+            )
+        with pytest.raises(ValueError, match="device must be"):
+            build_plan(output_dir=tmp_path, device="tpu", tiny=False, presets=["smoke"], moe_num_layers=1, parts=[])
+
+
+@pytest.mark.gpu
+def test_gpu_path_measures_this_gpu(tmp_path):
+    """On a CUDA device: the peak and a preset roofline run, and the counter agrees on the timed SDPA step."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device: the GPU path is run on the lent accelerator, not in CPU CI")
+    subprocess.run(
+        [
+            sys.executable,
+            str(CALIBRATE),
+            "--presets",
+            "smoke",
+            "--parts",
+            "peak,roofline,crosscheck",
+            "--output-dir",
+            str(tmp_path),
+        ],
+        check=True,
+        timeout=540,
+    )
+    data = json.loads((tmp_path / f"{device_key(torch.cuda.get_device_name(0))}.json").read_text())
+    assert data["peak"]["bf16_tflops_median"] > 0
+    assert data["roofline"]["smoke"]["shapes"]["megatron"]["grad_ckpt"]["off"]["tflops"]["median"] > 0
+    assert [c["agrees_within_1pct"] for c in data["flops_crosscheck"]] == [True] * len(data["flops_crosscheck"])
