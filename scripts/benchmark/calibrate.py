@@ -37,9 +37,9 @@ if str(_REPO_ROOT) not in sys.path:  # run as a script from anywhere: make `scri
 import typer  # noqa: E402
 
 from scripts.benchmark.calibration_data import SCHEMA_VERSION, device_key  # noqa: E402
-from scripts.benchmark.spec import resolve_model_config  # noqa: E402
 from scripts.benchmark.calibration_interconnect import apply_multicast_off_env  # noqa: E402
 from scripts.benchmark.calibration_presets import BACKENDS, preset_names, read_preset_shapes  # noqa: E402
+from scripts.benchmark.model_config import resolve_model_config  # noqa: E402
 
 # Eager attention materialises s x s scores per layer and head: a shorter pack that fits one GPU.
 EAGER_CROSSCHECK_SEQ_LENS: list[int] = [2048, 1024, 1024]

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from scripts.benchmark.spec import resolve_model_config
+from scripts.benchmark.model_config import resolve_model_config
 
 CALIBRATION_DIR = Path(__file__).resolve().parent / "calibration"
 SCHEMA_VERSION = 1

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-PRESETS_DIR = Path(__file__).resolve().parent / "presets"
+from scripts.benchmark.model_config import PRESETS_DIR
+
 BACKENDS: tuple[str, ...] = ("megatron", "fsdp")
 RESPONSE_FRACTIONS: tuple[float, ...] = (3 / 8, 2 / 8, 1 / 8)
 

@@ -23,16 +23,20 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-BENCHMARK_DIR = Path(__file__).resolve().parent
-PRESETS_DIR = BENCHMARK_DIR / "presets"
-MODEL_CONFIGS_DIR = BENCHMARK_DIR / "model_configs"
+from scripts.benchmark.model_config import (  # noqa: F401  (re-exported: the spec's public names)
+    MODEL_CONFIGS_DIR,
+    PRESETS_DIR,
+    model_config_names,
+    named_model_config,
+    preset_names,
+    resolve_model_config,
+)
 
 Backend = Literal["fsdp", "megatron"]
 Layout = Literal["colocate", "disaggregated"]
@@ -74,10 +78,10 @@ class ModelSpec(_Frozen):
     def hf_config(self) -> dict[str, Any]:
         if isinstance(self.config, dict):
             return dict(self.config)
-        path = MODEL_CONFIGS_DIR / f"{self.config}.json"
-        if not path.is_file():
-            raise ValueError(f"model.config: no model config named {self.config!r} (known: {model_config_names()})")
-        return json.loads(path.read_text())
+        try:
+            return named_model_config(self.config)
+        except ValueError as exc:
+            raise ValueError(f"model.config: {exc}") from None
 
     def config_path(self) -> str:
         """Where the FLOPs model reads the architecture: the model_configs file, or the checkpoint's config.json."""
@@ -422,38 +426,6 @@ def spec_json(spec: BenchmarkSpec) -> dict[str, Any]:
 def spec_hash(spec: BenchmarkSpec) -> str:
     canonical = json.dumps(spec_json(spec), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
-
-
-def model_config_names() -> list[str]:
-    return sorted(p.stem for p in MODEL_CONFIGS_DIR.glob("*.json"))
-
-
-def resolve_model_config(model: str | Path | Mapping[str, Any]) -> dict[str, Any]:
-    """The HF config dict behind a model reference (the one resolver of the harness: metrics, runner, calibration).
-
-    A dict is taken as is; else a config.json path (or its folder), a name in model_configs/, or a preset name (its
-    model's config). ValueError names what was tried.
-    """
-    if isinstance(model, Mapping):
-        return dict(model)
-    path = Path(model)
-    if path.is_dir():
-        path = path / "config.json"
-    if path.is_file():
-        return json.loads(path.read_text(encoding="utf-8"))
-    named = MODEL_CONFIGS_DIR / f"{model}.json"
-    if named.is_file():
-        return json.loads(named.read_text(encoding="utf-8"))
-    if (PRESETS_DIR / f"{model}.yaml").is_file():
-        return load_preset(str(model)).model.hf_config()
-    raise ValueError(
-        f"{str(model)!r} is neither a config.json path, a model config ({model_config_names()}) nor a preset "
-        f"({preset_names()})"
-    )
-
-
-def preset_names() -> list[str]:
-    return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
 
 
 def load_preset(name: str) -> BenchmarkSpec:

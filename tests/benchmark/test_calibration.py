@@ -11,22 +11,22 @@ import pytest
 from miles.utils.bench_flops import ModelArch, batch_train_flops, peak_tflops_for_device
 from scripts.benchmark.calibration_data import (
     CALIBRATION_DIR,
-    MODEL_CONFIG_DIR,
     device_key,
     load_calibration,
     measured_copy_gb_per_s,
     measured_peak_tflops,
     parameter_count,
-    read_model_config,
     roofline_tflops,
     weight_sync_floor_s,
 )
 from scripts.benchmark.calibration_interconnect import MULTICAST_OFF_ENV, bus_bandwidth_factor, measure_collectives
 from scripts.benchmark.calibration_presets import pack_sequences, preset_names, read_preset_shapes
+from scripts.benchmark.model_config import MODEL_CONFIGS_DIR
+from scripts.benchmark.model_config import resolve_model_config as read_model_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CALIBRATE = REPO_ROOT / "scripts" / "benchmark" / "calibrate.py"
-MODEL_NAMES = sorted(p.stem for p in MODEL_CONFIG_DIR.glob("*.json"))
+MODEL_NAMES = sorted(p.stem for p in MODEL_CONFIGS_DIR.glob("*.json"))
 
 
 @pytest.fixture(scope="module")
@@ -362,3 +362,21 @@ def test_gpu_path_measures_this_gpu(tmp_path):
     assert data["peak"]["bf16_tflops_median"] > 0
     assert data["roofline"]["smoke"]["shapes"]["megatron"]["grad_ckpt"]["off"]["tflops"]["median"] > 0
     assert [c["agrees_within_1pct"] for c in data["flops_crosscheck"]] == [True] * len(data["flops_crosscheck"])
+
+
+class TestGpuImageImports:
+    def test_calibrate_imports_no_pydantic(self):
+        """The GPU image has torch and PyYAML but no pydantic: calibrate.py and what it imports must not need it."""
+        code = "\n".join(
+            [
+                "import runpy, sys",
+                f"sys.argv = [{str(CALIBRATE)!r}, '--help']",
+                "try:",
+                "    runpy.run_path(sys.argv[0], run_name='__main__')",
+                "except SystemExit:",
+                "    pass",
+                "assert 'pydantic' not in sys.modules, 'calibrate.py imported pydantic'",
+            ]
+        )
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr[-2000:]

@@ -1,0 +1,64 @@
+# doc-dev: docs/benchmark.md
+"""Where a model's architecture facts come from: the one resolver of the harness (plan, metrics, runner, calibration).
+
+- `MODEL_CONFIGS_DIR` holds HF config.json subsets of the preset models; `PRESETS_DIR` holds the preset YAMLs.
+- `resolve_model_config(model)`: a dict, a config.json path (or its folder), a name in model_configs/, or a preset
+  name (its `model.config`) -> the HF config dict. ValueError names what was tried.
+
+Caveats:
+- Standard library and PyYAML only, no pydantic: calibrate.py imports this on bare GPU images that lack pydantic.
+  A preset is read here without spec validation; spec.load_preset is the validated reading.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+BENCHMARK_DIR = Path(__file__).resolve().parent
+PRESETS_DIR = BENCHMARK_DIR / "presets"
+MODEL_CONFIGS_DIR = BENCHMARK_DIR / "model_configs"
+
+
+def model_config_names() -> list[str]:
+    return sorted(p.stem for p in MODEL_CONFIGS_DIR.glob("*.json"))
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
+
+
+def named_model_config(name: str) -> dict[str, Any]:
+    path = MODEL_CONFIGS_DIR / f"{name}.json"
+    if not path.is_file():
+        raise ValueError(f"no model config named {name!r} (known: {model_config_names()})")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def resolve_model_config(model: str | Path | Mapping[str, Any]) -> dict[str, Any]:
+    """The HF config dict behind a model reference (see the module docstring)."""
+    if isinstance(model, Mapping):
+        return dict(model)
+    path = Path(model)
+    if path.is_dir():
+        path = path / "config.json"
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    if (MODEL_CONFIGS_DIR / f"{model}.json").is_file():
+        return named_model_config(str(model))
+    preset = PRESETS_DIR / f"{model}.yaml"
+    if preset.is_file():
+        import yaml
+
+        config = ((yaml.safe_load(preset.read_text(encoding="utf-8")) or {}).get("model") or {}).get("config")
+        if isinstance(config, Mapping):
+            return dict(config)
+        if isinstance(config, str):
+            return named_model_config(config)
+        raise ValueError(f"preset {preset.name}: model.config must name a model config or hold an HF config dict")
+    raise ValueError(
+        f"{str(model)!r} is neither a config.json path, a model config ({model_config_names()}) nor a preset "
+        f"({preset_names()})"
+    )
