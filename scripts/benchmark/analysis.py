@@ -9,8 +9,8 @@
   matched nor a declared asymmetry with a note, a recorded parity error, no table for the pair, no parity.json.
   Any of these (or a parity.json for another spec hash, or different GPU models) refuses that pair's comparison.
 - `calibration_view(...)` is the hook for measured ceilings: given `measured_peak_tflops(device)` and
-  `roofline_tflops(device, preset, grad_ckpt)` it adds, per cell, MFU against the measured peak and training
-  TFLOPs/GPU as a fraction of the roofline, next to the datasheet MFU of the records.
+  `roofline_tflops(device, preset, grad_ckpt, *, backend)` it adds, per cell, MFU against the measured peak and
+  training TFLOPs/GPU as a fraction of the roofline, next to the datasheet MFU of the records.
 
 Caveats:
 - A cell's steady state starts at the latest start among its repeats; "reached" needs every repeat to reach it.
@@ -48,7 +48,7 @@ PARITY_OK_STATUSES = frozenset({"matched", "match", "equal", "ok"})
 PARITY_ASYMMETRY_STATUSES = frozenset({"asymmetry", "declared_asymmetry", "declared asymmetry"})
 
 MeasuredPeak = Callable[[str], "float | None"]
-Roofline = Callable[[str, "str | None", bool], "float | None"]
+Roofline = Callable[..., "float | None"]  # (device, model key, grad_ckpt, *, backend) -> TFLOP/s or None
 
 
 def parity_tables(parity: Any) -> list[dict[str, Any]]:
@@ -271,7 +271,8 @@ def calibration_view(
         tflops = cell["summaries"]["train_tflops_per_gpu"]["median"]
         peak = measured_peak_tflops(device) if device else None
         grad_ckpt = grad_ckpt_by_backend.get(cell["backend"], True)
-        roof = roofline_tflops(device, preset, grad_ckpt) if device and preset else None
+        # The roofline's shape is that backend's token budget per GPU (Megatron and FSDP presets pack differently).
+        roof = roofline_tflops(device, preset, grad_ckpt, backend=cell["backend"]) if device and preset else None
         rows.append(
             {
                 "id": cell["id"],

@@ -323,8 +323,8 @@ class TestCalibrationHook:
         _, doc = planted_run
         seen = []
 
-        def roofline(device, preset, grad_ckpt):
-            seen.append((device, preset, grad_ckpt))
+        def roofline(device, preset, grad_ckpt, *, backend):
+            seen.append((device, preset, grad_ckpt, backend))
             return 400.0
 
         rows = calibration_view(
@@ -337,7 +337,8 @@ class TestCalibrationHook:
         row = rows[0]
         assert row["mfu_measured_peak"] == pytest.approx(row["train_tflops_per_gpu"] / 800.0)
         assert row["fraction_of_roofline"] == pytest.approx(row["train_tflops_per_gpu"] / 400.0)
-        assert seen[0] == ("NVIDIA H200", "qwen3-1.7b-base", False) and seen[2][2] is True
+        assert seen[0] == ("NVIDIA H200", "qwen3-1.7b-base", False, doc["cells"][0]["backend"]) and seen[2][2] is True
+        assert [call[3] for call in seen] == [cell["backend"] for cell in doc["cells"]]
 
     def test_report_reads_the_committed_calibration_module(self, planted_run):
         """calibration_data.py is merged: each cell gets a calibration row; unmeasured numbers stay null."""
