@@ -10,7 +10,9 @@
   Any of these (or a parity.json for another spec hash, or different GPU models) refuses that pair's comparison.
 - `calibration_view(...)` is the hook for measured ceilings: given `measured_peak_tflops(device)` and
   `roofline_tflops(device, preset, grad_ckpt, *, backend)` it adds, per cell, MFU against the measured peak and
-  training TFLOPs/GPU as a fraction of the roofline, next to the datasheet MFU of the records.
+  training TFLOPs/GPU as a fraction of the roofline, next to the datasheet MFU of the records; given
+  `weight_sync_floor_s(device, model, path)` also the weight-sync phase against its floor (colocated: one on-GPU
+  copy of all weights; disaggregated: one NCCL broadcast of them).
 
 Caveats:
 - A cell's steady state starts at the latest start among its repeats; "reached" needs every repeat to reach it.
@@ -49,6 +51,8 @@ PARITY_ASYMMETRY_STATUSES = frozenset({"asymmetry", "declared_asymmetry", "decla
 
 MeasuredPeak = Callable[[str], "float | None"]
 Roofline = Callable[..., "float | None"]  # (device, model key, grad_ckpt, *, backend) -> TFLOP/s or None
+WeightSyncFloor = Callable[[str, str, str], "float | None"]  # (device, model key, path) -> seconds or None
+WEIGHT_SYNC_FLOOR_PATH = {"colocate": "d2d_copy", "disaggregated": "broadcast"}
 
 
 def parity_tables(parity: Any) -> list[dict[str, Any]]:
@@ -263,8 +267,10 @@ def calibration_view(
     roofline_tflops: Roofline,
     preset: str | None,
     grad_ckpt_by_backend: dict[str, bool],
+    weight_sync_floor_s: WeightSyncFloor | None = None,
 ) -> list[dict[str, Any]]:
-    """Per cell: MFU against the datasheet (from the records) and the measured peak; TFLOPs/GPU vs the roofline."""
+    """Per cell: MFU against the datasheet (from the records) and the measured peak; TFLOPs/GPU vs the roofline;
+    the weight-sync phase against the time to move every weight once at the measured bandwidth."""
     rows = []
     for cell in cells:
         device, _ = gpu_of(cell["environment"])
@@ -273,6 +279,13 @@ def calibration_view(
         grad_ckpt = grad_ckpt_by_backend.get(cell["backend"], True)
         # The roofline's shape is that backend's token budget per GPU (Megatron and FSDP presets pack differently).
         roof = roofline_tflops(device, preset, grad_ckpt, backend=cell["backend"]) if device and preset else None
+        sync = cell["summaries"]["phases_s.weight_sync"]["median"]
+        floor_path = WEIGHT_SYNC_FLOOR_PATH.get(cell["layout"])
+        floor = (
+            weight_sync_floor_s(device, preset, floor_path)
+            if weight_sync_floor_s and device and preset and floor_path
+            else None
+        )
         rows.append(
             {
                 "id": cell["id"],
@@ -284,6 +297,10 @@ def calibration_view(
                 "roofline_tflops": roof,
                 "grad_ckpt": grad_ckpt,
                 "fraction_of_roofline": tflops / roof if tflops is not None and roof else None,
+                "weight_sync_s": sync,
+                "weight_sync_floor_s": floor,
+                "weight_sync_floor_path": floor_path,
+                "weight_sync_over_floor": sync / floor if sync is not None and floor else None,
             }
         )
     return rows
@@ -317,6 +334,7 @@ def analyse_run_folder(
     family_wise: bool = True,
     measured_peak_tflops: MeasuredPeak | None = None,
     roofline_tflops: Roofline | None = None,
+    weight_sync_floor_s: WeightSyncFloor | None = None,
 ) -> dict[str, Any]:
     """The report.json document for one run folder."""
     folder = read_run_folder(run_dir)
@@ -342,6 +360,7 @@ def analyse_run_folder(
             roofline_tflops=roofline_tflops,
             preset=roofline_model_key(plan),
             grad_ckpt_by_backend=grad_ckpt_by_backend(plan),
+            weight_sync_floor_s=weight_sync_floor_s,
         )
     return {
         "schema_version": REPORT_SCHEMA_VERSION,

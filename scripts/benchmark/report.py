@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import html
-import importlib
 import json
 import re
 from collections.abc import Callable
@@ -319,6 +318,29 @@ def _calibration_blocks(doc: dict[str, Any]) -> list[Any]:
         "of roofline",
     ]
     blocks.append(Table(header, rows))
+    blocks.append(Heading(3, "Weight sync against its floor"))
+    blocks.append(
+        Table(
+            ["cell", "weight sync (s, median)", "floor (s)", "floor path", "x floor"],
+            [
+                [
+                    f"`{r['id']}`",
+                    format_number(r.get("weight_sync_s")),
+                    format_number(r.get("weight_sync_floor_s")),
+                    r.get("weight_sync_floor_path") or "n/a",
+                    format_number(r.get("weight_sync_over_floor")),
+                ]
+                for r in calibration
+            ],
+        )
+    )
+    blocks.append(
+        Paragraph(
+            "The floor is the time to move every bf16 weight once at the bandwidth measured on this GPU model: "
+            "`d2d_copy` (colocated: one on-GPU copy, read + write) or `broadcast` (disaggregated: one NCCL broadcast, "
+            "which needs a multi-GPU calibration; n/a until one is committed)."
+        )
+    )
     uncalibrated = sorted({r["device"] for r in calibration if r["device"] and r["measured_peak_tflops"] is None})
     if uncalibrated:
         blocks.append(
@@ -492,15 +514,11 @@ def verdict_markdown(doc: dict[str, Any]) -> str:
     return render_markdown(_verdict_blocks(doc))
 
 
-def load_calibration() -> tuple[Callable | None, Callable | None, str | None]:
-    """The calibration readers (measured peak, roofline) when scripts/benchmark/calibration_data.py exists."""
-    try:
-        module = importlib.import_module("scripts.benchmark.calibration_data")
-    except ModuleNotFoundError as error:
-        if error.name != "scripts.benchmark.calibration_data":
-            raise
-        return None, None, "calibration data module (scripts/benchmark/calibration_data.py) is not in this checkout"
-    return module.measured_peak_tflops, module.roofline_tflops, None
+def calibration_readers() -> tuple[Callable, Callable, Callable]:
+    """Measured peak, roofline and weight-sync floor, from the committed JSON under scripts/benchmark/calibration/."""
+    from scripts.benchmark.calibration_data import measured_peak_tflops, roofline_tflops, weight_sync_floor_s
+
+    return measured_peak_tflops, roofline_tflops, weight_sync_floor_s
 
 
 def analyse_and_write(
@@ -515,7 +533,7 @@ def analyse_and_write(
     """Analyse a run folder and write the report; returns the report document and the written files."""
     from scripts.benchmark.analysis import analyse_run_folder
 
-    measured_peak, roofline, note = load_calibration() if calibration else (None, None, "disabled by --no-calibration")
+    measured_peak, roofline, sync_floor = calibration_readers() if calibration else (None, None, None)
     doc = analyse_run_folder(
         run_dir,
         reps=reps,
@@ -524,9 +542,10 @@ def analyse_and_write(
         family_wise=family_wise,
         measured_peak_tflops=measured_peak,
         roofline_tflops=roofline,
+        weight_sync_floor_s=sync_floor,
     )
-    if note:
-        doc["calibration_note"] = note
+    if not calibration:
+        doc["calibration_note"] = "disabled by --no-calibration"
     return doc, write_report(doc, run_dir)
 
 

@@ -340,6 +340,39 @@ class TestCalibrationHook:
         assert seen[0] == ("NVIDIA H200", "qwen3-1.7b-base", False, doc["cells"][0]["backend"]) and seen[2][2] is True
         assert [call[3] for call in seen] == [cell["backend"] for cell in doc["cells"]]
 
+    def test_weight_sync_is_set_against_its_floor_for_the_cell_layout(self, planted_run):
+        """Colocated cells are held against one on-GPU copy of all weights; the ratio is phase median / floor."""
+        _, doc = planted_run
+        asked = []
+
+        def floor(device, model, path):
+            asked.append((device, model, path))
+            return 0.5
+
+        rows = calibration_view(
+            doc["cells"],
+            measured_peak_tflops=lambda device: None,
+            roofline_tflops=lambda *a, **k: None,
+            preset="qwen3-1.7b-base",
+            grad_ckpt_by_backend={},
+            weight_sync_floor_s=floor,
+        )
+        for cell, row in zip(doc["cells"], rows, strict=True):
+            sync = cell["summaries"]["phases_s.weight_sync"]["median"]
+            assert row["weight_sync_floor_s"] == 0.5 and row["weight_sync_floor_path"] == "d2d_copy"
+            assert row["weight_sync_over_floor"] == (pytest.approx(sync / 0.5) if sync is not None else None)
+        assert {call[2] for call in asked} == {"d2d_copy"} and len(asked) == len(rows)
+
+    def test_committed_h200_calibration_gives_a_copy_floor(self, planted_run):
+        """With the committed H200 JSON the report fills the d2d floor of the cells' model (issue 8 adds NCCL)."""
+        from scripts.benchmark.calibration_data import weight_sync_floor_s
+
+        run_dir, doc = planted_run
+        expected = weight_sync_floor_s("NVIDIA H200", "qwen3-1.7b-base", "d2d_copy")
+        assert expected is not None and 0 < expected < 1
+        assert [row["weight_sync_floor_s"] for row in doc["calibration"]] == [expected] * len(doc["calibration"])
+        assert "### Weight sync against its floor" in (run_dir / "report.md").read_text()
+
     def test_report_reads_the_committed_calibration_module(self, planted_run):
         """calibration_data.py is merged: each cell gets a calibration row; unmeasured numbers stay null."""
         run_dir, doc = planted_run
