@@ -85,6 +85,7 @@ VERL_DEFAULTS: dict[str, Any] = {
     "trainer.save_freq": -1,
     "trainer.resume_mode": "auto",
     "trainer.logger": ["console", "wandb"],
+    "trainer.project_name": "verl_examples",
     "trainer.rollout_data_dir": None,
     "trainer.v1.trainer_mode": "sync",
 }
@@ -392,6 +393,7 @@ def _miles_run(m: _Miles, colocate: bool) -> dict[str, Any]:
         "checkpoint_save": "on" if (m.has("--save") or m.has("--save-interval")) else "off",
         "resume": "possible (--load)" if m.has("--load") else "off",
         "external_trackers": [f.removeprefix("--use-") for f in trackers] or "none",
+        "tracking": f"wandb (project {m.get('--wandb-project')})" if m.has("--use-wandb") else "off",
         "metric_sink": "on" if m.has("--save-debug-event-data") else "off",
     }
 
@@ -644,6 +646,7 @@ def _verl_run(v: _Verl) -> dict[str, Any]:
         "checkpoint_save": "on" if (v.get("trainer.save_freq") or -1) > 0 else "off",
         "resume": "off" if v.get("trainer.resume_mode") == "disable" else f"{v.get('trainer.resume_mode')} (resumes)",
         "external_trackers": [x for x in logger if x not in ("console", "file")] or "none",
+        "tracking": f"wandb (project {v.get('trainer.project_name')})" if "wandb" in logger else "off",
         "metric_sink": "on" if "file" in logger else "off",
     }
 
@@ -675,8 +678,13 @@ KNOBS: list[tuple[str, str]] = [
     *[("megatron", k) for k in ("hf_weights_loading", "weight_cpu_backup")],
     *[("placement", k) for k in ("layout", "train_gpus", "rollout_gpus", "nodes", "train_state_offload")],
     *[("run", k) for k in ("steps", "training_seed", "evaluation", "checkpoint_save", "resume")],
-    *[("run", k) for k in ("external_trackers", "metric_sink", "dead_or_ignored_keys")],
+    *[("run", k) for k in ("external_trackers", "tracking", "metric_sink", "dead_or_ignored_keys")],
 ]
+
+# Notes of matched knobs whose matched value still costs time (the same cost on both sides).
+_MATCHED_COST = {
+    "tracking": "wandb adds a network logger (background upload) to both runs; equal cost, never the metric sink",
+}
 
 # Differences that are inherent to the two frameworks, with their expected effect on throughput.
 _ALWAYS_DECLARED = {
@@ -735,7 +743,8 @@ def build_parity(
             continue
         a, b = miles.get(knob, "<absent>"), verl.get(knob, "<absent>")
         if _same(a, b):
-            rows.append(ParityRow(knob, group, a, b, "matched", ""))
+            note = _MATCHED_COST.get(knob, "") if a not in ("off", "none") else ""
+            rows.append(ParityRow(knob, group, a, b, "matched", note))
         elif knob in declared:
             rows.append(ParityRow(knob, group, a, b, "asymmetry", declared[knob]))
         else:

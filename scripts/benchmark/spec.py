@@ -1,12 +1,14 @@
 """The pinned benchmark spec: one validated description that both the Miles and the VERL launch are built from.
 
 - `BenchmarkSpec` (pydantic v2, frozen, extra="forbid") with one sub-model per concern: model, data, grpo, optimizer,
-  batch, lengths, sampling, reward, rollout, megatron, fsdp, placement, run.
+  batch, lengths, sampling, reward, rollout, megatron, fsdp, placement, run, tracking.
 - Validation rejects what cannot run, naming the field and the numbers: batch geometry vs the data-parallel size of
   each backend, parallel sizes vs the GPU count, a disaggregated split with no train or rollout GPUs, a token budget
   shorter than the longest sequence, an unknown architecture.
 - `model.hf_repo` / `data.hf_repo`: the Hugging Face ids the plan's prepare steps download when the checkpoint or
   the jsonl is missing (optional: a spec without them plans no download); validated as `owner/name`.
+- `tracking.wandb` (off in every preset; `run.py --wandb` turns it on): both launches also log to wandb, project
+  `tracking.wandb_project`; the metric sinks stay what the report reads. The API key is never part of the spec.
 - `spec_hash(spec)`: first 12 hex digits of sha256 over the canonical JSON of the resolved spec (config inlined).
 - `load_preset(name)`, `load_spec_file(path)`, `with_overrides(spec, ...)`; `PRESETS_DIR`, `MODEL_CONFIGS_DIR`;
   `resolve_model_config(model)`: a config.json path, a model_configs name or a preset name -> the HF config dict.
@@ -226,6 +228,12 @@ class RunSpec(_Frozen):
     nodes: int = Field(1, gt=0)
 
 
+class TrackingSpec(_Frozen):
+    wandb: bool = False
+    """Also log to wandb from both frameworks (a network logger on both sides); the key comes from WANDB_API_KEY."""
+    wandb_project: str = Field("miles-bench", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+
+
 class BenchmarkSpec(_Frozen):
     name: str
     description: str = ""
@@ -242,6 +250,7 @@ class BenchmarkSpec(_Frozen):
     fsdp: FsdpSpec = FsdpSpec()
     placement: PlacementSpec = PlacementSpec()
     run: RunSpec
+    tracking: TrackingSpec = TrackingSpec()
 
     def train_gpus(self, layout: Layout | None = None) -> int:
         if (layout or self.placement.layout) == "disaggregated":
@@ -448,9 +457,12 @@ def with_overrides(
     layout: Layout | None = None,
     num_steps: int | None = None,
     gpus_per_node: int | None = None,
+    wandb: bool | None = None,
 ) -> BenchmarkSpec:
     """A re-validated copy (model_copy would skip validation)."""
     data = spec.model_dump()
+    if wandb is not None:
+        data["tracking"]["wandb"] = wandb
     if layout is not None:
         data["placement"]["layout"] = layout
     if num_steps is not None:

@@ -19,8 +19,8 @@ from scripts.benchmark.spec import BACKENDS, LAYOUTS, load_preset, preset_names,
 CELLS = [(p, b, lay) for p in preset_names() for b in BACKENDS for lay in LAYOUTS]
 
 
-def _launch(preset="qwen3-1.7b-base", backend="fsdp", layout="colocate"):
-    return build_miles_launch(with_overrides(load_preset(preset), layout=layout), backend, layout)
+def _launch(preset="qwen3-1.7b-base", backend="fsdp", layout="colocate", wandb=None):
+    return build_miles_launch(with_overrides(load_preset(preset), layout=layout, wandb=wandb), backend, layout)
 
 
 def _flags(argv) -> dict[str, list[str]]:
@@ -31,6 +31,14 @@ class TestInventory:
     @pytest.mark.parametrize("preset,backend,layout", CELLS)
     def test_every_emitted_flag_exists_for_its_backend(self, preset, backend, layout):
         assert flag_problems(_launch(preset, backend, layout).argv, backend) == []
+
+    @pytest.mark.parametrize("backend", BACKENDS)
+    def test_wandb_flags_exist_for_both_backends_and_carry_no_key(self, backend):
+        argv = _launch(backend=backend, layout="disaggregated", wandb=True).argv
+        assert flag_problems(argv, backend) == []
+        flags = _flags(argv)
+        assert flags["--wandb-group"] == [f"miles-{backend}-disaggregated"] and "--use-wandb" in flags
+        assert "--disable-wandb-random-suffix" in flags and "--wandb-key" not in flags
 
     def test_a_megatron_only_flag_planted_in_fsdp_is_caught(self):
         """--save-retain-interval is the flag that breaks Miles's own run_mcore_fsdp.py in FSDP mode."""

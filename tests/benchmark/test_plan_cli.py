@@ -69,6 +69,48 @@ class TestReadmeCommand:
         assert result.stdout.strip() == "[]", result.stderr
 
 
+class TestWandb:
+    def test_wandb_switch_turns_on_tracking_in_both_launches_without_the_key(self, tmp_path, verl_root):
+        """--wandb: Miles gets the wandb flags (no --wandb-key), VERL the wandb logger; parity matches; sinks stay."""
+        env = {**os.environ, "VERL_ISOLATED_DIR": str(verl_root), "WANDB_API_KEY": "wandb-secret-value-42"}
+        base = [sys.executable, str(RUN_PY), "--backend", "all", "--compare-verl", "--preset", "qwen3-1.7b-base"]
+        plans = {}
+        for name, extra in (("off", []), ("on", ["--wandb"])):
+            argv = base + ["--output-dir", str(tmp_path / name), "--dry-run", *extra]
+            result = subprocess.run(argv, capture_output=True, text=True, env=env)
+            assert result.returncode == 0, result.stderr
+            assert "VERL strict compose: ok for 2 cell(s)" in result.stdout and "0 mismatches" in result.stdout
+            plans[name] = json.loads((tmp_path / name / "plan.json").read_text())
+        on, off = plans["on"], plans["off"]
+        assert on["spec"]["tracking"] == {"wandb": True, "wandb_project": "miles-bench"}
+        assert off["spec"]["tracking"]["wandb"] is False and on["spec_hash"] != off["spec_hash"]
+        for cell_on, cell_off in zip(on["cells"], off["cells"], strict=True):
+            added = cell_on["argv"][len(cell_off["argv"]) :]
+            if cell_on["framework"] == "miles":
+                assert cell_on["argv"][: len(cell_off["argv"])] == cell_off["argv"]
+                assert added == [
+                    "--use-wandb", "--wandb-project", "miles-bench", "--wandb-group", cell_on["id"],
+                    "--disable-wandb-random-suffix",
+                ]  # fmt: skip
+                assert not any("--wandb-key" in word for word in cell_on["launch_argv"])
+            else:
+                words = [
+                    {w.replace(str(tmp_path / n), "DIR") for w in c["argv"]}
+                    for n, c in (("on", cell_on), ("off", cell_off))
+                ]
+                changed = sorted(words[0] ^ words[1])
+                assert changed == ["trainer.logger=[console,file,wandb]", "trainer.logger=[console,file]"]
+                assert f"trainer.experiment_name={cell_on['id']}" in cell_on["argv"]
+                assert "trainer.project_name=miles-bench" in cell_on["argv"]
+            assert cell_on["sink"] == cell_off["sink"] and cell_on["env"] == cell_off["env"]
+        for name, expected in (("on", "wandb (project miles-bench)"), ("off", "off")):
+            for pair in json.loads((tmp_path / name / "parity.json").read_text())["pairs"]:
+                row = next(r for r in pair["rows"] if r["knob"] == "tracking")
+                assert (row["miles"], row["verl"], row["status"]) == (expected, expected, "matched")
+                assert ("network logger" in row["note"]) == (name == "on")
+        assert "wandb-secret-value-42" not in (tmp_path / "on" / "plan.json").read_text()
+
+
 class TestEveryCell:
     @pytest.mark.parametrize("preset", preset_names())
     @pytest.mark.parametrize("layout", LAYOUTS)

@@ -391,27 +391,52 @@ class TestSecrets:
                 assert value.encode() not in data, f"{value} leaked into {path.relative_to(run_dir)}"
         assert not any(value in result.stdout + result.stderr for value in secrets.values())
 
+    def test_the_wandb_key_reaches_the_miles_ray_head_and_job_but_no_file(self, tmp_path: Path):
+        """With --wandb the plan carries no --wandb-key: Miles's wandb reads WANDB_API_KEY, which a Ray job gets from
+        the Ray head's environment. The runner hands its environment to the head it starts and redacts the key."""
+        run_dir, record, key = tmp_path / "run", tmp_path / "ray-record.jsonl", "wandb-key-0123456789abcdef"
+        result = _run_miles_cell_on_a_private_standin_head(
+            tmp_path, run_dir, record, extra=["--print-env"], env={"WANDB_API_KEY": key}
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        start = next(json.loads(line) for line in record.read_text().splitlines() if '"start"' in line)
+        assert "WANDB_API_KEY" in start["env_names"]
+        log = (run_dir / "cells/miles-fsdp-colocate/rep-0/log.txt").read_text()
+        assert "WANDB_API_KEY=<redacted>" in log  # the job saw it
+        env_json = json.loads((run_dir / "cells/miles-fsdp-colocate/rep-0/env.json").read_text())
+        assert env_json["inherited"]["WANDB_API_KEY"] == "<redacted>"
+        files = [p for p in run_dir.rglob("*") if p.is_file()]
+        assert any(p.name == "ray-head.log" for p in files) and len(files) >= 8
+        for path in files:
+            assert key.encode() not in path.read_bytes(), f"the key leaked into {path.relative_to(run_dir)}"
+        assert key not in result.stdout + result.stderr
+
+
+def _run_miles_cell_on_a_private_standin_head(
+    tmp_path: Path, run_dir: Path, record: Path, extra: list[str] | None = None, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    """A Miles cell submitted with `ray job submit`, run with a stand-in `ray` next to the Miles interpreter."""
+    bin_dir = tmp_path / "env" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python3").symlink_to(sys.executable)
+    ray = bin_dir / "ray"
+    ray.write_text(f"#!{sys.executable}\n" + (STANDINS / "standin_ray.py").read_text())
+    ray.chmod(0o755)
+    cell = standin_cell("miles", steps=2, python="python3", extra=extra)
+    cell["launch_argv"] = ["ray", "job", "submit", "--address=http://127.0.0.1:8265", "--", *cell["argv"]]
+    plan = write_plan(tmp_path / "plan", [cell])
+    argv = harness_argv(str(plan), "--output-dir", str(run_dir), "--miles-python", str(bin_dir / "python3"))
+    argv[argv.index("--ray") + 1] = "auto"
+    base = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env = {**base, **(env or {}), "STANDIN_RAY_RECORD": str(record)}
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+
 
 class TestPrivateRayHead:
     def test_a_ray_job_submit_cell_gets_its_own_head_its_address_and_a_stop_of_exactly_that_head(self, tmp_path: Path):
         """With a stand-in `ray` next to the Miles interpreter: head on free ports, submit rewired, head stopped."""
-        bin_dir = tmp_path / "env" / "bin"
-        bin_dir.mkdir(parents=True)
-        (bin_dir / "python3").symlink_to(sys.executable)
-        ray = bin_dir / "ray"
-        ray.write_text(f"#!{sys.executable}\n" + (STANDINS / "standin_ray.py").read_text())
-        ray.chmod(0o755)
-        cell = standin_cell("miles", steps=2, python="python3")
-        cell["launch_argv"] = ["ray", "job", "submit", "--address=http://127.0.0.1:8265", "--", *cell["argv"]]
-        plan = write_plan(tmp_path / "plan", [cell])
-        run_dir = tmp_path / "run"
-        record = tmp_path / "ray-record.jsonl"
-        argv = harness_argv(str(plan), "--output-dir", str(run_dir), "--miles-python", str(bin_dir / "python3"))
-        argv[argv.index("--ray") + 1] = "auto"
-        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-        result = subprocess.run(
-            argv, env={**env, "STANDIN_RAY_RECORD": str(record)}, capture_output=True, text=True, timeout=60
-        )
+        run_dir, record = tmp_path / "run", tmp_path / "ray-record.jsonl"
+        result = _run_miles_cell_on_a_private_standin_head(tmp_path, run_dir, record)
         assert result.returncode == 0, result.stdout + result.stderr
         entries = [json.loads(line) for line in record.read_text().splitlines()]
         start = next(e for e in entries if e["cmd"] == "start")

@@ -14,8 +14,8 @@ CELLS = [(p, b, lay) for p in preset_names() for b in BACKENDS for lay in LAYOUT
 AR = "actor_rollout_ref"
 
 
-def _overrides(preset="qwen3-1.7b-base", backend="fsdp", layout="colocate") -> tuple[str, ...]:
-    spec = with_overrides(load_preset(preset), layout=layout)
+def _overrides(preset="qwen3-1.7b-base", backend="fsdp", layout="colocate", wandb=None) -> tuple[str, ...]:
+    spec = with_overrides(load_preset(preset), layout=layout, wandb=wandb)
     return tuple(overrides_of(build_verl_launch(spec, backend, layout, DATA).argv))
 
 
@@ -34,6 +34,13 @@ class TestStrictComposition:
         cfg = _cfg(verl_root, preset, backend, layout)
         assert cfg.actor_rollout_ref.rollout.name == "sglang"
         assert cfg.actor_rollout_ref.actor.strategy == ("megatron" if backend == "megatron" else "fsdp2")
+
+    @pytest.mark.parametrize("backend", BACKENDS)
+    def test_wandb_tracking_composes_with_the_file_sink_kept(self, verl_root, backend):
+        """--wandb adds wandb to trainer.logger; the file sink stays; project and run name are what wandb shows."""
+        trainer = _composed(verl_root, _overrides(backend=backend, wandb=True)).trainer
+        assert list(trainer.logger) == ["console", "file", "wandb"]
+        assert trainer.project_name == "miles-bench" and trainer.experiment_name == f"verl-{backend}-colocate"
 
     def test_an_unknown_key_is_rejected(self, verl_root):
         problems = verl_override_problems(list(_overrides()) + [f"{AR}.actor.bogus_key=1"], verl_root)

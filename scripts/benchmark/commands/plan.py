@@ -2,7 +2,7 @@
 
     run.py --backend {fsdp,megatron,all} [--compare-verl] --preset NAME | --spec FILE
            [--layout colocate|disaggregated] --output-dir DIR [--dry-run] [--num-steps N] [--gpus-per-node N]
-           [--repeats N] [--skip-prepare]
+           [--repeats N] [--skip-prepare] [--wandb]
 
 Writes DIR/plan.json, DIR/cells/<id>.sh, DIR/parity.md and DIR/parity.json, prints a summary; without --dry-run it
 then runs the plan into the same DIR (`run.py execute`, see commands/execute.py). Exit codes: 0 planned (dry run) /
@@ -38,6 +38,7 @@ def plan_impl(
     megatron_root: str | None,
     repeats: int | None = None,
     skip_prepare: bool = False,
+    wandb: bool = False,
 ) -> None:
     import os
     from pathlib import Path
@@ -57,7 +58,9 @@ def plan_impl(
         _fail(EXIT_BAD_INPUT, f"--layout must be colocate or disaggregated, got {layout!r}")
     try:
         spec = load_preset(preset) if preset else load_spec_file(spec_file)
-        spec = with_overrides(spec, layout=layout, num_steps=num_steps, gpus_per_node=gpus_per_node)
+        spec = with_overrides(
+            spec, layout=layout, num_steps=num_steps, gpus_per_node=gpus_per_node, wandb=True if wandb else None
+        )
     except ValidationError as exc:
         details = [f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg']}" for e in exc.errors()]
         _fail(EXIT_BAD_INPUT, "invalid spec:\n  - " + "\n  - ".join(details))
@@ -145,6 +148,9 @@ def main_callback(
     megatron_root: str = typer.Option(None, help="Megatron-LM checkout (default $MEGATRON_ROOT or /root/Megatron-LM)"),
     repeats: int = typer.Option(None, help="repeats of every cell, interleaved (run only) [1]"),
     skip_prepare: bool = typer.Option(False, "--skip-prepare", help="skip the download/convert steps (run only)"),
+    wandb: bool = typer.Option(
+        False, "--wandb", help="also log both frameworks to wandb (spec tracking.wandb; key from $WANDB_API_KEY)"
+    ),
 ) -> None:
     """Plan (and, without --dry-run, run) the Miles vs VERL matrix for one spec."""
     if ctx.invoked_subcommand is not None:
@@ -166,6 +172,7 @@ def main_callback(
         megatron_root=megatron_root,
         repeats=repeats,
         skip_prepare=skip_prepare,
+        wandb=wandb,
     )
 
 

@@ -4,14 +4,18 @@ launchers (miles/utils/external_utils/command_utils.py::execute_train), built fr
 - `build_miles_launch(spec, backend, layout, paths) -> FrameworkLaunch`; `MilesPaths` (Miles checkout, Megatron-LM,
   Ray addresses) is where the GPU node keeps things.
 - Blocks, in order: ckpt, rollout, perf, grpo, optimizer, sglang, backend (fsdp | megatron incl. the architecture
-  args that Miles's scripts/models/<model>.py supply, emitted from the spec's HF config), placement, sink.
+  args that Miles's scripts/models/<model>.py supply, emitted from the spec's HF config), placement, sink, tracking.
 - Every value is pinned where the two Miles backends' defaults differ (adam beta2, weight decay, lr decay style,
   Megatron dropout 0.1); only flags that exist for the backend are emitted (checked by miles_flags).
 - Deliberately absent: eval (--eval-*), --save/--load/--ref-load (no checkpoint write, no resume), --dump-details
-  (disk writes inside the timed rollout), wandb, --use-fault-tolerance (a /health_generate probe every 30 s per
-  engine and an engine-recovery call before every weight update: overhead VERL does not have), --use-kl-loss / ref
-  model unless the spec asks, --rollout-shuffle (one fixed prompt order for both frameworks).
+  (disk writes inside the timed rollout), wandb unless the spec asks (tracking.wandb), --use-fault-tolerance (a
+  /health_generate probe every 30 s per engine and an engine-recovery call before every weight update: overhead VERL
+  does not have), --use-kl-loss / ref model unless the spec asks, --rollout-shuffle (one fixed prompt order for both
+  frameworks).
 - Sink: --save-debug-event-data ${BENCH_CELL_DIR}/sink (every tracking.log call as JSONL, no Miles change needed).
+- Tracking (only with tracking.wandb): --use-wandb --wandb-project P --wandb-group <cell id>
+  --disable-wandb-random-suffix; never --wandb-key: wandb reads WANDB_API_KEY, which the Ray head (and so the job)
+  inherits from the runner's environment.
 
 Caveats:
 - The Megatron cell loads the HF checkpoint through Megatron-Bridge (--megatron-to-hf-mode bridge), as VERL does with
@@ -192,6 +196,13 @@ def _placement(spec: BenchmarkSpec, layout: Layout) -> list[str]:
     return argv + ["--rollout-num-gpus", fmt(spec.rollout_gpus(layout))]
 
 
+def _tracking(spec: BenchmarkSpec, backend: Backend, layout: Layout) -> list[str]:
+    if not spec.tracking.wandb:
+        return []
+    argv = ["--use-wandb", "--wandb-project", spec.tracking.wandb_project]
+    return argv + ["--wandb-group", f"miles-{backend}-{layout}", "--disable-wandb-random-suffix"]
+
+
 def miles_train_blocks(spec: BenchmarkSpec, backend: Backend, layout: Layout) -> dict[str, list[str]]:
     return {
         "ckpt": _ckpt(spec),
@@ -203,6 +214,7 @@ def miles_train_blocks(spec: BenchmarkSpec, backend: Backend, layout: Layout) ->
         "backend": _megatron(spec) if backend == "megatron" else _fsdp(spec),
         "placement": _placement(spec, layout),
         "sink": ["--save-debug-event-data", SINK_DIR],
+        "tracking": _tracking(spec, backend, layout),
     }
 
 

@@ -8,7 +8,9 @@
   (ppo_mini_batch_size = samples_per_optimizer_step / samples_per_prompt), clip_ratio_low/high, the always-on dual
   clip neutralised (clip_ratio_c=1e9) unless the spec asks for one, loss_agg_mode matching Miles's loss, Megatron
   Adam betas/eps through +override_optimizer_config (optim.betas is ignored there), reward under reward.* only.
-- Validation, saving and resume are off; trainer.logger=[console,file] with VERL_FILE_LOGGER_PATH in the cell folder.
+- Validation, saving and resume are off; trainer.logger=[console,file] with VERL_FILE_LOGGER_PATH in the cell folder
+  (plus wandb, project tracking.wandb_project and run name = the cell id, only when the spec's tracking.wandb is on;
+  the key comes from WANDB_API_KEY in the environment, never from an override).
 - Rollout: SGLang with the same engine size, memory fraction, running-request cap, chunked prefill, attention backend
   and CUDA-graph settings as Miles (the sglang knobs VERL does not expose go through +engine_kwargs.sglang.*).
 - Disaggregated: VERL 0.9.1 has no synchronous disaggregated mode; the closest is trainer.v1.trainer_mode=
@@ -185,8 +187,9 @@ def _placement(spec: BenchmarkSpec, layout: Layout) -> list[str]:
 def _trainer(spec: BenchmarkSpec, backend: Backend, layout: Layout) -> list[str]:
     argv = [f"trainer.total_training_steps={spec.run.num_steps}", "trainer.total_epochs=1000"]
     argv += ["trainer.val_before_train=False", "trainer.test_freq=-1", "trainer.save_freq=-1"]
-    argv += ["trainer.resume_mode=disable", "trainer.critic_warmup=0", "trainer.logger=[console,file]"]
-    argv += ["trainer.project_name=miles-bench", f"trainer.experiment_name=verl-{backend}-{layout}"]
+    logger = "[console,file,wandb]" if spec.tracking.wandb else "[console,file]"
+    argv += ["trainer.resume_mode=disable", "trainer.critic_warmup=0", f"trainer.logger={logger}"]
+    argv += [f"trainer.project_name={spec.tracking.wandb_project}", f"trainer.experiment_name=verl-{backend}-{layout}"]
     return argv
 
 

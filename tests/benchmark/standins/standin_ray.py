@@ -1,7 +1,8 @@
 """TEST STAND-IN for the `ray` CLI, not Ray: just enough of `ray start --head --block` and `ray job submit/stop`.
 
 - `start --head --block --port=P --dashboard-port=D ...`: listens on P and D, starts one child (like a raylet), and
-  blocks until signalled; appends its argv and pids to $STANDIN_RAY_RECORD.
+  blocks until signalled; appends its argv, pids and environment variable names (never values) to
+  $STANDIN_RAY_RECORD.
 - `job submit [options] -- CMD...`: appends its argv and RAY_ADDRESS to $STANDIN_RAY_RECORD, then execs CMD.
 - `job stop ...`: appends its argv.
 """
@@ -40,7 +41,7 @@ def main() -> None:
         if child == 0:
             while True:
                 time.sleep(1)
-        _record({"cmd": "start", "argv": argv, "pid": os.getpid(), "child": child})
+        _record({"cmd": "start", "argv": argv, "pid": os.getpid(), "child": child, "env_names": sorted(os.environ)})
         while True:
             time.sleep(1)
     if argv[:2] == ["job", "submit"]:
