@@ -616,6 +616,9 @@ def execute(
     resume: bool = False,
     progress: MatrixProgress | None = None,
 ) -> int:
+    # Absolute, because each cell runs with the cell folder as its working directory and ${BENCH_CELL_DIR} in its
+    # sink path: a relative run folder would make the sink land one level down, where the runner never looks.
+    output_dir = Path(output_dir).resolve()
     plan, manifest, todo = prepare_execution(plan_path, output_dir, options, resume=resume)
     become_child_subreaper()
     progress = progress or MatrixProgress(total_cells=len(todo))

@@ -290,6 +290,23 @@ class TestInputErrors:
         assert not (run_dir / "plan.json").exists()
 
 
+def test_a_relative_output_dir_and_resume_work_from_any_working_directory(tmp_path: Path):
+    """`run.py execute plan.json --output-dir run1` as the docs show it: the cell's cwd is its own folder, so
+    ${BENCH_CELL_DIR} must be absolute or the sink lands where the runner never reads it."""
+    write_plan(tmp_path / "plan", [standin_cell("verl", steps=2), standin_cell("miles", steps=2)])
+    argv = harness_argv("plan/plan.json", "--output-dir", "run1")
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    manifest = read_manifest(tmp_path / "run1")
+    assert [(c["state"], c["steps_completed"]) for c in manifest["cells"]] == [("complete", 2), ("complete", 2)]
+    command = (tmp_path / "run1/cells/verl-fsdp-colocate/rep-0/command.sh").read_text()
+    assert f"export BENCH_CELL_DIR={tmp_path / 'run1/cells/verl-fsdp-colocate/rep-0'}" in command
+    resumed = subprocess.run(
+        harness_argv("--resume", "run1"), capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert resumed.returncode == 0 and "nothing to do: all 2 cell repeats" in resumed.stdout + resumed.stderr
+
+
 class TestPrepare:
     def test_prepare_steps_run_once_skip_what_exists_and_a_failure_stops_before_any_cell(self, tmp_path: Path):
         made, existing = tmp_path / "made.txt", tmp_path / "existing.txt"
