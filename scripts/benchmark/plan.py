@@ -33,7 +33,7 @@ from scripts.benchmark.launch import FrameworkLaunch, quote, render_argv
 from scripts.benchmark.miles_flags import flag_problems, load_inventory
 from scripts.benchmark.parity import ParityError, build_parity, parity_json, parity_markdown
 from scripts.benchmark.redaction import find_plan_secrets
-from scripts.benchmark.spec import Backend, BenchmarkSpec, Layout, spec_hash, spec_json
+from scripts.benchmark.spec import Backend, BenchmarkSpec, Layout, spec_hash, spec_json, steady_state_warnings
 
 RUN_PY = Path(__file__).resolve().parent / "run.py"
 
@@ -150,6 +150,7 @@ def build_plan(spec: BenchmarkSpec, preset: str | None, options: PlanOptions) ->
         "preset": preset,
         "prepare": prepare,
         "cells": [_cell(spec, launch) for launch in launches],
+        "warnings": steady_state_warnings(spec),
     }
     _assert_no_secrets(data)
     title = f"{preset or spec.name} ({options.layout})"

@@ -224,6 +224,8 @@ class RunSpec(_Frozen):
     rollout_seed: int = 42
     num_steps: int = Field(gt=0)
     warmup_steps: int = Field(ge=0)
+    """The longest warm-up this run budgets for. The report detects the real warm-up (MSER); this only sizes the
+    run: `steady_state_warnings` asks for enough steps that a warm-up this long is found and a steady tail remains."""
     gpus_per_node: int = Field(gt=0)
     nodes: int = Field(1, gt=0)
 
@@ -358,6 +360,25 @@ def _geometry_problems(spec: BenchmarkSpec) -> list[str]:
     if spec.run.warmup_steps >= spec.run.num_steps:
         problems.append(f"run.warmup_steps={spec.run.warmup_steps} leaves no measured step of {spec.run.num_steps}")
     return problems
+
+
+def steady_state_warnings(spec: BenchmarkSpec) -> list[str]:
+    """Why the report could not find a steady state in a run of this spec (too few steps); empty when it can.
+
+    A warning, not an error: a short run still proves the pipeline (the report then says "never reached").
+    """
+    from scripts.benchmark.steady_state import MIN_TAIL_STEPS
+
+    # MSER keeps >= MIN_TAIL_STEPS steps after a warm-up found in the first half; Miles's last step has no step time.
+    needed = 2 * max(spec.run.warmup_steps, MIN_TAIL_STEPS) + 1
+    if spec.run.num_steps >= needed:
+        return []
+    return [
+        f"run.num_steps={spec.run.num_steps} is too few for a steady state: with run.warmup_steps="
+        f"{spec.run.warmup_steps} the report needs at least {needed} steps (a warm-up found in the first half, then "
+        f"{MIN_TAIL_STEPS} steady steps; Miles's last step has no step time), so every cell will be reported as "
+        "never reaching a steady state"
+    ]
 
 
 def _split_problems(spec: BenchmarkSpec) -> list[str]:

@@ -79,8 +79,8 @@ class TestConversion:
 
     def test_converted_name_carries_the_slice(self, tmp_path):
         train, val = converted_paths(load_preset("qwen3-1.7b-base"), tmp_path)
-        assert Path(train).name == "dapo-math-17k.rows-0-2048.parquet" and val.endswith(".val.parquet")
-        assert parse_converted_name(train) == ("dapo-math-17k.jsonl", 0, 2048)
+        assert Path(train).name == "dapo-math-17k.rows-0-3072.parquet" and val.endswith(".val.parquet")
+        assert parse_converted_name(train) == ("dapo-math-17k.jsonl", 0, 3072)
         assert parse_converted_name(val) is None
 
 

@@ -58,16 +58,17 @@ def test_dry_run_edit_execute_report_record_check(tmp_path: Path):
     assert executed.returncode == 0, executed.stdout + executed.stderr
 
     manifest = json.loads((run_dir / "manifest.json").read_text())
+    steps = plan["spec"]["run"]["num_steps"]
     assert [(c["id"], c["state"], c["steps_completed"]) for c in manifest["cells"]] == [
-        ("miles-fsdp-colocate", "complete", 4),
-        ("verl-fsdp-colocate", "complete", 4),
+        ("miles-fsdp-colocate", "complete", steps),
+        ("verl-fsdp-colocate", "complete", steps),
     ]
     assert manifest["spec_hash"] == plan["spec_hash"] and manifest["warnings"] == [] and manifest["prepare"] == []
     miles_dir, verl_dir = (run_dir / c["dir"] for c in manifest["cells"])
     assert (miles_dir / "sink" / "rollout_manager.jsonl").is_file() and (verl_dir / "sink" / "verl.jsonl").is_file()
     for cell in manifest["cells"]:
         records = [json.loads(line) for line in (run_dir / cell["metrics"]).read_text().splitlines()]
-        assert [r["step"] for r in records] == [1, 2, 3, 4]
+        assert [r["step"] for r in records] == list(range(1, steps + 1))
         assert {r["framework"] for r in records} == {cell["framework"]} and {r["schema_version"] for r in records} == {
             1
         }

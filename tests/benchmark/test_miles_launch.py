@@ -102,7 +102,7 @@ class TestPinnedValues:
 
     def test_fixed_prompt_slice_and_dapo_scorer(self):
         flags = _flags(_launch().argv)
-        assert flags["--prompt-data"] == ["/root/datasets/dapo-math-17k/dapo-math-17k.jsonl@[0:2048]"]
+        assert flags["--prompt-data"] == ["/root/datasets/dapo-math-17k/dapo-math-17k.jsonl@[0:3072]"]
         assert flags["--rm-type"] == ["dapo"] and flags["--reward-key"] == ["score"]
 
     def test_sink_is_the_event_log_in_the_cell_folder(self):

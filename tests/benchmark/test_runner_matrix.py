@@ -216,15 +216,24 @@ class TestInterruptAndResume:
     def test_a_cell_left_running_by_a_killed_harness_is_rerun_by_resume(self, tmp_path: Path):
         """SIGKILL to the harness leaves the cell "running" (partial), its steps on disk; --resume reruns it."""
         pid_file = tmp_path / "pids"
-        cell = standin_cell("verl", steps=6, step_s=0.1, extra=["--pid-file", str(pid_file)])
+        # Steps long enough (6 x 0.4 s) that a loaded CI box cannot finish the cell before the kill lands.
+        cell = standin_cell("verl", steps=6, step_s=0.4, extra=["--pid-file", str(pid_file)])
         plan = write_plan(tmp_path / "plan", [cell])
         run_dir = tmp_path / "run"
         harness = subprocess.Popen(
             harness_argv(str(plan), "--output-dir", str(run_dir)), cwd=REPO_ROOT, stdout=subprocess.DEVNULL
         )
         metrics = run_dir / "cells/verl-fsdp-colocate/rep-0/metrics.jsonl"
+
+        def two_steps_recorded() -> bool:
+            if not (
+                metrics.exists() and metrics.read_text().count("\n") >= 2 and (run_dir / "manifest.json").exists()
+            ):
+                return False
+            return read_manifest(run_dir)["cells"][0]["steps_completed"] >= 2
+
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+        while time.monotonic() < deadline and not two_steps_recorded():
             time.sleep(0.02)
         assert harness.poll() is None  # the steps were on disk while the cell was still running
         harness.kill()

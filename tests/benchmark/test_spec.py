@@ -15,6 +15,7 @@ from scripts.benchmark.spec import (
     preset_names,
     spec_hash,
     spec_json,
+    steady_state_warnings,
     with_overrides,
 )
 
@@ -174,7 +175,7 @@ class TestValidation:
     def test_prompt_slice_shorter_than_the_run(self):
         raw = _raw()
         raw["data"]["end"] = 1000
-        assert "has 1000 prompts, fewer than run.num_steps 10 x batch.prompts_per_step 128 = 1280" in _error(raw)
+        assert "has 1000 prompts, fewer than run.num_steps 24 x batch.prompts_per_step 128 = 3072" in _error(raw)
 
     def test_optimizer_batch_must_be_whole_prompts(self):
         raw = _raw()
@@ -213,3 +214,15 @@ class TestHubIds:
         raw["model"]["hf_repo"] = raw["data"]["hf_repo"] = None
         bare = BenchmarkSpec.model_validate(raw)
         assert bare.model.hf_repo is None and spec_hash(bare) != spec_hash(load_preset("smoke"))
+
+
+class TestSteadyStateBudget:
+    def test_every_preset_runs_long_enough_for_a_steady_state(self):
+        """A shipped preset must give the report enough steps to find its warm-up and a steady tail."""
+        for name in preset_names():
+            assert steady_state_warnings(load_preset(name)) == [], name
+
+    def test_a_short_run_is_warned_with_the_numbers(self):
+        """Ten steps cannot show a steady state: the plan says so (a warning; the run still proves the pipeline)."""
+        (warning,) = steady_state_warnings(with_overrides(load_preset("qwen3-30b-a3b"), num_steps=10))
+        assert "run.num_steps=10" in warning and "at least 21 steps" in warning

@@ -130,6 +130,8 @@ def _print_summary(plan, written, out) -> None:
             f"  parity {pair['miles_cell']} vs {pair['verl_cell']}: {c['matched']} matched, "
             f"{c['asymmetry']} declared asymmetries, {c['MISMATCH']} mismatches"
         )
+    for warning in data["warnings"]:
+        typer.echo(f"warning: {warning}")
     typer.echo(f"wrote {len(written)} files under {out}")
 
 
