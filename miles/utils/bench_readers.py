@@ -45,10 +45,7 @@ VERL_PHASE_KEYS: dict[str, str] = {
 }
 VERL_REQUIRED_KEYS: tuple[str, ...] = (
     VERL_STEP_TIME_KEY,
-    "timing_s/gen",
-    "timing_s/old_log_prob",
-    "timing_s/update_actor",
-    "timing_s/update_weights",
+    *(VERL_PHASE_KEYS[p] for p in ("generate", "old_logprob", "train", "weight_sync")),
     "perf/total_num_tokens",
     "prompt_length/mean",
     "response_length/mean",
@@ -64,13 +61,11 @@ MILES_PHASE_KEYS: dict[str, str] = {
 }
 # Timers of work done after training N that Miles books into record N+1 (its train_wait). Nested timers
 # (update_weights_implementation, finalize_and_resume_engines) are inside update_weights and are not added again.
-MILES_CARRIED_KEYS: tuple[str, ...] = ("perf/update_weights_time", "perf/sleep_time", "perf/save_model_time")
+MILES_CARRIED_KEYS: tuple[str, ...] = (MILES_PHASE_KEYS["weight_sync"], "perf/sleep_time", "perf/save_model_time")
 MILES_REQUIRED_KEYS: tuple[str, ...] = (
     "perf/train_wait_time",
     "perf/train_time",
-    "perf/actor_train_time",
-    "perf/log_probs_time",
-    "perf/rollout_time",
+    *(MILES_PHASE_KEYS[p] for p in ("train", "old_logprob", "generate")),
     "perf/actor_train_tok_per_s",
     "rollout/total_lengths",
     "rollout/response_lengths",
