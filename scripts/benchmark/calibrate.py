@@ -2,7 +2,7 @@
 """Measure a node's ceilings: achieved bf16 peak, copy bandwidth, training-step roofline, FLOPs check, interconnect.
 
 Writes `<output-dir>/<device key>.json` (schema in docs/benchmark.md, read back by
-`scripts/benchmark/calibration_data.py`); commit it under `scripts/benchmark/calibration/` so reports on that GPU model
+`scripts/benchmark/calibration/results.py`); commit it under `scripts/benchmark/calibration/results/` so reports on that GPU model
 use it. Each part is recorded as it finishes (a part that fails records its error and the rest still run).
 
 Prerequisites: torch and transformers; on the GPU path, a CUDA node (every GPU of it is measured). Nothing is
@@ -36,9 +36,9 @@ if str(_REPO_ROOT) not in sys.path:  # run as a script from anywhere: make `scri
 
 import typer  # noqa: E402
 
-from scripts.benchmark.calibration_data import SCHEMA_VERSION, device_key  # noqa: E402
-from scripts.benchmark.calibration_interconnect import apply_multicast_off_env  # noqa: E402
-from scripts.benchmark.calibration_presets import BACKENDS, preset_names, read_preset_shapes  # noqa: E402
+from scripts.benchmark.calibration.results import SCHEMA_VERSION, device_key  # noqa: E402
+from scripts.benchmark.calibration.interconnect import apply_multicast_off_env  # noqa: E402
+from scripts.benchmark.calibration.shapes import BACKENDS, preset_names, read_preset_shapes  # noqa: E402
 from scripts.benchmark.model_config import resolve_model_config  # noqa: E402
 
 # Eager attention materialises s x s scores per layer and head: a shorter pack that fits one GPU.
@@ -154,7 +154,7 @@ def _run_part(result: dict, name: str, fn: Callable[[], Any], write: Callable[[]
 
 
 def _roofline(plan: CalibrationPlan, torch_device: Any) -> dict[str, Any]:
-    from scripts.benchmark.calibration_roofline import measure_roofline
+    from scripts.benchmark.calibration.roofline import measure_roofline
 
     entries = {}
     for preset, spec in plan.rooflines.items():
@@ -174,7 +174,7 @@ def _roofline(plan: CalibrationPlan, torch_device: Any) -> dict[str, Any]:
 
 def _crosscheck(plan: CalibrationPlan, torch_device: Any) -> list[dict[str, Any]]:
     """Counter vs FLOPs model: the timed (SDPA) step of the largest dense model on a GPU, and eager attention."""
-    from scripts.benchmark.calibration_roofline import crosscheck_flops
+    from scripts.benchmark.calibration.roofline import crosscheck_flops
 
     def size(preset: str) -> int:
         return int(plan.rooflines[preset]["config"]["hidden_size"]) * int(
@@ -213,7 +213,7 @@ def _crosscheck(plan: CalibrationPlan, torch_device: Any) -> list[dict[str, Any]
 
 
 def _interconnect(plan: CalibrationPlan, gpu_count: int) -> dict[str, Any]:
-    from scripts.benchmark.calibration_interconnect import measure_collectives
+    from scripts.benchmark.calibration.interconnect import measure_collectives
 
     if plan.device == "cuda":
         if gpu_count < 2:
@@ -227,7 +227,7 @@ def calibrate_impl(plan: CalibrationPlan) -> dict[str, Any]:
     apply_multicast_off_env()
     import torch
 
-    from scripts.benchmark.calibration_peak import measure_device_ceilings
+    from scripts.benchmark.calibration.peak import measure_device_ceilings
 
     if plan.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda was asked for but torch sees no CUDA device")
@@ -294,8 +294,8 @@ def build_plan(
     parts: Sequence[str],
 ) -> CalibrationPlan:
     """The full GPU plan, or with `tiny` the CPU path CI runs (tiny GEMMs, a 2-layer Qwen3, gloo collectives)."""
-    from scripts.benchmark.calibration_interconnect import GPU_MESSAGE_BYTES
-    from scripts.benchmark.calibration_peak import GPU_COPY_BYTES, GPU_MATMUL_SHAPES
+    from scripts.benchmark.calibration.interconnect import GPU_MESSAGE_BYTES
+    from scripts.benchmark.calibration.peak import GPU_COPY_BYTES, GPU_MATMUL_SHAPES
 
     if tiny:
         return CalibrationPlan(

@@ -367,7 +367,7 @@ def steady_state_warnings(spec: BenchmarkSpec) -> list[str]:
 
     A warning, not an error: a short run still proves the pipeline (the report then says "never reached").
     """
-    from scripts.benchmark.steady_state import MIN_TAIL_STEPS
+    from scripts.benchmark.analysis.steady_state import MIN_TAIL_STEPS
 
     # MSER keeps >= MIN_TAIL_STEPS steps after a warm-up found in the first half; Miles's last step has no step time.
     needed = 2 * max(spec.run.warmup_steps, MIN_TAIL_STEPS) + 1

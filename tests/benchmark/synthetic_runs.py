@@ -109,7 +109,7 @@ def build_records(cell: SyntheticCell, repeat: int) -> list[StepRecord]:
 
 
 def environment_record(cell: SyntheticCell, repeat: int) -> dict[str, Any]:
-    """The runner's environment.json layout (scripts/benchmark/environment_record.py)."""
+    """The runner's environment.json layout (scripts/benchmark/runner/environment_record.py)."""
     gpus = [
         {"index": i, "name": cell.gpu_model, "memory_total_mib": 143771.0, "driver": "570.86.15"}
         for i in range(TRAIN_GPUS)
@@ -134,7 +134,7 @@ def environment_record(cell: SyntheticCell, repeat: int) -> dict[str, Any]:
 
 
 def matched_parity(cells: list[SyntheticCell], spec_hash: str = "0123456789ab") -> dict[str, Any]:
-    """The plan's parity.json layout (scripts/benchmark/parity.py): one table per backend/layout pair."""
+    """The plan's parity.json layout (scripts/benchmark/plan/parity.py): one table per backend/layout pair."""
     pairs = []
     for backend, layout in sorted({(c.backend, c.layout) for c in cells}):
         rows = [

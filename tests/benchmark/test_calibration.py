@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from miles.utils.bench_flops import ModelArch, batch_train_flops, peak_tflops_for_device
-from scripts.benchmark.calibration_data import (
+from scripts.benchmark.calibration.results import (
     CALIBRATION_DIR,
     device_key,
     load_calibration,
@@ -19,8 +19,8 @@ from scripts.benchmark.calibration_data import (
     roofline_tflops,
     weight_sync_floor_s,
 )
-from scripts.benchmark.calibration_interconnect import MULTICAST_OFF_ENV, bus_bandwidth_factor, measure_collectives
-from scripts.benchmark.calibration_presets import pack_sequences, preset_names, read_preset_shapes
+from scripts.benchmark.calibration.interconnect import MULTICAST_OFF_ENV, bus_bandwidth_factor, measure_collectives
+from scripts.benchmark.calibration.shapes import pack_sequences, preset_names, read_preset_shapes
 from scripts.benchmark.model_config import MODEL_CONFIGS_DIR
 from scripts.benchmark.model_config import resolve_model_config as read_model_config
 
@@ -213,7 +213,7 @@ class TestParameterCount:
         """The pure count equals numel over the real transformers model built on the meta device."""
         import torch
 
-        from scripts.benchmark.calibration_roofline import build_causal_lm
+        from scripts.benchmark.calibration.roofline import build_causal_lm
 
         config = read_model_config(name)
         model = build_causal_lm(config, device=torch.device("meta"))
@@ -255,7 +255,7 @@ class TestCounterFormulas:
         import torch
         from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
 
-        from scripts.benchmark.calibration_roofline import gqa_sdpa_flop_formulas
+        from scripts.benchmark.calibration.roofline import gqa_sdpa_flop_formulas
 
         formulas = gqa_sdpa_flop_formulas()
         q, kv = (2, 32, 300, 128), (2, 8, 300, 128)
@@ -269,7 +269,7 @@ class TestCounterFormulas:
         import torch
 
         from scripts.benchmark.calibrate import TINY_CONFIG
-        from scripts.benchmark.calibration_roofline import (
+        from scripts.benchmark.calibration.roofline import (
             build_causal_lm,
             count_step_flops,
             make_sequences,
@@ -289,7 +289,7 @@ class TestCounterFormulas:
         import torch
 
         from scripts.benchmark.calibrate import TINY_CONFIG
-        from scripts.benchmark.calibration_roofline import crosscheck_flops
+        from scripts.benchmark.calibration.roofline import crosscheck_flops
 
         moe = dict(
             TINY_CONFIG,

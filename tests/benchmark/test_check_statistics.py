@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scripts.benchmark.change_points import find_change_points
-from scripts.benchmark.check_simulation import SimulationSettings, render_table, run_simulation
-from scripts.benchmark.regression_check import CheckSettings, MetricGate, Verdict, check_metric, judge
+from scripts.benchmark.history.change_points import find_change_points
+from scripts.benchmark.history.simulation import SimulationSettings, render_table, run_simulation
+from scripts.benchmark.history.check import CheckSettings, MetricGate, Verdict, check_metric, judge
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

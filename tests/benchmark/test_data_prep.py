@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from scripts.benchmark.data_prep import (
+from scripts.benchmark.frameworks.verl.data import (
     convert_jsonl_to_parquet,
     converted_paths,
     parse_converted_name,

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from scripts.benchmark.frameworks.miles import MilesPaths
-from scripts.benchmark.plan import PlanOptions, build_plan, cell_prepare_steps, render_cell_script
+from scripts.benchmark.frameworks.miles.launch import MilesPaths
+from scripts.benchmark.plan.build import PlanOptions, build_plan, cell_prepare_steps, render_cell_script
 from scripts.benchmark.spec import BACKENDS, LAYOUTS, load_preset, preset_names, with_overrides
 
 GOLDEN_DIR = Path(__file__).parent / "golden"

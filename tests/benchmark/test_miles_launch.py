@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from scripts.benchmark.frameworks.miles import MilesPaths, build_miles_launch, megatron_architecture_args
-from scripts.benchmark.miles_flags import (
+from scripts.benchmark.frameworks.miles.launch import MilesPaths, build_miles_launch, megatron_architecture_args
+from scripts.benchmark.frameworks.miles.flags import (
     check_miles_argv,
     check_with_miles_parser,
     flag_default,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from scripts.benchmark.preflight import check_can_execute
+from scripts.benchmark.runner.preflight import check_can_execute
 from scripts.benchmark.run import build_app
 from scripts.benchmark.spec import LAYOUTS, load_preset, preset_names
 

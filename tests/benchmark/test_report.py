@@ -12,10 +12,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from scripts.benchmark.analysis import analyse_run_folder, calibration_view, unexplained_parity
+from scripts.benchmark.analysis.document import analyse_run_folder, calibration_view, unexplained_parity
 from scripts.benchmark.commands.report import register, report_impl
-from scripts.benchmark.plots import PHASE_BARS_SIZE_PX, ratio_chart_size_px, ratio_rows, step_times_size_px
-from scripts.benchmark.report_schema import validate_report_file
+from scripts.benchmark.report.plots import PHASE_BARS_SIZE_PX, ratio_chart_size_px, ratio_rows, step_times_size_px
+from scripts.benchmark.contracts.report import validate_report_file
 from tests.benchmark.synthetic_runs import SyntheticCell, matched_parity, write_run_folder
 
 WARMUP_STEPS = 12
@@ -365,7 +365,7 @@ class TestCalibrationHook:
 
     def test_committed_h200_calibration_gives_a_copy_floor(self, planted_run):
         """With the committed H200 JSON the report fills the d2d floor of the cells' model (issue 8 adds NCCL)."""
-        from scripts.benchmark.calibration_data import weight_sync_floor_s
+        from scripts.benchmark.calibration.results import weight_sync_floor_s
 
         run_dir, doc = planted_run
         expected = weight_sync_floor_s("NVIDIA H200", "qwen3-1.7b-base", "d2d_copy")
@@ -376,7 +376,7 @@ class TestCalibrationHook:
     def test_report_reads_the_committed_calibration_module(self, planted_run):
         """calibration_data.py is merged: each cell gets a calibration row; unmeasured numbers stay null."""
         run_dir, doc = planted_run
-        from scripts.benchmark.calibration_data import measured_peak_tflops
+        from scripts.benchmark.calibration.results import measured_peak_tflops
 
         assert doc["calibration"] is not None and len(doc["calibration"]) == 4
         row = doc["calibration"][0]

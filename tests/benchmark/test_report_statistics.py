@@ -5,9 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from scripts.benchmark.compare import SideSamples, block_length, compare_sides, small_sample_factor
-from scripts.benchmark.stats import summarise
-from scripts.benchmark.steady_state import detect_steady_state
+from scripts.benchmark.analysis.compare import SideSamples, block_length, compare_sides, small_sample_factor
+from scripts.benchmark.analysis.stats import summarise
+from scripts.benchmark.analysis.steady_state import detect_steady_state
 from tests.benchmark.synthetic_runs import SyntheticCell, ar1_noise, build_records
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.benchmark.process import is_alive
+from scripts.benchmark.runner.process import is_alive
 from tests.benchmark.standins.plans import (
     REPO_ROOT,
     STANDINS,

@@ -17,7 +17,7 @@ def convert_data(
     data_source: str = typer.Option("math_dapo", help="VERL data_source: routes rows to VERL's scorer"),
 ) -> None:
     """Convert Miles jsonl rows [start:end) to VERL parquet, keeping Miles's row order."""
-    from scripts.benchmark.data_prep import convert_jsonl_to_parquet
+    from scripts.benchmark.frameworks.verl.data import convert_jsonl_to_parquet
 
     try:
         report = convert_jsonl_to_parquet(

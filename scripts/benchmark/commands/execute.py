@@ -22,8 +22,8 @@ import typer
 
 def execute_impl(plan_path: Path | None, output_dir: Path, overrides: dict[str, Any], *, resume: bool) -> int:
     """Plan + options -> exit status; also what the main command calls after writing the plan."""
-    from scripts.benchmark import executor
-    from scripts.benchmark.manifest import MANIFEST_NAME, Manifest
+    from scripts.benchmark.runner import executor
+    from scripts.benchmark.contracts.manifest import MANIFEST_NAME, Manifest
 
     stored: dict[str, Any] = {}
     if resume and (output_dir / MANIFEST_NAME).exists():
@@ -110,7 +110,7 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"--ray {ray!r}: expected auto, private, external or none")
         run_dir = resume if resume is not None else output_dir
         if emit_sbatch is not None:
-            from scripts.benchmark.slurm import write_sbatch
+            from scripts.benchmark.runner.slurm import write_sbatch
 
             argv = _strip_option(sys.argv[1:], "--emit-sbatch")
             plan_for_script = plan if plan is not None else run_dir / "plan.json"

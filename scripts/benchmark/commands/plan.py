@@ -45,10 +45,10 @@ def plan_impl(
 
     from pydantic import ValidationError
 
-    from scripts.benchmark.frameworks.miles import MilesPaths
-    from scripts.benchmark.plan import PlanError, PlanOptions, build_plan, verl_compose_check, write_plan
+    from scripts.benchmark.frameworks.miles.launch import MilesPaths
+    from scripts.benchmark.plan.build import PlanError, PlanOptions, build_plan, verl_compose_check, write_plan
     from scripts.benchmark.spec import BACKENDS, load_preset, load_spec_file, with_overrides
-    from scripts.benchmark.verl_config import find_verl_root
+    from scripts.benchmark.frameworks.verl.config import find_verl_root
 
     if (preset is None) == (spec_file is None):
         _fail(EXIT_BAD_INPUT, "give exactly one of --preset NAME or --spec FILE")
@@ -101,7 +101,7 @@ def plan_impl(
     if dry_run:
         typer.echo("dry run: nothing executed")
         return
-    from scripts.benchmark.preflight import check_can_execute
+    from scripts.benchmark.runner.preflight import check_can_execute
 
     missing = check_can_execute(plan.data, skip_prepare=skip_prepare)
     if missing:

@@ -21,7 +21,7 @@ def report_impl(
     run_dir: Path, *, reps: int, confidence: float, seed: int, family_wise: bool = True, calibration: bool = True
 ) -> tuple[dict[str, Any], dict[str, Path]]:
     """Analyse and write; returns the report document and the written files."""
-    from scripts.benchmark.report import analyse_and_write
+    from scripts.benchmark.report.write import analyse_and_write
 
     return analyse_and_write(
         run_dir, reps=reps, confidence=confidence, seed=seed, family_wise=family_wise, calibration=calibration
@@ -59,7 +59,7 @@ def register(app: typer.Typer) -> None:
             run_dir, reps=reps, confidence=confidence, seed=seed, family_wise=family_wise, calibration=calibration
         )
         if not quiet:
-            from scripts.benchmark.report import verdict_markdown
+            from scripts.benchmark.report.write import verdict_markdown
 
             typer.echo(verdict_markdown(doc))
         typer.echo("wrote:\n" + "\n".join(f"  {p}" for p in written.values()))

@@ -25,7 +25,7 @@ def register(app: typer.Typer) -> None:
         output: Annotated[Path | None, typer.Option(help="also write the table here")] = None,
     ) -> None:
         """False-alarm rate and detection power of this check vs last-run and Miles-band gates, same series."""
-        from scripts.benchmark.check_simulation import SimulationSettings, render_table, run_simulation
+        from scripts.benchmark.history.simulation import SimulationSettings, render_table, run_simulation
 
         if trials < 100:
             raise typer.BadParameter(f"--trials must be >= 100 for rates to mean anything, got {trials}")

@@ -1,0 +1,249 @@
+"""The Miles launch of one benchmark cell: train.py argv per backend, wrapped in `ray job submit` like Miles's own
+launchers (miles/utils/external_utils/command_utils.py::execute_train), built from named blocks.
+
+- `build_miles_launch(spec, backend, layout, paths) -> FrameworkLaunch`; `MilesPaths` (Miles checkout, Megatron-LM,
+  Ray addresses) is where the GPU node keeps things.
+- Blocks, in order: ckpt, rollout, perf, grpo, optimizer, sglang, backend (fsdp | megatron incl. the architecture
+  args that Miles's scripts/models/<model>.py supply, emitted from the spec's HF config), placement, sink, tracking.
+- Every value is pinned where the two Miles backends' defaults differ (adam beta2, weight decay, lr decay style,
+  Megatron dropout 0.1); only flags that exist for the backend are emitted (checked by miles_flags).
+- Deliberately absent: eval (--eval-*), --save/--load/--ref-load (no checkpoint write, no resume), --dump-details
+  (disk writes inside the timed rollout), wandb unless the spec asks (tracking.wandb), --use-fault-tolerance (a
+  /health_generate probe every 30 s per engine and an engine-recovery call before every weight update: overhead VERL
+  does not have), --use-kl-loss / ref model unless the spec asks, --rollout-shuffle (one fixed prompt order for both
+  frameworks).
+- Sink: --save-debug-event-data ${BENCH_CELL_DIR}/sink (every tracking.log call as JSONL, no Miles change needed).
+- Tracking (only with tracking.wandb): --use-wandb --wandb-project P --wandb-group <cell id>
+  --disable-wandb-random-suffix; never --wandb-key: wandb reads WANDB_API_KEY, which the Ray head (and so the job)
+  inherits from the runner's environment.
+
+Caveats:
+- The Megatron cell loads the HF checkpoint through Megatron-Bridge (--megatron-to-hf-mode bridge), as VERL does with
+  mbridge; the stock launcher converts to torch_dist first and passes --load, which this harness avoids (no load).
+- No `pkill`: the Ray head is started by the cell script in its own session and only that process group is stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+from scripts.benchmark.frameworks.launch import BENCH_CELL_DIR, FrameworkLaunch
+from scripts.benchmark.spec import Backend, BenchmarkSpec, Layout
+
+SINK_DIR = f"{BENCH_CELL_DIR}/sink"
+RAY_DASHBOARD = "http://127.0.0.1:8265"
+
+
+@dataclass(frozen=True)
+class MilesPaths:
+    miles_root: str = "/root/miles"
+    megatron_root: str = "/root/Megatron-LM"
+    ray_dashboard: str = RAY_DASHBOARD
+
+    @classmethod
+    def from_env(cls) -> MilesPaths:
+        return cls(
+            miles_root=os.environ.get("MILES_ROOT", cls.miles_root),
+            megatron_root=os.environ.get("MEGATRON_ROOT", cls.megatron_root),
+        )
+
+
+def fmt(value: float | int | str) -> str:
+    """Numbers as Python writes them (1e-06, 0.0): the parity parser reads them back with float()/int()."""
+    return str(value)
+
+
+def prompt_data_arg(spec: BenchmarkSpec) -> str:
+    return f"{spec.data.prompt_data}@[{spec.data.start}:{spec.data.end}]"
+
+
+def _ckpt(spec: BenchmarkSpec) -> list[str]:
+    return ["--hf-checkpoint", spec.model.hf_checkpoint]
+
+
+def _rollout(spec: BenchmarkSpec) -> list[str]:
+    data, batch, sampling = spec.data, spec.batch, spec.sampling
+    argv = ["--prompt-data", prompt_data_arg(spec), "--input-key", data.input_key, "--label-key", data.label_key]
+    argv += ["--apply-chat-template"]
+    if data.apply_chat_template_kwargs:
+        argv += ["--apply-chat-template-kwargs", json.dumps(data.apply_chat_template_kwargs, sort_keys=True)]
+    argv += ["--rollout-max-prompt-len", fmt(spec.lengths.max_prompt)]
+    argv += ["--rm-type", "dapo", "--reward-key", "score"]
+    argv += ["--num-rollout", fmt(spec.run.num_steps), "--rollout-batch-size", fmt(batch.prompts_per_step)]
+    argv += ["--n-samples-per-prompt", fmt(batch.samples_per_prompt)]
+    argv += ["--rollout-max-response-len", fmt(spec.lengths.max_response)]
+    argv += ["--rollout-temperature", fmt(sampling.temperature), "--rollout-top-p", fmt(sampling.top_p)]
+    argv += ["--rollout-top-k", fmt(sampling.top_k)]
+    argv += ["--global-batch-size", fmt(batch.samples_per_optimizer_step), "--balance-data"]
+    argv += ["--rollout-seed", fmt(spec.run.rollout_seed)]
+    return argv
+
+
+def _perf(spec: BenchmarkSpec, backend: Backend) -> list[str]:
+    return ["--use-dynamic-batch-size", "--max-tokens-per-gpu", fmt(spec.max_tokens_per_gpu(backend))]
+
+
+def _grpo(spec: BenchmarkSpec) -> list[str]:
+    grpo = spec.grpo
+    argv = ["--advantage-estimator", grpo.advantage_estimator]
+    argv += ["--eps-clip", fmt(grpo.eps_clip), "--eps-clip-high", fmt(grpo.eps_clip_high)]
+    if grpo.dual_clip_c is not None:
+        argv += ["--eps-clip-c", fmt(grpo.dual_clip_c)]
+    if grpo.use_kl_loss:
+        argv += ["--use-kl-loss"]
+    argv += ["--kl-loss-coef", fmt(grpo.kl_loss_coef), "--kl-loss-type", grpo.kl_loss_type, "--kl-coef", "0.0"]
+    argv += ["--entropy-coef", fmt(grpo.entropy_coef)]
+    if grpo.loss_aggregation == "token-mean":
+        argv += ["--calculate-per-token-loss"]
+    if not grpo.std_normalization:
+        argv += ["--disable-grpo-std-normalization"]
+    return argv
+
+
+def _optimizer(spec: BenchmarkSpec) -> list[str]:
+    opt = spec.optimizer
+    argv = ["--optimizer", "adam", "--lr", fmt(opt.lr), "--lr-decay-style", opt.lr_schedule]
+    argv += ["--lr-warmup-iters", fmt(opt.warmup_steps), "--weight-decay", fmt(opt.weight_decay)]
+    argv += ["--adam-beta1", fmt(opt.adam_beta1), "--adam-beta2", fmt(opt.adam_beta2)]
+    argv += ["--adam-eps", fmt(opt.adam_eps), "--clip-grad", fmt(opt.clip_grad), "--seed", fmt(spec.run.seed)]
+    return argv
+
+
+def _sglang(spec: BenchmarkSpec) -> list[str]:
+    ro = spec.rollout
+    argv = ["--rollout-num-gpus-per-engine", fmt(ro.gpus_per_engine)]
+    argv += ["--sglang-mem-fraction-static", fmt(ro.mem_fraction)]
+    argv += ["--sglang-max-running-requests", fmt(ro.max_running_requests)]
+    argv += ["--sglang-server-concurrency", fmt(ro.max_running_requests)]
+    if ro.chunked_prefill_size is not None:
+        argv += ["--sglang-chunked-prefill-size", fmt(ro.chunked_prefill_size)]
+    argv += ["--sglang-attention-backend", ro.attention_backend]
+    if not ro.cuda_graphs:
+        argv += ["--sglang-disable-cuda-graph"]
+    elif ro.cuda_graph_max_bs is not None:
+        argv += ["--sglang-cuda-graph-max-bs", fmt(ro.cuda_graph_max_bs)]
+    argv += ["--sglang-decode-log-interval", "1000"]
+    argv += ["--update-weight-buffer-size", fmt(ro.weight_sync_bucket_mb * 1024 * 1024)]
+    return argv
+
+
+def _fsdp(spec: BenchmarkSpec) -> list[str]:
+    fsdp = spec.fsdp
+    argv = ["--train-backend", "fsdp"]
+    argv += ["--gradient-checkpointing" if fsdp.gradient_checkpointing else "--no-gradient-checkpointing"]
+    argv += ["--attn-implementation", fsdp.attn_implementation]
+    if fsdp.cpu_offload:
+        argv += ["--fsdp-cpu-offload"]
+    argv += ["--train-env-vars", json.dumps({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})]
+    return argv
+
+
+def megatron_architecture_args(hf: dict) -> list[str]:
+    """What scripts/models/qwen3-*.py hand to Megatron, derived from the HF config instead of a per-model file."""
+    argv = ["--swiglu", "--num-layers", fmt(hf["num_hidden_layers"]), "--hidden-size", fmt(hf["hidden_size"])]
+    argv += ["--ffn-hidden-size", fmt(hf["intermediate_size"])]
+    argv += ["--num-attention-heads", fmt(hf["num_attention_heads"]), "--group-query-attention"]
+    argv += ["--num-query-groups", fmt(hf["num_key_value_heads"])]
+    argv += ["--kv-channels", fmt(hf.get("head_dim", hf["hidden_size"] // hf["num_attention_heads"]))]
+    argv += ["--use-rotary-position-embeddings", "--disable-bias-linear", "--normalization", "RMSNorm"]
+    argv += ["--norm-epsilon", fmt(hf.get("rms_norm_eps", 1e-6)), "--rotary-base", fmt(hf.get("rope_theta", 10000))]
+    argv += ["--vocab-size", fmt(hf["vocab_size"]), "--qk-layernorm"]
+    if not hf.get("tie_word_embeddings", False):
+        argv += ["--untie-embeddings-and-output-weights"]
+    if hf.get("model_type") == "qwen3_moe":
+        argv += _moe_architecture_args(hf)
+    return argv
+
+
+def _moe_architecture_args(hf: dict) -> list[str]:
+    layers, dense = hf["num_hidden_layers"], set(hf.get("mlp_only_layers") or [])
+    step = hf.get("decoder_sparse_step", 1) or 1
+    freq = [0 if (i in dense or (i + 1) % step) else 1 for i in range(layers)]
+    argv = ["--moe-ffn-hidden-size", fmt(hf["moe_intermediate_size"]), "--moe-router-score-function", "softmax"]
+    argv += ["--moe-token-dispatcher-type", "alltoall", "--moe-router-topk", fmt(hf["num_experts_per_tok"])]
+    argv += ["--moe-layer-freq", "[" + ",".join(map(str, freq)) + "]", "--num-experts", fmt(hf["num_experts"])]
+    argv += ["--moe-grouped-gemm", "--moe-token-drop-policy", "probs", "--moe-router-dtype", "fp32"]
+    argv += ["--moe-permute-fusion", "--moe-aux-loss-coeff", "0"]
+    return argv
+
+
+def _megatron(spec: BenchmarkSpec) -> list[str]:
+    mg = spec.megatron
+    argv = ["--train-backend", "megatron", "--megatron-to-hf-mode", "bridge"]
+    argv += megatron_architecture_args(spec.model.hf_config())
+    argv += ["--tensor-model-parallel-size", fmt(mg.tp)]
+    argv += ["--sequence-parallel"] if mg.sequence_parallel else []
+    argv += ["--pipeline-model-parallel-size", fmt(mg.pp), "--context-parallel-size", fmt(mg.cp)]
+    argv += ["--expert-model-parallel-size", fmt(mg.ep), "--expert-tensor-parallel-size", fmt(mg.etp)]
+    if mg.recompute == "full":
+        argv += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    argv += ["--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
+    argv += ["--accumulate-allreduce-grads-in-fp32", "--attention-softmax-in-fp32"]
+    argv += ["--attention-backend", mg.attention_backend]
+    if mg.optimizer_cpu_offload:
+        argv += ["--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d", "--use-precision-aware-optimizer"]
+    return argv
+
+
+def _placement(spec: BenchmarkSpec, layout: Layout) -> list[str]:
+    nodes = spec.run.nodes
+    argv = ["--actor-num-nodes", fmt(nodes), "--actor-num-gpus-per-node", fmt(spec.train_gpus(layout) // nodes)]
+    argv += ["--num-gpus-per-node", fmt(spec.gpus_per_node(layout))]
+    if layout == "colocate":
+        return argv + ["--colocate"]
+    return argv + ["--rollout-num-gpus", fmt(spec.rollout_gpus(layout))]
+
+
+def _tracking(spec: BenchmarkSpec, backend: Backend, layout: Layout) -> list[str]:
+    if not spec.tracking.wandb:
+        return []
+    argv = ["--use-wandb", "--wandb-project", spec.tracking.wandb_project]
+    return argv + ["--wandb-group", f"miles-{backend}-{layout}", "--disable-wandb-random-suffix"]
+
+
+def miles_train_blocks(spec: BenchmarkSpec, backend: Backend, layout: Layout) -> dict[str, list[str]]:
+    return {
+        "ckpt": _ckpt(spec),
+        "rollout": _rollout(spec),
+        "perf": _perf(spec, backend),
+        "grpo": _grpo(spec),
+        "optimizer": _optimizer(spec),
+        "sglang": _sglang(spec),
+        "backend": _megatron(spec) if backend == "megatron" else _fsdp(spec),
+        "placement": _placement(spec, layout),
+        "sink": ["--save-debug-event-data", SINK_DIR],
+        "tracking": _tracking(spec, backend, layout),
+    }
+
+
+def runtime_env(backend: Backend, paths: MilesPaths) -> dict:
+    env_vars = {"PYTHONUNBUFFERED": "1", "no_proxy": "127.0.0.1", "MASTER_ADDR": "127.0.0.1"}
+    if backend == "megatron":
+        env_vars["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    env_vars["PYTHONPATH"] = f"{paths.miles_root}:{paths.megatron_root}"
+    return {"env_vars": env_vars}
+
+
+def build_miles_launch(
+    spec: BenchmarkSpec, backend: Backend, layout: Layout, paths: MilesPaths | None = None
+) -> FrameworkLaunch:
+    paths = paths or MilesPaths()
+    blocks = miles_train_blocks(spec, backend, layout)
+    argv = ["python3", f"{paths.miles_root}/train.py"] + [token for block in blocks.values() for token in block]
+    env_json = json.dumps(runtime_env(backend, paths), sort_keys=True)
+    launch_argv = ["ray", "job", "submit", "--address", paths.ray_dashboard, "--runtime-env-json", env_json, "--"]
+    head = ["ray", "start", "--head", "--block", "--node-ip-address", "127.0.0.1"]
+    head += ["--num-gpus", str(spec.gpus_per_node(layout)), "--disable-usage-stats"]
+    return FrameworkLaunch(
+        framework="miles",
+        backend=backend,
+        layout=layout,
+        argv=argv,
+        launch_argv=launch_argv + argv,
+        env={"PYTHONUNBUFFERED": "1"},
+        sink={"format": "miles-event-log", "path": SINK_DIR},
+        ray_head_argv=head,
+        blocks=blocks,
+    )

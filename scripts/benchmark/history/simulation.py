@@ -1,0 +1,244 @@
+# doc-dev: docs/benchmark.md
+"""A benchmark of the regression check itself: false alarms and detection power on simulated nightly series.
+
+- Each trial is a series of `history` trusted runs plus one candidate run of step time (lower is better). A run is
+  `repeats` repeats of `steps` steady-state steps; its value is the median over repeats of the median over steps,
+  exactly what `record` stores.
+- Noise at a given CV (the CV of one steady-state step): half of the variance is a per-run offset, AR(1) across
+  consecutive runs (phi 0.3); half is within-run step noise, AR(1) across steps (phi 0.6). Outliers: a repeat is
+  10-40% slower with probability 3%, a whole run 10-40% slower with probability 1%, a single step 1.5-3x slower with
+  probability 1%.
+- Regressions multiply the candidate's steps by (1 + delta). The same noise draws serve every delta and every method.
+- Methods: (a) this check (`regression_check.judge` + `classify` with the default settings); (b) a fixed threshold
+  against the last run; (c) Miles's band gate: reference = mean of up to 20 trusted values, band
+  max(rel * |ref|, abs_floor). (b) and (c) are also shown at the threshold that matches (a)'s detection power, so
+  false alarms are compared at equal detection.
+
+Caveats:
+- The noise model is an assumption, not a measurement; rerun with `--cv`, `--outlier-*` to stress it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from scripts.benchmark.history.check import CheckSettings, classify, judge
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimulationSettings:
+    trials: int = 4000
+    history: int = 20
+    repeats: int = 3
+    steps: int = 20
+    cvs: tuple[float, ...] = (0.02, 0.05, 0.10)
+    regressions: tuple[float, ...] = (0.0, 0.02, 0.05, 0.10)
+    between_run_share: float = 0.25
+    run_phi: float = 0.3
+    step_phi: float = 0.6
+    repeat_outlier_prob: float = 0.03
+    run_outlier_prob: float = 0.01
+    step_spike_prob: float = 0.01
+    fixed_threshold: float = 0.05
+    band_rel: float = 0.05
+    band_abs_floor: float = 0.0
+    design_cv: float = 0.02
+    design_regression: float = 0.05
+    drift_history: int = 60
+    drift_cvs: tuple[float, ...] = (0.02, 0.05)
+    drift_per_run: tuple[float, ...] = (0.0, 0.001, 0.002)
+    seed: int = 0
+    check: CheckSettings = field(default_factory=CheckSettings)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimulationRow:
+    """Rates are false alarms when regression == 0 and detection otherwise."""
+
+    cv: float
+    regression: float
+    check: float
+    last_run: float
+    band: float
+    last_run_matched: float
+    band_matched: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class DriftRow:
+    """Slow drift: run t of the series is (1 + drift * t) slower; rates as in SimulationRow."""
+
+    cv: float
+    drift: float
+    check: float
+    check_without_anchor: float
+    last_run: float
+    band: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimulationResult:
+    rows: list[SimulationRow]
+    drift_rows: list[DriftRow]
+    last_run_matched_threshold: float
+    band_matched_threshold: float
+    settings: SimulationSettings
+
+
+def simulate_steps(rng: np.random.Generator, s: SimulationSettings, cv: float) -> np.ndarray:
+    """Step times (trials, runs, repeats, steps) around 1.0; the last run is the candidate."""
+    shape = (s.trials, s.history + 1, s.repeats, s.steps)
+    sd_run = cv * np.sqrt(s.between_run_share)
+    sd_step = cv * np.sqrt(1 - s.between_run_share)
+    offsets = np.empty(shape[:2])
+    offsets[:, 0] = rng.normal(0, sd_run, s.trials)
+    for t in range(1, shape[1]):
+        offsets[:, t] = s.run_phi * offsets[:, t - 1] + np.sqrt(1 - s.run_phi**2) * rng.normal(0, sd_run, s.trials)
+    noise = np.empty(shape)
+    noise[..., 0] = rng.normal(0, sd_step, shape[:3])
+    for k in range(1, s.steps):
+        innovation = rng.normal(0, sd_step, shape[:3])
+        noise[..., k] = s.step_phi * noise[..., k - 1] + np.sqrt(1 - s.step_phi**2) * innovation
+    steps = 1.0 + offsets[..., None, None] + noise
+    steps *= (
+        1 + (rng.random(shape[:3]) < s.repeat_outlier_prob)[..., None] * rng.uniform(0.1, 0.4, shape[:3])[..., None]
+    )
+    steps *= (
+        1
+        + (rng.random(shape[:2]) < s.run_outlier_prob)[..., None, None]
+        * rng.uniform(0.1, 0.4, shape[:2])[..., None, None]
+    )
+    steps *= np.where(rng.random(shape) < s.step_spike_prob, rng.uniform(1.5, 3.0, shape), 1.0)
+    return steps
+
+
+def run_values(steps: np.ndarray) -> np.ndarray:
+    """(trials, runs): median over repeats of the median over steps, as `history_input` computes it."""
+    return np.median(np.median(steps, axis=-1), axis=-1)
+
+
+def _statistics(history: np.ndarray, candidate: np.ndarray, s: SimulationSettings) -> dict[str, np.ndarray]:
+    """Per trial: (a)'s decision, and the relative excess that (b) and (c) compare with their thresholds."""
+    gate = s.check.gates["step_time_s"]
+    j = judge(history[:, -s.check.window :], candidate, direction="lower")
+    ref = history[:, -20:].mean(axis=1)
+    band_half = np.maximum(s.band_rel * np.abs(ref), s.band_abs_floor)
+    return {
+        "check": classify(j, threshold=gate.threshold, alpha=s.check.alpha),
+        "last_run": candidate / history[:, -1] - 1,
+        # (c) flags when candidate - ref > band_half; as a relative excess so one threshold scales it.
+        "band": (candidate - ref) / np.abs(ref),
+        "band_default": candidate - ref > band_half,
+    }
+
+
+def _matched_threshold(stat: np.ndarray, power: float) -> float:
+    """Largest threshold t with mean(stat > t) >= power."""
+    return float(np.quantile(stat, 1 - power, method="lower")) - 1e-12
+
+
+def run_simulation(s: SimulationSettings) -> SimulationResult:
+    rng = np.random.default_rng(s.seed)
+    cells: dict[tuple[float, float], dict[str, np.ndarray]] = {}
+    for cv in s.cvs:
+        steps = simulate_steps(rng, s, cv)
+        history = run_values(steps[:, :-1])
+        for delta in s.regressions:
+            candidate = run_values(steps[:, -1:] * (1 + delta))[:, 0]
+            cells[(cv, delta)] = _statistics(history, candidate, s)
+    design = cells[(s.design_cv, s.design_regression)]
+    power = float(design["check"].mean())
+    lr_thr = _matched_threshold(design["last_run"], power)
+    band_thr = _matched_threshold(design["band"], power)
+    rows = [
+        SimulationRow(
+            cv=cv,
+            regression=delta,
+            check=float(c["check"].mean()),
+            last_run=float((c["last_run"] > s.fixed_threshold).mean()),
+            band=float(c["band_default"].mean()),
+            last_run_matched=float((c["last_run"] > lr_thr).mean()),
+            band_matched=float((c["band"] > band_thr).mean()),
+        )
+        for (cv, delta), c in cells.items()
+    ]
+    return SimulationResult(
+        rows=rows,
+        drift_rows=_drift_rows(rng, s),
+        last_run_matched_threshold=lr_thr,
+        band_matched_threshold=band_thr,
+        settings=s,
+    )
+
+
+def _drift_rows(rng: np.random.Generator, s: SimulationSettings) -> list[DriftRow]:
+    """A long series drifting slowly: the rolling baseline follows it, the anchor of the drift guard does not."""
+    long = dataclasses.replace(s, trials=max(s.trials // 2, 100), history=s.drift_history)
+    gate, c = s.check.gates["step_time_s"], s.check
+    rows = []
+    for cv in s.drift_cvs:
+        steps = simulate_steps(rng, long, cv)
+        for drift in s.drift_per_run:
+            values = run_values(steps * (1 + drift * np.arange(long.history + 1))[None, :, None, None])
+            history, candidate = values[:, :-1], values[:, -1]
+            recent = judge(history[:, -c.window :], candidate, direction="lower")
+            anchor = judge(history[:, -(c.drift_horizon + c.window) : -c.drift_horizon], candidate, direction="lower")
+            rolling = classify(recent, threshold=gate.threshold, alpha=c.alpha)
+            anchored = classify(anchor, threshold=gate.threshold, alpha=c.alpha)
+            ref = history[:, -20:].mean(axis=1)
+            rows.append(
+                DriftRow(
+                    cv=cv,
+                    drift=drift,
+                    check=float((rolling | anchored).mean()),
+                    check_without_anchor=float(rolling.mean()),
+                    last_run=float((candidate / history[:, -1] - 1 > s.fixed_threshold).mean()),
+                    band=float((candidate - ref > np.maximum(s.band_rel * np.abs(ref), s.band_abs_floor)).mean()),
+                )
+            )
+    return rows
+
+
+def render_table(result: SimulationResult) -> str:
+    """Markdown: false alarms (regression 0) and detection (regression > 0) of each method on the same series."""
+    s = result.settings
+    gate = s.check.gates["step_time_s"]
+    lines = [
+        f"{s.trials} trials per row; history {s.history} runs; {s.repeats} repeats x {s.steps} steps per run; "
+        f"between-run share of the variance {s.between_run_share}; seed {s.seed}.",
+        f"(a) threshold {gate.threshold:.0%}, alpha {s.check.alpha}, window {s.check.window}. "
+        f"(b) last run +{s.fixed_threshold:.0%}. (c) band rel {s.band_rel:.0%}, abs floor {s.band_abs_floor}. "
+        f"Matched: one threshold per method, set so that its detection at CV {s.design_cv:.0%} of a "
+        f"{s.design_regression:.0%} regression equals (a)'s: (b) {result.last_run_matched_threshold:+.2%}, "
+        f"(c) {result.band_matched_threshold:+.2%}.",
+        "",
+        "| CV | injected regression | rate | (a) this check | (b) last run +5% | (c) Miles band 5% | "
+        "(b) matched | (c) matched |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result.rows:
+        measure = "false alarms" if r.regression == 0 else "detection"
+        lines.append(
+            f"| {r.cv:.0%} | {r.regression:.0%} | {measure} | {r.check:.1%} | {r.last_run:.1%} | {r.band:.1%} | "
+            f"{r.last_run_matched:.1%} | {r.band_matched:.1%} |"
+        )
+    lines += [
+        "",
+        f"Slow drift: run t is (1 + drift x t) slower, {s.drift_history} trusted runs then the candidate; "
+        f"{max(s.trials // 2, 100)} trials per row; (a) with its drift guard (anchor: {s.check.window} runs ending "
+        f"{s.check.drift_horizon} runs back) and with the rolling baseline only.",
+        "",
+        "| CV | drift per run | rate | (a) this check | (a) rolling baseline only | (b) last run +5% | "
+        "(c) Miles band 5% |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in result.drift_rows:
+        measure = "false alarms" if r.drift == 0 else "detection"
+        lines.append(
+            f"| {r.cv:.0%} | {r.drift:.1%} | {measure} | {r.check:.1%} | {r.check_without_anchor:.1%} | "
+            f"{r.last_run:.1%} | {r.band:.1%} |"
+        )
+    return "\n".join(lines) + "\n"

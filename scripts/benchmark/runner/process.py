@@ -1,0 +1,303 @@
+# doc-dev: docs/benchmark.md
+"""Launch and stop exactly the processes the harness started: one session (process group) per command.
+
+- `ManagedProcess(argv, env=..., cwd=..., log_path=..., redactor=...)`: `start()` runs argv in a new session
+  (`start_new_session=True`), stdout and stderr merged, every line redacted and appended to `log_path` as it arrives.
+- `track()` (called from the runner's poll loop) records every process that belongs to the command: members of its
+  process group or session, their descendants by parent pid, and orphans re-parented to the harness (the harness is
+  a child subreaper on Linux, see `become_child_subreaper`), each identified by (pid, start time).
+- `stop(grace_s)`: SIGTERM to the group and to every tracked process outside it, wait up to grace_s, then SIGKILL to
+  whatever is left. Never kills by name; a pid is only signalled while its start time still matches, so a reused pid
+  is never hit.
+
+Caveats:
+- Exact tracking of escaped descendants (double fork + setsid) needs Linux (/proc and PR_SET_CHILD_SUBREAPER).
+  Elsewhere only the process group is stopped, and a descendant that left it survives.
+- A process that escapes while the harness is not running (e.g. after the harness was SIGKILLed) is out of reach.
+- Through a launch prefix such as `docker exec`, the group stopped is the local client's; stopping the process inside
+  the container is up to the container runtime (documented in docs/benchmark.md).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from scripts.benchmark.runner.redaction import Redactor
+
+_PR_SET_CHILD_SUBREAPER = 36
+_PROC = Path("/proc")
+# Leaders the harness launched itself: orphans re-parented to the harness are any other child.
+_LAUNCHED_LEADERS: set[int] = set()
+
+
+def become_child_subreaper() -> bool:
+    """Make orphaned descendants re-parent to this process instead of init, so they can be found and stopped."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    ppid: int
+    pgid: int
+    sid: int
+    start_time: int
+    state: str
+
+
+def read_proc_table() -> dict[int, ProcInfo]:
+    """Every process of the host from /proc/<pid>/stat (empty where /proc does not exist)."""
+    table: dict[int, ProcInfo] = {}
+    if not _PROC.is_dir():
+        return table
+    for entry in _PROC.iterdir():
+        if entry.name.isdigit() and (info := read_proc_info(int(entry.name))) is not None:
+            table[int(entry.name)] = info
+    return table
+
+
+def read_proc_info(pid: int) -> ProcInfo | None:
+    try:
+        stat = (_PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # The command name is in parentheses and may contain spaces; fields after the last ')' are fixed.
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return ProcInfo(
+        state=fields[0], ppid=int(fields[1]), pgid=int(fields[2]), sid=int(fields[3]), start_time=int(fields[19])
+    )
+
+
+def is_alive(pid: int, start_time: int | None = None) -> bool:
+    """True while pid runs (a zombie is dead) and, when given, still has the start time it was tracked with."""
+    info = read_proc_info(pid)
+    if info is None:
+        if _PROC.is_dir():
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    return info.state != "Z" and (start_time is None or info.start_time == start_time)
+
+
+@dataclass(frozen=True)
+class StopOutcome:
+    exit_code: int | None
+    killed: bool
+    """True when SIGKILL was needed (something ignored SIGTERM for the whole grace period)."""
+    survivors: tuple[int, ...]
+    """Tracked pids still alive after SIGKILL (should be empty)."""
+
+
+@dataclass
+class ManagedProcess:
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    cwd: Path
+    log_path: Path
+    redactor: Redactor = field(default_factory=Redactor)
+    on_line: Callable[[str], None] | None = None
+    popen: subprocess.Popen | None = None
+    tracked: dict[int, int] = field(default_factory=dict)
+    """pid -> start time of every process seen belonging to this command."""
+    _reader: threading.Thread | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.popen is not None, "not started"
+        return self.popen.pid
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.popen = subprocess.Popen(
+            list(self.argv),
+            env=dict(self.env),
+            cwd=self.cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        _LAUNCHED_LEADERS.add(self.popen.pid)
+        info = read_proc_info(self.popen.pid)
+        if info is not None:
+            self.tracked[self.popen.pid] = info.start_time
+        self._reader = threading.Thread(target=self._copy_output, name=f"log-{self.popen.pid}", daemon=True)
+        self._reader.start()
+
+    def _copy_output(self) -> None:
+        assert self.popen is not None and self.popen.stdout is not None
+        with open(self.log_path, "a", encoding="utf-8") as log:
+            for raw in iter(self.popen.stdout.readline, b""):
+                line = self.redactor.redact_text(raw.decode("utf-8", errors="replace"))
+                log.write(line)
+                log.flush()
+                if self.on_line is not None:
+                    self.on_line(line)
+
+    def poll(self) -> int | None:
+        assert self.popen is not None, "not started"
+        return self.popen.poll()
+
+    def track(self) -> None:
+        """Add the command's current processes (group, session, descendants, orphans) to `tracked`."""
+        if self.popen is None:
+            return
+        table = read_proc_table()
+        leader = self.popen.pid
+        me = os.getpid()
+        members = {
+            pid
+            for pid, info in table.items()
+            if info.state != "Z"
+            and (
+                info.pgid == leader
+                or info.sid == leader
+                or self.tracked.get(pid) == info.start_time
+                or (info.ppid == me and pid not in _LAUNCHED_LEADERS)
+            )
+        }
+        grew = True
+        while grew:  # close over descendants of known members by parent pid
+            children = {pid for pid, info in table.items() if info.ppid in members and info.state != "Z"}
+            grew = not children <= members
+            members |= children
+        for pid in members:
+            if pid not in self.tracked or self.tracked[pid] == table[pid].start_time:
+                self.tracked[pid] = table[pid].start_time
+
+    def live_tracked(self) -> list[int]:
+        return [pid for pid, start in self.tracked.items() if is_alive(pid, start)]
+
+    def stop(self, grace_s: float) -> StopOutcome:
+        """SIGTERM the group and every tracked process, then SIGKILL what is left after grace_s."""
+        assert self.popen is not None, "not started"
+        self.track()
+        self._signal_all(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            self.track()
+            self._reap()
+            if self.popen.poll() is not None and not self.live_tracked():
+                break
+            time.sleep(0.05)
+        killed = False
+        if self.popen.poll() is None or self.live_tracked():
+            killed = True
+            self.track()
+            self._signal_all(signal.SIGKILL)
+            kill_deadline = time.monotonic() + 5.0
+            while time.monotonic() < kill_deadline and (self.popen.poll() is None or self.live_tracked()):
+                self._reap()
+                time.sleep(0.02)
+        self._reap()
+        self.close()
+        return StopOutcome(exit_code=self.popen.poll(), killed=killed, survivors=tuple(self.live_tracked()))
+
+    def finish(self, grace_s: float) -> StopOutcome:
+        """After the leader exited by itself: stop whatever it left behind (children that outlived it)."""
+        self.track()
+        if self.live_tracked():
+            return self.stop(grace_s)
+        self._reap()
+        self.close()
+        assert self.popen is not None
+        return StopOutcome(exit_code=self.popen.poll(), killed=False, survivors=())
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.join(timeout=5.0)
+        if self.popen is not None:
+            _LAUNCHED_LEADERS.discard(self.popen.pid)
+
+    def _signal_all(self, sig: signal.Signals) -> None:
+        assert self.popen is not None
+        try:
+            os.killpg(self.popen.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for pid, start in list(self.tracked.items()):
+            if pid != self.popen.pid and is_alive(pid, start):
+                try:
+                    os.kill(pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+    def _reap(self) -> None:
+        """Collect exit statuses of tracked orphans that were re-parented to the harness (no zombies left)."""
+        assert self.popen is not None
+        self.popen.poll()
+        for pid in self.tracked:
+            if pid == self.popen.pid:
+                continue
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+
+def run_to_completion(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: Path,
+    log_path: Path,
+    redactor: Redactor,
+    timeout_s: float,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> int:
+    """Run an auxiliary command (a preparation step) in its own group; stop it at timeout_s or when asked."""
+    process = ManagedProcess(argv=argv, env=env, cwd=cwd, log_path=log_path, redactor=redactor)
+    process.start()
+    deadline = time.monotonic() + timeout_s
+    while process.poll() is None:
+        if time.monotonic() > deadline or should_stop():
+            process.stop(grace_s=5.0)
+            return -1
+        process.track()
+        time.sleep(0.05)
+    outcome = process.finish(grace_s=5.0)
+    return outcome.exit_code if outcome.exit_code is not None else -1
+
+
+def capture_output(argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str] | None = None) -> str | None:
+    """stdout of a short probe (nvidia-smi, an interpreter), or None when it cannot run, fails or times out."""
+    try:
+        popen = subprocess.Popen(
+            list(argv),
+            env=None if env is None else dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    except OSError:
+        return None
+    _LAUNCHED_LEADERS.add(popen.pid)  # a probe is not an orphan of a cell
+    try:
+        out, _ = popen.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(popen.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        popen.wait()
+        return None
+    finally:
+        _LAUNCHED_LEADERS.discard(popen.pid)
+    return out.decode("utf-8", errors="replace") if popen.returncode == 0 else None
