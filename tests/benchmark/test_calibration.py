@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from miles.utils.bench_flops import ModelArch, batch_train_flops, peak_tflops_for_device
+from scripts.benchmark.calibration.interconnect import MULTICAST_OFF_ENV, bus_bandwidth_factor, measure_collectives
 from scripts.benchmark.calibration.results import (
     CALIBRATION_DIR,
     device_key,
@@ -19,7 +20,6 @@ from scripts.benchmark.calibration.results import (
     roofline_tflops,
     weight_sync_floor_s,
 )
-from scripts.benchmark.calibration.interconnect import MULTICAST_OFF_ENV, bus_bandwidth_factor, measure_collectives
 from scripts.benchmark.calibration.shapes import pack_sequences, preset_names, read_preset_shapes
 from scripts.benchmark.model_config import MODEL_CONFIGS_DIR
 from scripts.benchmark.model_config import resolve_model_config as read_model_config

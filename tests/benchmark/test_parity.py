@@ -6,10 +6,11 @@ from functools import cache
 import pytest
 from omegaconf import OmegaConf
 
-from scripts.benchmark.frameworks.verl.data import converted_paths, prepare_step
-from scripts.benchmark.frameworks.miles.launch import build_miles_launch
-from scripts.benchmark.frameworks.verl.launch import VerlData, build_verl_launch
 from scripts.benchmark.frameworks.miles.flags import split_flags
+from scripts.benchmark.frameworks.miles.launch import build_miles_launch
+from scripts.benchmark.frameworks.verl.config import compose_overrides
+from scripts.benchmark.frameworks.verl.data import converted_paths, prepare_step
+from scripts.benchmark.frameworks.verl.launch import VerlData, build_verl_launch
 from scripts.benchmark.plan.parity import (
     MCORE_ADAM,
     VERL_DEFAULTS,
@@ -24,7 +25,6 @@ from scripts.benchmark.plan.parity import (
     parse_verl,
 )
 from scripts.benchmark.spec import BACKENDS, LAYOUTS, load_preset, preset_names, with_overrides
-from scripts.benchmark.frameworks.verl.config import compose_overrides
 
 AR = "actor_rollout_ref"
 

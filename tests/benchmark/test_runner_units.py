@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from scripts.benchmark.contracts.manifest import Manifest, new_cell_run
 from scripts.benchmark.runner.cell_command import FrameworkRuntime, build_cell_command, framework_interpreter_argv
 from scripts.benchmark.runner.environment_record import build_environment_record, probe_packages
 from scripts.benchmark.runner.executor import interleaved_order, validate_plan
 from scripts.benchmark.runner.gpu_memory import read_used_mib, wait_until_released
-from scripts.benchmark.contracts.manifest import Manifest, new_cell_run
 from scripts.benchmark.runner.progress import MatrixProgress, format_duration
 from scripts.benchmark.runner.ray_head import RayTarget, build_head_argv, external_target
 from scripts.benchmark.runner.redaction import REDACTED, Redactor, find_plan_secrets, is_secret_name

@@ -1,8 +1,8 @@
 # doc-dev: docs/benchmark.md
 """The committed calibration results, read for reports: measured peak, training roofline and weight-sync floors.
 
-- One JSON per GPU model in `scripts/benchmark/calibration/results/<device key>.json`, written by `calibrate.py` on that GPU;
-  the key is the `torch.cuda.get_device_name()` lower-cased with runs of other characters turned into "-"
+- One JSON per GPU model in `calibration/results/<device key>.json`, written by `calibrate.py` on that GPU; the key
+  is the `torch.cuda.get_device_name()` lower-cased with runs of other characters turned into "-"
   ("NVIDIA H200" -> "nvidia-h200"), so a report on that GPU finds it from its environment alone.
 - `load_calibration(device_name)`, `measured_peak_tflops(device_name)`, `measured_copy_gb_per_s(device_name)`,
   `roofline_tflops(device_name, preset, grad_ckpt)` and `weight_sync_floor_s(device_name, model, path)` return None

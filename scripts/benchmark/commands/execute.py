@@ -22,8 +22,8 @@ import typer
 
 def execute_impl(plan_path: Path | None, output_dir: Path, overrides: dict[str, Any], *, resume: bool) -> int:
     """Plan + options -> exit status; also what the main command calls after writing the plan."""
-    from scripts.benchmark.runner import executor
     from scripts.benchmark.contracts.manifest import MANIFEST_NAME, Manifest
+    from scripts.benchmark.runner import executor
 
     stored: dict[str, Any] = {}
     if resume and (output_dir / MANIFEST_NAME).exists():

@@ -99,7 +99,7 @@ def ingest_impl(
 ) -> list:
     from miles.utils.bench_flops import ModelArch
     from miles.utils.bench_metrics import RunContext, write_records
-    from miles.utils.bench_readers import build_step_records
+    from scripts.benchmark.frameworks.sinks import build_step_records
 
     ctx = RunContext.build(
         arch=ModelArch.from_hf_config(resolve_model_config(model)),

@@ -46,9 +46,9 @@ def plan_impl(
     from pydantic import ValidationError
 
     from scripts.benchmark.frameworks.miles.launch import MilesPaths
+    from scripts.benchmark.frameworks.verl.config import find_verl_root
     from scripts.benchmark.plan.build import PlanError, PlanOptions, build_plan, verl_compose_check, write_plan
     from scripts.benchmark.spec import BACKENDS, load_preset, load_spec_file, with_overrides
-    from scripts.benchmark.frameworks.verl.config import find_verl_root
 
     if (preset is None) == (spec_file is None):
         _fail(EXIT_BAD_INPUT, "give exactly one of --preset NAME or --spec FILE")

@@ -17,8 +17,8 @@ import math
 from dataclasses import dataclass
 
 from scripts.benchmark.history.change_points import ChangePoint, find_change_points
-from scripts.benchmark.history.store import HistoryStore, RunToRecord, StoredRun, baseline_runs
 from scripts.benchmark.history.check import CheckSettings, MetricCheck, Verdict, check_metric
+from scripts.benchmark.history.store import HistoryStore, RunToRecord, StoredRun, baseline_runs
 
 
 def check_runs(

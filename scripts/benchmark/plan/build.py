@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scripts.benchmark.frameworks.verl.data import CONVERT_STEP, converted_paths, prepare_step
-from scripts.benchmark.frameworks.miles.launch import MilesPaths, build_miles_launch
-from scripts.benchmark.frameworks.verl.launch import VerlData, build_verl_launch, overrides_of
 from scripts.benchmark.frameworks.launch import FrameworkLaunch, quote, render_argv
 from scripts.benchmark.frameworks.miles.flags import flag_problems, load_inventory
+from scripts.benchmark.frameworks.miles.launch import MilesPaths, build_miles_launch
+from scripts.benchmark.frameworks.verl.data import CONVERT_STEP, converted_paths, prepare_step
+from scripts.benchmark.frameworks.verl.launch import VerlData, build_verl_launch, overrides_of
 from scripts.benchmark.plan.parity import ParityError, build_parity, parity_json, parity_markdown
 from scripts.benchmark.runner.redaction import find_plan_secrets
 from scripts.benchmark.spec import Backend, BenchmarkSpec, Layout, spec_hash, spec_json, steady_state_warnings

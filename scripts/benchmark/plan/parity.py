@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from scripts.benchmark.frameworks.verl.data import parse_converted_name
 from scripts.benchmark.frameworks.miles.flags import flag_default, load_inventory, split_flags
+from scripts.benchmark.frameworks.verl.data import parse_converted_name
 
 AR = "actor_rollout_ref"
 NEUTRAL_DUAL_CLIP_MIN = 1.0e8

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from miles.utils.bench_metrics import encode_nonfinite
+from scripts.benchmark.analysis.compare import DEFAULT_CONFIDENCE, DEFAULT_REPS
 from scripts.benchmark.analysis.document import parity_tables
 from scripts.benchmark.analysis.run_folder import REPORT_METRICS
-from scripts.benchmark.analysis.compare import DEFAULT_CONFIDENCE, DEFAULT_REPS
 
 MARKDOWN_BUDGET = 60_000
 
@@ -345,7 +345,9 @@ def _calibration_blocks(doc: dict[str, Any]) -> list[Any]:
     if uncalibrated:
         blocks.append(
             Paragraph(
-                "n/a: no committed calibration for " + ", ".join(uncalibrated) + " (scripts/benchmark/calibration/results/; "
+                "n/a: no committed calibration for "
+                + ", ".join(uncalibrated)
+                + " (scripts/benchmark/calibration/results/; "
                 "run scripts/benchmark/calibrate.py on that GPU and commit its JSON)."
             )
         )
@@ -515,7 +517,7 @@ def verdict_markdown(doc: dict[str, Any]) -> str:
 
 
 def calibration_readers() -> tuple[Callable, Callable, Callable]:
-    """Measured peak, roofline and weight-sync floor, from the committed JSON under scripts/benchmark/calibration/results/."""
+    """Measured peak, roofline and weight-sync floor, from the committed JSON under calibration/results/."""
     from scripts.benchmark.calibration.results import measured_peak_tflops, roofline_tflops, weight_sync_floor_s
 
     return measured_peak_tflops, roofline_tflops, weight_sync_floor_s

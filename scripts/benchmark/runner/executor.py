@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from miles.utils.bench_metrics import read_records
+from scripts.benchmark.contracts.manifest import MANIFEST_NAME, CellRun, Manifest, new_cell_run, write_json_atomic
 from scripts.benchmark.runner import environment_record, gpu_memory
 from scripts.benchmark.runner.cell_command import (
     CellCommand,
@@ -49,7 +50,6 @@ from scripts.benchmark.runner.cell_command import (
     substitute_cell_dir,
     uses_ray_job_submit,
 )
-from scripts.benchmark.contracts.manifest import MANIFEST_NAME, CellRun, Manifest, new_cell_run, write_json_atomic
 from scripts.benchmark.runner.process import ManagedProcess, become_child_subreaper, capture_output, run_to_completion
 from scripts.benchmark.runner.progress import MatrixProgress
 from scripts.benchmark.runner.ray_head import PrivateRayHead, RayTarget, external_target, start_private_head
