@@ -40,6 +40,7 @@ from typing import Any, Literal
 
 from miles.utils.bench_metrics import read_records
 from scripts.benchmark.contracts.manifest import MANIFEST_NAME, CellRun, Manifest, new_cell_run, write_json_atomic
+from scripts.benchmark.contracts.plan import plan_problems, read_plan_json
 from scripts.benchmark.runner import environment_record, gpu_memory
 from scripts.benchmark.runner.cell_command import (
     CellCommand,
@@ -54,11 +55,10 @@ from scripts.benchmark.runner.process import ManagedProcess, become_child_subrea
 from scripts.benchmark.runner.progress import MatrixProgress
 from scripts.benchmark.runner.ray_head import PrivateRayHead, RayTarget, external_target, start_private_head
 from scripts.benchmark.runner.redaction import Redactor, find_plan_secrets
-from scripts.benchmark.runner.sink_follower import SINK_FORMATS, SinkFollower
+from scripts.benchmark.runner.sink_follower import SinkFollower
 from scripts.benchmark.runner.watchdog import Verdict, Watchdog, WatchdogLimits
 
 RayMode = Literal["auto", "private", "external", "none"]
-_CELL_KEYS = ("id", "framework", "backend", "layout", "launch_argv", "sink", "num_steps")
 
 
 class RunError(ValueError):
@@ -111,53 +111,22 @@ def check_output_dir(output_dir: Path) -> None:
 
 def load_plan(path: Path) -> dict[str, Any]:
     try:
-        plan = json.loads(path.read_text(encoding="utf-8"))
+        plan = read_plan_json(path)
     except OSError as exc:
         raise RunError(f"cannot read plan {path}: {exc.strerror or exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise RunError(f"plan {path} is not valid JSON: {exc}") from exc
-    problems = validate_plan(plan)
-    if problems:
-        raise RunError(f"plan {path} cannot be executed:\n  " + "\n  ".join(problems))
+    except ValueError as exc:
+        raise RunError(str(exc)) from exc
+    secrets = [f"a literal secret in {where}" for where in find_plan_secrets(plan)]
+    if secrets:
+        raise RunError(f"plan {path} cannot be executed:\n  " + "\n  ".join(secrets))
     return plan
 
 
 def validate_plan(plan: Any) -> list[str]:
-    if not isinstance(plan, dict):
-        return ["the plan is not a JSON object"]
-    problems: list[str] = []
-    if plan.get("schema_version") != 1:
-        problems.append(f"schema_version is {plan.get('schema_version')!r}, expected 1")
-    cells = plan.get("cells")
-    if not isinstance(cells, list) or not cells:
-        return [*problems, "cells must be a non-empty list"]
-    seen: set[str] = set()
-    for index, cell in enumerate(cells):
-        where = f"cells[{index}]"
-        missing = [k for k in _CELL_KEYS if k not in cell]
-        if missing:
-            problems.append(f"{where} lacks {', '.join(missing)}")
-            continue
-        where = f"cells[{index}] ({cell['id']})"
-        if cell["id"] in seen:
-            problems.append(f"{where}: duplicate id")
-        seen.add(cell["id"])
-        if cell["framework"] not in ("miles", "verl"):
-            problems.append(f"{where}: framework {cell['framework']!r} is not miles or verl")
-        argv = cell["launch_argv"]
-        if not isinstance(argv, list) or not argv or not all(isinstance(w, str) for w in argv):
-            problems.append(f"{where}: launch_argv must be a non-empty list of strings")
-        if cell["sink"].get("format") not in SINK_FORMATS:
-            problems.append(f"{where}: sink.format {cell['sink'].get('format')!r} is not one of {SINK_FORMATS}")
-        if not isinstance(cell["num_steps"], int) or cell["num_steps"] < 1:
-            problems.append(f"{where}: num_steps must be a positive integer, got {cell['num_steps']!r}")
-    for index, step in enumerate(plan.get("prepare") or []):
-        argv = step.get("argv") if isinstance(step, dict) else None
-        if not isinstance(step, dict) or not isinstance(step.get("name"), str):
-            problems.append(f"prepare[{index}] must be an object with a name")
-        elif not isinstance(argv, list) or not argv or not all(isinstance(w, str) for w in argv):
-            problems.append(f"prepare[{index}] ({step['name']}): argv must be a non-empty list of strings")
-    problems += [f"a literal secret in {where}" for where in find_plan_secrets(plan)]
+    """Every problem of a plan document: its typed definition (contracts/plan.py), then literal secrets."""
+    problems = plan_problems(plan)
+    if isinstance(plan, dict) and not problems:
+        problems += [f"a literal secret in {where}" for where in find_plan_secrets(plan)]
     return problems
 
 

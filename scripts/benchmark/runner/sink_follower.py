@@ -26,9 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from miles.utils.bench_metrics import StepRecord, append_record
+from scripts.benchmark.contracts.plan import SINK_FORMATS
 from scripts.benchmark.runner.redaction import Redactor
-
-SINK_FORMATS = ("verl-file-logger", "miles-event-log")
 
 SinkReader = Callable[[str, Path, Mapping[str, Any]], list[StepRecord]]
 
