@@ -326,7 +326,7 @@ def test_a_signal_while_the_end_of_run_report_is_written_stops_it_and_is_recorde
     """In-process, as the harness runs it: the report is cut short, the manifest says so, no exception escapes."""
     import threading
 
-    from scripts.benchmark.runner.executor import report_after_run
+    from scripts.benchmark.runner.end_report import report_after_run
     from tests.benchmark.synthetic_runs import write_run_folder
     from tests.benchmark.test_report import planted_cells
 
