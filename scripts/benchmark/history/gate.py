@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from scripts.benchmark.history.change_points import ChangePoint, find_change_points
 from scripts.benchmark.history.check import CheckSettings, MetricCheck, Verdict, check_metric
 from scripts.benchmark.history.store import HistoryStore, RunToRecord, StoredRun, baseline_runs
+from scripts.benchmark.report.render import markdown_table
 
 
 def check_runs(
@@ -131,19 +132,18 @@ def series_changes(
 
 def render_changes_markdown(traces: list[SeriesTrace], *, plots: dict[tuple[str, str], str]) -> str:
     lines = ["### Benchmark history: change points", ""]
-    lines += [
-        "| series | metric | trusted runs | change point (first run) | before -> after | change | p | commit range |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    rows = []
     for t in traces:
         if not t.changes:
-            lines.append(f"| {t.series} | {t.metric} | {len(t.trusted_runs)} | none | - | - | - | - |")
+            rows.append([t.series, t.metric, str(len(t.trusted_runs)), "none", "-", "-", "-", "-"])
         for c in t.changes:
-            lines.append(
-                f"| {t.series} | {t.metric} | {len(t.trusted_runs)} | run {c.first_run_after.id} | "
-                f"{c.point.mean_before:.4g} -> {c.point.mean_after:.4g} | {c.point.change:+.1%} | "
-                f"{c.point.p_value:.2g} | {c.last_run_before.commit or '?'}..{c.first_run_after.commit or '?'} |"
+            rows.append(
+                [t.series, t.metric, str(len(t.trusted_runs)), f"run {c.first_run_after.id}"]
+                + [f"{c.point.mean_before:.4g} -> {c.point.mean_after:.4g}", f"{c.point.change:+.1%}"]
+                + [f"{c.point.p_value:.2g}", f"{c.last_run_before.commit or '?'}..{c.first_run_after.commit or '?'}"]
             )
+    header = ["series", "metric", "trusted runs", "change point (first run)", "before -> after", "change", "p"]
+    lines.append(markdown_table([*header, "commit range"], rows))
     if plots:
         lines += ["", "Trend plots:", ""]
         lines += [f"- {series} {metric}: `{path}`" for (series, metric), path in sorted(plots.items())]

@@ -15,6 +15,7 @@ from typing import Any
 
 from scripts.benchmark.frameworks.miles.parity_knobs import parse_miles
 from scripts.benchmark.frameworks.verl.parity_knobs import parse_verl
+from scripts.benchmark.report.render import markdown_table
 
 
 class ParityError(ValueError):
@@ -155,9 +156,8 @@ def parity_json(spec_hash: str, pairs: list[dict[str, Any]]) -> dict[str, Any]:
     return {"schema_version": 1, "spec_hash": spec_hash, "pairs": out}
 
 
-def _cell(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value)
-    return text.replace("|", "\\|")
+def _knob_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def parity_markdown(parity: dict[str, Any], title: str) -> str:
@@ -170,11 +170,10 @@ def parity_markdown(parity: dict[str, Any], title: str) -> str:
         lines += [f"{c['matched']} matched, {c['asymmetry']} declared asymmetries, {c['MISMATCH']} mismatches.", ""]
         if pair["error"]:
             lines += [f"**Parity error**: {pair['error']}", ""]
-        lines += ["| group | knob | Miles | VERL | status | expected throughput effect |", "|---|---|---|---|---|---|"]
-        for r in pair["rows"]:
-            lines.append(
-                f"| {r['group']} | {r['knob']} | {_cell(r['miles'])} | {_cell(r['verl'])} | {r['status']} | "
-                f"{_cell(r['note'])} |"
-            )
-        lines.append("")
+        rows = [
+            [r["group"], r["knob"], _knob_text(r["miles"]), _knob_text(r["verl"]), r["status"], _knob_text(r["note"])]
+            for r in pair["rows"]
+        ]
+        header = ["group", "knob", "Miles", "VERL", "status", "expected throughput effect"]
+        lines += [markdown_table(header, rows), ""]
     return "\n".join(lines)
