@@ -6,7 +6,8 @@
 - The Layout section of docs/benchmark.md draws the tree of scripts/benchmark/ and miles/utils/bench_*.py, one line
   per file with its role. Every module there (`__init__.py` aside) must have a line, and every file or folder a line
   names must exist; a failure names each missing and each extra path.
-- Every page under docs/benchmark/ is linked from the entry page's page map.
+- Every page under docs/benchmark/ is linked from the entry page's page map, and every page of the manual opens with
+  YAML front matter that parses and gives a title and a description.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
+import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ENTRY_PAGE = "docs/benchmark.md"
@@ -236,6 +238,26 @@ def test_layout_names_every_module_and_only_files_that_exist():
 def test_every_stage_page_is_in_the_page_map():
     assert (REPO_ROOT / PAGES_DIR).is_dir()
     problems = unmapped_pages(REPO_ROOT)
+    assert not problems, "\n".join(problems)
+
+
+def test_every_manual_page_has_front_matter_with_title_and_description():
+    pages = [REPO_ROOT / ENTRY_PAGE, *sorted((REPO_ROOT / PAGES_DIR).glob("*.md"))]
+    problems = []
+    for page in pages:
+        where = page.relative_to(REPO_ROOT).as_posix()
+        parts = page.read_text(encoding="utf-8").split("---\n", 2)
+        if parts[0] or len(parts) < 3:
+            problems.append(f"{where}: does not open with `---` front matter")
+            continue
+        try:
+            meta = yaml.safe_load(parts[1])
+        except yaml.YAMLError as error:
+            problems.append(f"{where}: front matter is not YAML: {error}")
+            continue
+        missing = [key for key in ("title", "description") if not isinstance(meta, dict) or not meta.get(key)]
+        if missing:
+            problems.append(f"{where}: front matter lacks {', '.join(missing)}")
     assert not problems, "\n".join(problems)
 
 
