@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
+    from scripts.benchmark.contracts.history_record import Provenance
     from scripts.benchmark.history.check import CheckSettings
-    from scripts.benchmark.history.store import Provenance
 
 _STORE_HELP = "history database: a SQLite file path or URL (sqlite:///x.db), or postgresql://user@host/db"
 

@@ -16,9 +16,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from scripts.benchmark.contracts.history_record import RunToRecord, StoredRun
 from scripts.benchmark.history.change_points import ChangePoint, find_change_points
 from scripts.benchmark.history.check import CheckSettings, MetricCheck, Verdict, check_metric
-from scripts.benchmark.history.store import HistoryStore, RunToRecord, StoredRun, baseline_runs
+from scripts.benchmark.history.store import HistoryStore, baseline_runs
 from scripts.benchmark.report.render import markdown_table
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from miles.utils.bench_metrics import encode_nonfinite
 from scripts.benchmark.analysis.compare import DEFAULT_CONFIDENCE, DEFAULT_REPS
+from scripts.benchmark.contracts.report import ReportDocument
 from scripts.benchmark.report.render import render_html, render_markdown
 from scripts.benchmark.report.sections import build_blocks
 
@@ -81,6 +82,7 @@ def write_report(doc: dict[str, Any], run_dir: Path) -> dict[str, Path]:
         if path is not None:
             images[title] = f"plots/{name}"
             written[name] = path
+    ReportDocument.model_validate(doc)  # the writer goes through the same definition as record and check
     (run_dir / "report.json").write_text(
         json.dumps(encode_nonfinite(doc), indent=1, allow_nan=False) + "\n", encoding="utf-8"
     )
