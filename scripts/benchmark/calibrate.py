@@ -38,7 +38,8 @@ import typer  # noqa: E402
 
 from scripts.benchmark.calibration.interconnect import apply_multicast_off_env  # noqa: E402
 from scripts.benchmark.calibration.results import SCHEMA_VERSION, device_key  # noqa: E402
-from scripts.benchmark.calibration.shapes import BACKENDS, preset_names, read_preset_shapes  # noqa: E402
+from scripts.benchmark.calibration.shapes import BACKENDS, read_preset_shapes  # noqa: E402
+from scripts.benchmark.model_config import preset_names  # noqa: E402
 from scripts.benchmark.model_config import resolve_model_config  # noqa: E402
 
 # Eager attention materialises s x s scores per layer and head: a shorter pack that fits one GPU.
