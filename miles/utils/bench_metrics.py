@@ -252,12 +252,18 @@ class RunContext:
         )
 
 
-def _usable(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)
+def is_finite_number(value: Any) -> bool:
+    """A usable number: int or float (not bool), neither NaN nor infinite. The one finiteness test of the harness."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def finite_or_none(value: Any) -> float | None:
+    """The value as a float when it is a usable number, else None (how missing and non-finite values are stored)."""
+    return float(value) if is_finite_number(value) else None
 
 
 def _ratio(numerator: float | None, denominator: float | None, flags: list[str], what: str) -> float | None:
-    if not (_usable(numerator) and _usable(denominator)):
+    if not (is_finite_number(numerator) and is_finite_number(denominator)):
         return None
     if denominator <= 0:
         flags.append(f"nonpositive_denominator:{what}")
@@ -300,7 +306,7 @@ def derive_step_fields(record: StepRecord, ctx: RunContext, *, seq_lens: list[in
     rollout_tps = _ratio(tokens.get("response"), generate_s, flags, "phases_s.generate")
     trainer_compute = [phases.get(p) for p in ("old_logprob", "ref_logprob", "train")]
     wait_ratio = None
-    if _usable(train_s) and all(v is None or math.isfinite(v) for v in trainer_compute):
+    if is_finite_number(train_s) and all(v is None or math.isfinite(v) for v in trainer_compute):
         busy = _ratio(sum(v for v in trainer_compute if v is not None), record.step_time_s, flags, "step_time_s")
         wait_ratio = None if busy is None else 1.0 - busy
     return StepRecord(

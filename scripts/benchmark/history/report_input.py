@@ -18,9 +18,8 @@ import os
 import re
 import statistics
 from pathlib import Path
-from typing import Any
 
-from miles.utils.bench_metrics import METRICS
+from miles.utils.bench_metrics import METRICS, is_finite_number
 from scripts.benchmark.contracts.history_record import MetricValue, Provenance, RunToRecord, SeriesKey
 from scripts.benchmark.contracts.report import ReportDocument, SummaryModel, validate_report_file
 
@@ -78,22 +77,18 @@ def _metric_value(name: str, summary: SummaryModel, samples: list[list[float]] |
     if repeat_medians:
         value = statistics.median(repeat_medians) if all(map(math.isfinite, repeat_medians)) else None
     else:
-        value = summary.median if _is_finite(summary.median) else None
+        value = summary.median if is_finite_number(summary.median) else None
     spec = METRICS.get(name)
     return MetricValue(
         metric=name,
         value=value,
         repeat_values=repeat_medians,
-        ci_low=summary.ci_low if _is_finite(summary.ci_low) else None,
-        ci_high=summary.ci_high if _is_finite(summary.ci_high) else None,
+        ci_low=summary.ci_low if is_finite_number(summary.ci_low) else None,
+        ci_high=summary.ci_high if is_finite_number(summary.ci_high) else None,
         n=summary.n,
         unit=summary.unit or (spec.unit if spec else None),
         direction=spec.direction if spec else summary.direction,
     )
-
-
-def _is_finite(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def provenance_from_env(

@@ -25,6 +25,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from miles.utils.bench_metrics import finite_or_none
 from scripts.benchmark.contracts.history_record import MetricValue, Provenance, RunToRecord, StoredRun
 
 _metadata = sa.MetaData()
@@ -209,16 +210,12 @@ def _value_row(run_id: int, v: MetricValue) -> dict[str, Any]:
         "metric": v.metric,
         "value": float(v.value) if finite else None,
         "repeat_values": json.dumps([x if math.isfinite(x) else None for x in v.repeat_values]),
-        "ci_low": _finite_or_none(v.ci_low),
-        "ci_high": _finite_or_none(v.ci_high),
+        "ci_low": finite_or_none(v.ci_low),
+        "ci_high": finite_or_none(v.ci_high),
         "n": v.n,
         "unit": v.unit,
         "direction": v.direction,
     }
-
-
-def _finite_or_none(x: float | None) -> float | None:
-    return float(x) if x is not None and math.isfinite(x) else None
 
 
 def _stored_run(r: Any) -> StoredRun:
