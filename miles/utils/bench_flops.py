@@ -254,6 +254,21 @@ def match_device(name: str) -> str | None:
 
 
 def peak_tflops_for_device(name: str) -> float | None:
-    """Dense BF16 peak of one device in TFLOP/s, or None for a device outside the table (never inf)."""
+    """Dense BF16 peak of one device in TFLOP/s, or None for a device outside both tables (never inf).
+
+    Inside a Miles checkout, Miles's own table (`miles.utils.device_flops`) answers first, so the benchmark's MFU and
+    Miles's own MFU use one peak; this module's table is the fallback (standalone use, devices Miles does not list).
+    """
+    miles_peak = _miles_device_peak(name)
+    if miles_peak is not None:
+        return miles_peak
     key = match_device(name)
     return None if key is None else PEAK_TFLOPS_BF16_DENSE[key]
+
+
+def _miles_device_peak(name: str) -> float | None:
+    try:
+        from miles.utils.device_flops import peak_bf16_tflops
+    except ImportError:  # not inside a Miles checkout
+        return None
+    return peak_bf16_tflops(name)
