@@ -380,3 +380,17 @@ class TestGpuImageImports:
         )
         result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_run_py_calibrate_is_the_same_command(tmp_path):
+    """`run.py calibrate` runs calibrate.py's command: the tiny CPU peak lands in <output-dir>/cpu.json."""
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / "benchmark" / "run.py"), "calibrate", "--tiny", "--device", "cpu"]
+        + ["--parts", "peak", "--output-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads((tmp_path / "cpu.json").read_text())
+    assert data["device_key"] == "cpu" and data["peak"]["bf16_tflops_median"] > 0
