@@ -288,6 +288,15 @@ def _steady_blocks(doc: dict[str, Any]) -> list[Any]:
     ]
 
 
+def _fraction_with_spread(row: dict[str, Any]) -> str:
+    low_high, runs = row.get("fraction_of_roofline_range"), row.get("roofline_run_to_run_pct")
+    text = format_number(row["fraction_of_roofline"], "fraction")
+    if low_high:
+        text += f" ({format_number(low_high[0], 'fraction')} - {format_number(low_high[1], 'fraction')}"
+        text += f"; {runs:.1f}%)" if runs is not None else ")"
+    return text
+
+
 def _calibration_blocks(doc: dict[str, Any]) -> list[Any]:
     blocks: list[Any] = [Heading(2, "Calibration: measured peak and roofline")]
     calibration = doc.get("calibration")
@@ -303,7 +312,7 @@ def _calibration_blocks(doc: dict[str, Any]) -> list[Any]:
             format_number(r["measured_peak_tflops"]),
             format_number(r["mfu_measured_peak"], "fraction"),
             format_number(r["roofline_tflops"]),
-            format_number(r["fraction_of_roofline"], "fraction"),
+            _fraction_with_spread(r),
         ]
         for r in calibration
     ]
@@ -315,7 +324,7 @@ def _calibration_blocks(doc: dict[str, Any]) -> list[Any]:
         "measured peak TFLOP/s",
         "MFU (measured peak)",
         "roofline TFLOP/s",
-        "of roofline",
+        "of roofline (at roofline p90 - p10; runs apart)",
     ]
     blocks.append(Table(header, rows))
     blocks.append(Heading(3, "Weight sync against its floor"))
@@ -345,7 +354,9 @@ def _calibration_blocks(doc: dict[str, Any]) -> list[Any]:
     if uncalibrated:
         blocks.append(
             Paragraph(
-                "n/a: no committed calibration for " + ", ".join(uncalibrated) + " (scripts/benchmark/calibration/results/; "
+                "n/a: no committed calibration for "
+                + ", ".join(uncalibrated)
+                + " (scripts/benchmark/calibration/results/; "
                 "run scripts/benchmark/calibrate.py on that GPU and commit its JSON)."
             )
         )
@@ -534,6 +545,8 @@ def analyse_and_write(
     from scripts.benchmark.analysis.document import analyse_run_folder
 
     measured_peak, roofline, sync_floor = calibration_readers() if calibration else (None, None, None)
+    from scripts.benchmark.calibration.results import roofline_spread
+
     doc = analyse_run_folder(
         run_dir,
         reps=reps,
@@ -543,6 +556,7 @@ def analyse_and_write(
         measured_peak_tflops=measured_peak,
         roofline_tflops=roofline,
         weight_sync_floor_s=sync_floor,
+        roofline_spread=roofline_spread if calibration else None,
     )
     if not calibration:
         doc["calibration_note"] = "disabled by --no-calibration"
