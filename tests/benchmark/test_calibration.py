@@ -23,8 +23,8 @@ from scripts.benchmark.calibration.results import (
     weight_sync_floor_s,
 )
 from scripts.benchmark.calibration.roofline import ATTENTION_DESCRIPTION
-from scripts.benchmark.calibration.shapes import pack_sequences, preset_names, read_preset_shapes
-from scripts.benchmark.model_config import MODEL_CONFIGS_DIR
+from scripts.benchmark.calibration.shapes import pack_sequences, read_preset_shapes
+from scripts.benchmark.model_config import MODEL_CONFIGS_DIR, preset_names
 from scripts.benchmark.model_config import resolve_model_config as read_model_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -471,7 +471,7 @@ class TestPlanValidation:
 
         with pytest.raises(ValueError, match="unknown parts"):
             build_plan(output_dir=tmp_path, device="cpu", tiny=True, presets=[], moe_num_layers=1, parts=["gemm"])
-        with pytest.raises(ValueError, match="no preset 'qwen3-5b'"):
+        with pytest.raises(ValueError, match="no preset named 'qwen3-5b'"):
             build_plan(
                 output_dir=tmp_path, device="cuda", tiny=False, presets=["qwen3-5b"], moe_num_layers=1, parts=[]
             )

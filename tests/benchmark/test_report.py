@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from scripts.benchmark.analysis.document import analyse_run_folder, calibration_view, unexplained_parity
 from scripts.benchmark.commands.report import register, report_impl
-from scripts.benchmark.report.plots import PHASE_BARS_SIZE_PX, ratio_chart_size_px, ratio_rows, step_times_size_px
 from scripts.benchmark.contracts.report import validate_report_file
+from scripts.benchmark.report.plots import PHASE_BARS_SIZE_PX, ratio_chart_size_px, ratio_rows, step_times_size_px
 from tests.benchmark.synthetic_runs import SyntheticCell, matched_parity, write_run_folder
 
 WARMUP_STEPS = 12
@@ -410,6 +410,17 @@ class TestCalibrationHook:
         if peak is None:
             assert row["mfu_measured_peak"] is None
         assert "## Calibration: measured peak and roofline" in (run_dir / "report.md").read_text()
+
+    def test_report_shows_the_roofline_fraction_with_its_spread(self, planted_run):
+        """With the committed H200 roofline, every calibration row carries the fraction's range and run spread."""
+        run_dir, doc = planted_run
+        rows = [r for r in doc["calibration"] if r["roofline_tflops"] is not None]
+        assert rows, "the planted cells' model has a committed roofline"
+        for row in rows:
+            low, high = row["fraction_of_roofline_range"]
+            assert low <= row["fraction_of_roofline"] <= high and 0 <= row["roofline_run_to_run_pct"] <= 5
+        markdown = (run_dir / "report.md").read_text()
+        assert "of roofline (at roofline p90 - p10; runs apart)" in markdown
 
 
 class TestCommand:
