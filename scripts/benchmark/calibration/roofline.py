@@ -1,23 +1,24 @@
-# doc-dev: docs/benchmark.md
+# doc-dev: docs/benchmark/calibration.md
 """Training-step roofline of a preset model on one device, and the check of the FLOPs model against PyTorch's counter.
 
 - `build_causal_lm(config, ...)` random-initialises the real transformers model class of an HF config.json dict
   (Qwen3 dense or Qwen3 MoE; nothing is downloaded), optionally cut to fewer decoder layers, directly on the device.
-- `train_step(model, sequences)` is forward + backward (no optimizer) over one pack of sequences. Each sequence is its
-  own batch-of-one call with causal SDPA, gradients accumulating across them: the same matmuls and causal attention
-  as a varlen (packed) kernel, without relying on flash-attn being installed.
-- `measure_roofline(...)` times that step with and without gradient checkpointing and converts it to TFLOP/s with the
-  project's one FLOPs model (`miles.utils.bench_flops.batch_train_flops`, model FLOPs: recompute is not counted).
-- `count_step_flops(...)` runs the same step under `torch.utils.flop_counter.FlopCounterMode`;
+- `packed_train_step(model, batch)` is forward + backward (no optimizer) over one packed row of sequences
+  (`packed.pack_batch`), as both Miles backends run a micro-batch; `train_step(model, sequences)` is the same pack as
+  one batch-of-one call per sequence (kept for the counter check with eager attention).
+- `measure_roofline(...)` times the packed step with and without gradient checkpointing (`step_timing.time_step`:
+  GPU kernel time as the headline, wall time beside it) and converts it to TFLOP/s with the project's one FLOPs
+  model (`miles.utils.bench_flops.batch_train_flops`, model FLOPs: recompute is not counted).
+- `count_step_flops(...)` runs a step under `torch.utils.flop_counter.FlopCounterMode`;
   `compare_with_counter(...)` sets it against the FLOPs model counted as the counter counts: attention in full
-  (non-causal) for every kernel, plus the score recompute the counter charges to the fused SDPA backward.
+  (non-causal) for every kernel, plus the score recompute the counter charges to the fused attention backward.
 
 Caveats:
-- Per-sequence calls pay one kernel launch series per sequence; on packs of a few long sequences this is negligible,
-  on many short sequences it understates what a varlen kernel reaches.
 - The counter does not see the CPU SDPA kernel or grouped-mm experts (see the research note `measured.md`), so the
-  CPU check runs attention "eager" and MoE experts "eager"; on a GPU the timed SDPA step itself is counted too.
+  CPU check runs attention "eager" and MoE experts "eager"; on a GPU the timed packed step itself is counted too.
 - A MoE model cut to fewer layers is timed as cut: its rate is that of the cut model (its LM-head share is larger).
+- A packed row keeps every sequence's activations at once: without checkpointing the largest budgets do not fit
+  one GPU and record "out of memory" for that mode.
 """
 
 from __future__ import annotations
