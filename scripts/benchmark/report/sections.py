@@ -270,22 +270,23 @@ def _calibration_blocks(doc: dict[str, Any]) -> list[Any]:
         "of roofline (at roofline p90 - p10; runs apart)",
     ]
     blocks.append(Table(header, rows))
-    blocks.append(Heading(3, "Weight sync against its floor"))
-    blocks.append(
-        Table(
-            ["cell", "weight sync (s, median)", "floor (s)", "floor path", "x floor"],
-            [
-                [
-                    f"`{r['id']}`",
-                    format_number(r.get("weight_sync_s")),
-                    format_number(r.get("weight_sync_floor_s")),
-                    r.get("weight_sync_floor_path") or "n/a",
-                    format_number(r.get("weight_sync_over_floor")),
-                ]
-                for r in calibration
-            ],
-        )
-    )
+    return blocks + _weight_sync_blocks(calibration)
+
+
+def _weight_sync_blocks(calibration: list[dict[str, Any]]) -> list[Any]:
+    """Each cell's weight sync against the floor the calibration measured for its path."""
+    rows = [
+        [
+            f"`{r['id']}`",
+            format_number(r.get("weight_sync_s")),
+            format_number(r.get("weight_sync_floor_s")),
+            r.get("weight_sync_floor_path") or "n/a",
+            format_number(r.get("weight_sync_over_floor")),
+        ]
+        for r in calibration
+    ]
+    header = ["cell", "weight sync (s, median)", "floor (s)", "floor path", "x floor"]
+    blocks: list[Any] = [Heading(3, "Weight sync against its floor"), Table(header, rows)]
     blocks.append(
         Paragraph(
             "The floor is the time to move every bf16 weight once at the bandwidth measured on this GPU model: "
