@@ -5,8 +5,10 @@ Usage: parse_worker.py REQUEST.json RESULT.json, run by path (runpy, from an emp
 Miles (and its megatron, sglang) first on PYTHONPATH. It imports nothing of the benchmark: our own `miles` package
 must never be importable beside the real one, so the repository root stays off sys.path.
 
-Request: {"launches": [{"argv": [flag, ...], "env": {name: value}}, ...], "capability_without_gpu": [major, minor]}
-Result: [{"accepted": bool, "error": str | null}, ...] in the order of the launches. `env` is what the job's
+Request: {"launches": [{"argv": [flag, ...], "env": {name: value}}, ...], "capability_without_gpu": [major, minor],
+          "transformer_config": bool}
+Result: [{"accepted": bool, "error": str | null[, "config_error": str | null]}, ...] in the order of the launches
+(config_error: Megatron launches, when transformer_config is asked and parse_args accepted). `env` is what the job's
 environment adds (Megatron's validation reads CUDA_DEVICE_MAX_CONNECTIONS); it is set for that parse only. An
 ImportError ends the worker (exit 1): the environment cannot run the parser, which says nothing about a launch.
 
@@ -74,7 +76,7 @@ class TorchvisionPlaceholder:
 
 
 def answer_device_capability(capability: tuple[int, int]) -> None:
-    """Where no GPU can be asked: both ways Megatron asks, get_device_capability() and get_device_properties().major."""
+    """Where no GPU can be asked, both ways Megatron asks: get_device_capability(), get_device_properties().major."""
     import types
 
     import torch
@@ -86,24 +88,37 @@ def answer_device_capability(capability: tuple[int, int]) -> None:
     torch.cuda.get_device_properties = lambda device=None: types.SimpleNamespace(major=major, minor=minor)
 
 
-def verdict(parse_args, argv: list[str], env: dict[str, str]) -> dict:
-    """Accepted, or the parser's own message: argparse's error line (exit 2) or the validator's exception."""
-    saved, sys.argv = sys.argv, ["train.py", *argv]
+def failure(exc: BaseException, stderr: io.StringIO) -> str:
+    """The parser's own message: argparse's error line (exit 2), or the validator's exception and where it rose."""
+    if isinstance(exc, SystemExit):
+        lines = [line for line in stderr.getvalue().splitlines() if line.strip()]
+        return lines[-1] if lines else f"exit {exc.code}"
+    where = traceback.extract_tb(exc.__traceback__)[-1]
+    return f"{type(exc).__name__}: {exc} ({os.path.basename(where.filename)}:{where.lineno})"
+
+
+def verdict(parse_args, launch: dict, transformer_config: bool) -> dict:
+    """parse_args() on the launch; then, for Megatron and when asked, the TransformerConfig Miles's model provider
+    builds from those args (Megatron checks heads/groups/experts against TP/EP there, not in validate_args)."""
+    saved, sys.argv = sys.argv, ["train.py", *launch["argv"]]
+    env = launch.get("env") or {}
     saved_env = {name: os.environ.get(name) for name in env}
     os.environ.update(env)
     stderr = io.StringIO()
+    result = {"accepted": False, "error": None}
     try:
         with contextlib.redirect_stderr(stderr):
-            parse_args()
-        return {"accepted": True, "error": None}
+            args = parse_args()
+        result["accepted"] = True
+        if transformer_config and args.train_backend == "megatron":
+            from megatron.training.arguments import core_transformer_config_from_args
+
+            result["config_error"] = None
+            core_transformer_config_from_args(args)
     except ImportError:
         raise  # this environment cannot run the parser: not a verdict on the launch
-    except SystemExit as exc:
-        lines = [line for line in stderr.getvalue().splitlines() if line.strip()]
-        return {"accepted": False, "error": lines[-1] if lines else f"exit {exc.code}"}
-    except Exception as exc:  # noqa: BLE001 - every validator failure is a verdict, not a worker crash
-        where = traceback.extract_tb(exc.__traceback__)[-1]
-        return {"accepted": False, "error": f"{type(exc).__name__}: {exc} ({where.filename}:{where.lineno})"}
+    except (SystemExit, Exception) as exc:  # noqa: BLE001 - every validator failure is a verdict, not a crash
+        result["config_error" if result["accepted"] else "error"] = failure(exc, stderr)
     finally:
         sys.argv = saved
         for name, value in saved_env.items():
@@ -111,6 +126,7 @@ def verdict(parse_args, argv: list[str], env: dict[str, str]) -> dict:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+    return result
 
 
 def main(request_path: str, result_path: str) -> None:
@@ -120,7 +136,9 @@ def main(request_path: str, result_path: str) -> None:
     answer_device_capability(tuple(request["capability_without_gpu"]))
     from miles.utils.arguments import parse_args
 
-    verdicts = [verdict(parse_args, launch["argv"], launch.get("env") or {}) for launch in request["launches"]]
+    verdicts = [
+        verdict(parse_args, launch, request.get("transformer_config", False)) for launch in request["launches"]
+    ]
     with open(result_path, "w") as handle:
         json.dump(verdicts, handle)
 

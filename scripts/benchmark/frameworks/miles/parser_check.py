@@ -4,14 +4,17 @@
   .../<entry>.py`, whichever entry script the plan names), ${BENCH_CELL_DIR} expanded, --hf-checkpoint pointed at
   a folder holding only the cell's config.json (written under checkpoint_dir), and the environment the job adds
   (the runtime env's env_vars, PYTHONPATH excepted: that is where Miles is, given to the child separately).
-- `run_miles_parser(launches, miles_path, python)`: one child for all launches; [{"accepted", "error"}] in order.
+- `run_miles_parser(launches, miles_path, python, transformer_config=False)`: one child for all launches;
+  [{"accepted", "error"[, "config_error"]}] in order. transformer_config: also build, for Megatron launches, the
+  TransformerConfig Miles's model provider builds from the parsed args (Megatron's heads/TP and MoE/EP checks).
   Raises MilesParserUnavailable when the child cannot import or run Miles's parser.
 - `release_dir()`: the isolated `pip install --no-deps --target` folder of the PyPI release the tests use
   (MILES_RELEASE_DIR, default .cache/miles-rl-<MILES_RELEASE>).
 
 Caveats:
-- The child runs the worker by path from an empty temp dir, with a PYTHONPATH of Miles's folders only: the benchmark's own `miles` package and
-  the repository root never shadow the real Miles (nor do its `megatron`/`sglang` shadow anything of ours).
+- The child runs the worker by path from an empty temp dir, with a PYTHONPATH of Miles's folders only: the
+  benchmark's own `miles` package and the repository root never shadow the real Miles (nor do its
+  `megatron`/`sglang` shadow anything of ours).
 - Without a GPU, the child answers Megatron's compute-capability question with `CAPABILITY_WITHOUT_GPU` (9.0:
   H100/H200, the GPUs the presets target) and stands in for triton/torchvision only where absent (parse_worker.py).
 """
@@ -80,11 +83,24 @@ def parser_launches(cells: list[dict[str, Any]], checkpoint_dir: Path) -> list[d
 
 
 def run_miles_parser(
-    launches: list[dict[str, Any]], miles_path: list[str], python: str, timeout_s: float = 600
+    launches: list[dict[str, Any]],
+    miles_path: list[str],
+    python: str,
+    *,
+    transformer_config: bool = False,
+    timeout_s: float = 600,
 ) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="miles-parse-") as tmp:
         request, result = Path(tmp) / "request.json", Path(tmp) / "result.json"
-        request.write_text(json.dumps({"launches": launches, "capability_without_gpu": CAPABILITY_WITHOUT_GPU}))
+        request.write_text(
+            json.dumps(
+                {
+                    "launches": launches,
+                    "capability_without_gpu": CAPABILITY_WITHOUT_GPU,
+                    "transformer_config": transformer_config,
+                }
+            )
+        )
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(miles_path)}
         try:
             done = subprocess.run(
@@ -99,5 +115,7 @@ def run_miles_parser(
             raise MilesParserUnavailable(f"cannot run Miles's parser with {python}: {exc}") from exc
         if done.returncode != 0 or not result.is_file():
             tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [f"exit {done.returncode}"]
-            raise MilesParserUnavailable(f"Miles's parser could not run ({python}, PYTHONPATH {miles_path}): {tail[0]}")
+            raise MilesParserUnavailable(
+                f"Miles's parser could not run ({python}, PYTHONPATH {miles_path}): {tail[0]}"
+            )
         return json.loads(result.read_text())
