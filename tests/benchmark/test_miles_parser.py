@@ -19,14 +19,18 @@ refuses to target it (versions.py); the FSDP cells of the default target are che
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from scripts.benchmark.frameworks.miles.launch import MilesPaths
 from scripts.benchmark.frameworks.miles.parser_check import entry_flags, job_env, parser_launches, run_miles_parser
 from scripts.benchmark.frameworks.miles.versions import DEFAULT_MILES_TARGET, MILES_RELEASE
 from scripts.benchmark.plan.build import PlanError, PlanOptions, build_plan
+from scripts.benchmark.run import build_app
 from scripts.benchmark.spec import LAYOUTS, load_preset, preset_names, with_overrides
 
 CELLS = [(preset, layout) for preset in preset_names() for layout in LAYOUTS]
@@ -150,3 +154,52 @@ def test_launcher_prefix_and_job_env_whatever_the_entry_script(tmp_path):
     checkpoint = Path(launch["argv"][1])
     assert json.loads((checkpoint / "config.json").read_text()) == json.loads(Path(cell["model_config"]).read_text())
     assert not any("${BENCH_CELL_DIR}" in token for token in launch["argv"])
+
+
+class TestPreflight:
+    """On a GPU node, a real run asks the installed Miles's own parser first. Here the installed Miles is the
+    release, named by --miles-root/--megatron-root as on a node; only the GPU/ray/path checks are skipped (no GPU)."""
+
+    def _run(self, tmp_path, monkeypatch, miles_release, *extra):
+        from scripts.benchmark.runner import preflight
+
+        monkeypatch.setattr(preflight, "check_can_execute", lambda plan, skip_prepare=False: [])
+        monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+        out = tmp_path / "out"
+        argv = ["--backend", "megatron", "--preset", "smoke", "--output-dir", str(out), *extra]
+        argv += ["--miles-root", str(miles_release), "--megatron-root", str(miles_release)]
+        return CliRunner().invoke(build_app(), argv), out
+
+    def test_a_flag_the_installed_miles_lacks_stops_the_run_with_exit_2(self, tmp_path, monkeypatch, miles_release):
+        result, out = self._run(tmp_path, monkeypatch, miles_release)
+        assert result.exit_code == 2, result.output
+        assert "the installed Miles's own parser rejects the plan" in result.output
+        assert "miles-megatron-colocate: train.py: error: unrecognized arguments: --save-debug-event-data" in (
+            result.output
+        )
+        assert not (out / "manifest.json").exists()
+
+    def test_rejections_name_each_cell_and_release_target_passes(self, miles_release):
+        from scripts.benchmark.runner.preflight import miles_parser_rejections
+
+        paths = MilesPaths(miles_root=str(miles_release), megatron_root=str(miles_release))
+        plans = {}
+        for version in (DEFAULT_MILES_TARGET, MILES_RELEASE):
+            options = PlanOptions(
+                backends=("megatron",),
+                layout="colocate",
+                compare_verl=False,
+                output_dir=Path("/nonexistent"),
+                paths=paths,
+                miles_version=version,
+            )
+            plans[version] = build_plan(load_preset("smoke"), "smoke", options).data
+        both = {**plans[MILES_RELEASE], "cells": plans[DEFAULT_MILES_TARGET]["cells"] + plans[MILES_RELEASE]["cells"]}
+        (rejected,) = miles_parser_rejections(both, python=sys.executable)
+        assert rejected.startswith("miles-megatron-colocate: train.py: error: unrecognized arguments: --save-debug")
+
+    def test_unknown_miles_version_is_bad_input(self, tmp_path):
+        result = CliRunner().invoke(
+            build_app(), ["--preset", "smoke", "--output-dir", str(tmp_path), "--dry-run", "--miles-version", "9.9"]
+        )
+        assert result.exit_code == 2 and "--miles-version must be one of 31f1ca9, 0.0.2, got '9.9'" in result.output

@@ -2,13 +2,14 @@
 
     run.py --backend {fsdp,megatron,all} [--compare-verl] --preset NAME | --spec FILE
            [--layout colocate|disaggregated] --output-dir DIR [--dry-run] [--num-steps N] [--gpus-per-node N]
-           [--repeats N] [--skip-prepare] [--wandb]
+           [--repeats N] [--skip-prepare] [--wandb] [--miles-version V]
 
 Writes DIR/plan.json, DIR/cells/<id>.sh, DIR/parity.md and DIR/parity.json, prints a summary; without --dry-run it
 then runs the plan into the same DIR (`run.py execute`, see commands/execute.py). Exit codes: 0 planned (dry run) /
-all cells complete; 1 a cell did not complete; 2 bad input (spec validation, options); 3 the launches do not match
-(parity) or are invalid (flags, VERL strict composition); 4 this machine cannot execute the plan (what is missing is
-printed); 130 interrupted (resume with `run.py execute --resume DIR`).
+all cells complete; 1 a cell did not complete; 2 bad input (spec validation, options; or, before a run, the installed
+Miles's own parser rejects a Miles cell: its message names the flag); 3 the launches do not match (parity) or are
+invalid (flags, VERL strict composition, a backend the targeted Miles refuses); 4 this machine cannot execute the plan
+(what is missing is printed); 130 interrupted (resume with `run.py execute --resume DIR`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def plan_impl(
     repeats: int | None = None,
     skip_prepare: bool = False,
     wandb: bool = False,
+    miles_version: str | None = None,
 ) -> None:
     import os
     from pathlib import Path
@@ -46,6 +48,7 @@ def plan_impl(
     from pydantic import ValidationError
 
     from scripts.benchmark.frameworks.miles.launch import MilesPaths
+    from scripts.benchmark.frameworks.miles.versions import DEFAULT_MILES_TARGET, MILES_TARGETS
     from scripts.benchmark.plan.build import PlanError, PlanOptions, build_plan, verl_compose_check, write_plan
     from scripts.benchmark.spec import BACKENDS, load_preset, load_spec_file, with_overrides
     from scripts.benchmark.frameworks.verl.config import find_verl_root
@@ -56,6 +59,8 @@ def plan_impl(
         _fail(EXIT_BAD_INPUT, f"--backend must be fsdp, megatron or all, got {backend!r}")
     if layout not in (None, "colocate", "disaggregated"):
         _fail(EXIT_BAD_INPUT, f"--layout must be colocate or disaggregated, got {layout!r}")
+    if miles_version not in (None, *MILES_TARGETS):
+        _fail(EXIT_BAD_INPUT, f"--miles-version must be one of {', '.join(MILES_TARGETS)}, got {miles_version!r}")
     try:
         spec = load_preset(preset) if preset else load_spec_file(spec_file)
         spec = with_overrides(
@@ -80,6 +85,7 @@ def plan_impl(
         compare_verl=compare_verl,
         output_dir=out,
         paths=paths,
+        miles_version=miles_version or DEFAULT_MILES_TARGET,
     )
     try:
         plan = build_plan(spec, preset, options)
@@ -106,11 +112,28 @@ def plan_impl(
     missing = check_can_execute(plan.data, skip_prepare=skip_prepare)
     if missing:
         _fail(EXIT_CANNOT_EXECUTE, "cannot execute the plan on this machine:\n  - " + "\n  - ".join(missing))
+    _check_with_installed_miles(plan.data)
     from scripts.benchmark.commands.execute import execute_impl
 
     code = execute_impl(out / "plan.json", out, {"repeats": repeats, "skip_prepare": skip_prepare}, resume=False)
     if code:
         raise typer.Exit(code)
+
+
+def _check_with_installed_miles(plan_data) -> None:
+    """Miles's own parse_args on every Miles cell, before any GPU time is spent (runner/preflight.py)."""
+    from scripts.benchmark.frameworks.miles.parser_check import MilesParserUnavailable
+    from scripts.benchmark.runner.preflight import miles_parser_rejections
+
+    try:
+        rejected = miles_parser_rejections(plan_data)
+    except MilesParserUnavailable as exc:
+        _fail(EXIT_CANNOT_EXECUTE, f"cannot execute the plan on this machine: {exc}")
+    if rejected:
+        _fail(EXIT_BAD_INPUT, "the installed Miles's own parser rejects the plan:\n  - " + "\n  - ".join(rejected))
+    typer.echo(
+        f"Miles's own parser: ok for {len([c for c in plan_data['cells'] if c['framework'] == 'miles'])} cell(s)"
+    )
 
 
 def _print_summary(plan, written, out) -> None:
@@ -153,6 +176,9 @@ def main_callback(
     wandb: bool = typer.Option(
         False, "--wandb", help="also log both frameworks to wandb (spec tracking.wandb; key from $WANDB_API_KEY)"
     ),
+    miles_version: str = typer.Option(
+        None, "--miles-version", help="the Miles the launches target: 31f1ca9 (default) or the release 0.0.2"
+    ),
 ) -> None:
     """Plan (and, without --dry-run, run) the Miles vs VERL matrix for one spec."""
     if ctx.invoked_subcommand is not None:
@@ -175,6 +201,7 @@ def main_callback(
         repeats=repeats,
         skip_prepare=skip_prepare,
         wandb=wandb,
+        miles_version=miles_version,
     )
 
 
