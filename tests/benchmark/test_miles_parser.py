@@ -179,6 +179,11 @@ class TestPreflight:
         )
         assert not (out / "manifest.json").exists()
 
+    def test_a_miles_that_cannot_be_imported_means_cannot_execute(self, tmp_path, monkeypatch):
+        result, out = self._run(tmp_path, monkeypatch, tmp_path / "no-miles-here")
+        assert result.exit_code == 4, result.output
+        assert "cannot execute the plan on this machine: Miles's parser could not run" in result.output
+
     def test_rejections_name_each_cell_and_release_target_passes(self, miles_release):
         from scripts.benchmark.runner.preflight import miles_parser_rejections
 
@@ -197,6 +202,17 @@ class TestPreflight:
         both = {**plans[MILES_RELEASE], "cells": plans[DEFAULT_MILES_TARGET]["cells"] + plans[MILES_RELEASE]["cells"]}
         (rejected,) = miles_parser_rejections(both, python=sys.executable)
         assert rejected.startswith("miles-megatron-colocate: train.py: error: unrecognized arguments: --save-debug")
+
+    def test_dry_run_check_miles_against_the_release(self, tmp_path, monkeypatch, miles_release):
+        """How a maintainer checks a plan against a Miles of their own, here the release: no GPU, nothing run."""
+        monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+        argv = ["--backend", "all", "--preset", "qwen3-30b-a3b", "--output-dir", str(tmp_path), "--dry-run"]
+        argv += ["--check-miles", "--miles-root", str(miles_release), "--megatron-root", str(miles_release)]
+        result = CliRunner().invoke(build_app(), argv + ["--miles-version", MILES_RELEASE, "--backend", "megatron"])
+        assert result.exit_code == 0, result.output
+        assert "Miles's own parser: ok for 1 cell(s)" in result.output and "dry run: nothing executed" in result.output
+        result = CliRunner().invoke(build_app(), argv + ["--miles-version", MILES_RELEASE])
+        assert result.exit_code == 3 and "Miles 0.0.2 refuses --train-backend fsdp" in result.output
 
     def test_unknown_miles_version_is_bad_input(self, tmp_path):
         result = CliRunner().invoke(

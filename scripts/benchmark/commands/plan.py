@@ -2,7 +2,7 @@
 
     run.py --backend {fsdp,megatron,all} [--compare-verl] --preset NAME | --spec FILE
            [--layout colocate|disaggregated] --output-dir DIR [--dry-run] [--num-steps N] [--gpus-per-node N]
-           [--repeats N] [--skip-prepare] [--wandb] [--miles-version V]
+           [--repeats N] [--skip-prepare] [--wandb] [--miles-version V] [--check-miles]
 
 Writes DIR/plan.json, DIR/cells/<id>.sh, DIR/parity.md and DIR/parity.json, prints a summary; without --dry-run it
 then runs the plan into the same DIR (`run.py execute`, see commands/execute.py). Exit codes: 0 planned (dry run) /
@@ -41,6 +41,7 @@ def plan_impl(
     skip_prepare: bool = False,
     wandb: bool = False,
     miles_version: str | None = None,
+    check_miles: bool = False,
 ) -> None:
     import os
     from pathlib import Path
@@ -105,6 +106,8 @@ def plan_impl(
             _fail(EXIT_PARITY, f"VERL overrides do not compose against VERL 0.9.1: {bad}")
         typer.echo(f"VERL strict compose: ok for {len(compose)} cell(s)")
     if dry_run:
+        if check_miles:
+            _check_with_installed_miles(plan.data)
         typer.echo("dry run: nothing executed")
         return
     from scripts.benchmark.runner.preflight import check_can_execute
@@ -179,6 +182,11 @@ def main_callback(
     miles_version: str = typer.Option(
         None, "--miles-version", help="the Miles the launches target: 31f1ca9 (default) or the release 0.0.2"
     ),
+    check_miles: bool = typer.Option(
+        False,
+        "--check-miles",
+        help="dry run: also run the installed Miles's own parser (--miles-root, python3 on PATH) on the Miles cells",
+    ),
 ) -> None:
     """Plan (and, without --dry-run, run) the Miles vs VERL matrix for one spec."""
     if ctx.invoked_subcommand is not None:
@@ -202,6 +210,7 @@ def main_callback(
         skip_prepare=skip_prepare,
         wandb=wandb,
         miles_version=miles_version,
+        check_miles=check_miles,
     )
 
 
