@@ -31,6 +31,7 @@ from scripts.benchmark.frameworks.miles.parser_check import entry_flags, job_env
 from scripts.benchmark.frameworks.miles.versions import DEFAULT_MILES_TARGET, MILES_RELEASE
 from scripts.benchmark.plan.build import PlanError, PlanOptions, build_plan
 from scripts.benchmark.run import build_app
+from scripts.benchmark.runner.preflight import check_can_execute
 from scripts.benchmark.spec import LAYOUTS, load_preset, preset_names, with_overrides
 
 CELLS = [(preset, layout) for preset in preset_names() for layout in LAYOUTS]
@@ -135,6 +136,10 @@ def test_release_target_refuses_fsdp_and_records_no_sink():
         miles_cells("smoke", "colocate", MILES_RELEASE, backends=("fsdp", "megatron"))
     (cell,) = miles_cells("smoke", "colocate", MILES_RELEASE)
     assert cell["sink"] == {"format": "none"} and "--save-debug-event-data" not in cell["argv"]
+    plan = {"targets": {"miles": MILES_RELEASE}, "cells": [cell], "spec": load_preset("smoke").model_dump()}
+    assert "miles-megatron-colocate has no metric sink (its Miles, 0.0.2, has no event log)" in " ".join(
+        check_can_execute(plan, skip_prepare=True)
+    )
 
 
 def test_launcher_prefix_and_job_env_whatever_the_entry_script(tmp_path):

@@ -1,8 +1,9 @@
 """Can this machine execute a plan? The check a real (non dry-run) invocation makes before touching a GPU.
 
-- `check_can_execute(plan) -> list[str]`: one human-readable line per missing thing: nvidia-smi / enough GPUs, the
-  Miles train.py path, `ray` on PATH, VERL importable by the cells' python3, the checkpoint and the prompt data
-  (each either present, or downloadable by the plan's `hf download` step: the `hf` CLI on PATH).
+- `check_can_execute(plan) -> list[str]`: one human-readable line per missing thing: nvidia-smi / enough GPUs, a
+  Miles cell without a metric sink (a Miles target without the event log), the Miles train.py path, `ray` on PATH,
+  VERL importable by the cells' python3, the checkpoint and the prompt data (each either present, or downloadable
+  by the plan's `hf download` step: the `hf` CLI on PATH).
   An empty list means the plan can run here.
 - `miles_parser_rejections(plan, python=None) -> list[str]`: the installed Miles's own parse_args (the checkout the
   cells' PYTHONPATH names) on every Miles cell, one line per rejected cell with Miles's message (the flag it names).
@@ -52,6 +53,12 @@ def check_can_execute(plan: dict[str, Any], *, skip_prepare: bool = False) -> li
     elif count < needed:
         missing.append(f"the plan needs {needed} GPUs per cell, nvidia-smi lists {count}")
     miles = [cell for cell in cells if cell["framework"] == "miles"]
+    missing += [
+        f"{cell['id']} has no metric sink (its Miles, {plan.get('targets', {}).get('miles')}, has no event log): "
+        "nothing could be measured; plan for a newer --miles-version"
+        for cell in miles
+        if cell["sink"].get("format") == "none"
+    ]
     if miles:
         train_py = miles[0]["argv"][1]
         if not Path(train_py).is_file():
