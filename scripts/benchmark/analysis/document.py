@@ -1,5 +1,5 @@
 # doc-dev: docs/benchmark.md
-"""A run folder in, the report.json document (contract 3) out: steady state, summaries, comparisons, attribution.
+"""A run folder in, the report.json document out: steady state, summaries, comparisons, attribution.
 
 - `analyse_run_folder(run_dir, ...)` reads the folder (cells.py), detects each repeat's steady state on step time
   (steady_state.py), summarises every report metric per cell (stats.py), compares Miles with VERL per backend and
@@ -15,7 +15,8 @@
   copy of all weights; disaggregated: one NCCL broadcast of them).
 
 Caveats:
-- A cell's steady state starts at the latest start among its repeats; "reached" needs every repeat to reach it.
+- A cell's steady state starts at the latest start among its repeats (every repeat is cut there); "reached" needs
+  every repeat to reach it. Each cell states what its intervals cover (`interval_policy`: repeats or one run).
 - Only repeats in state "complete" are analysed; the others are listed under "incomplete" with their reason.
 """
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 import datetime
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +43,8 @@ from scripts.benchmark.analysis.run_folder import (
     raw_value,
     read_run_folder,
 )
-from scripts.benchmark.analysis.compare import DEFAULT_CONFIDENCE, DEFAULT_REPS, SideSamples, compare_sides, refusal_reason
+from scripts.benchmark.analysis.compare import SideSamples, compare_sides, refusal_reason
+from scripts.benchmark.analysis.settings import AnalysisSettings
 from scripts.benchmark.analysis.stats import summarise
 from scripts.benchmark.analysis.steady_state import detect_steady_state
 
@@ -116,24 +119,61 @@ def unexplained_parity(parity: Any, backend: str, layout: str) -> list[str]:
     return problems
 
 
-def _steady_repeat(repeat: Repeat) -> dict[str, Any]:
-    series = [metric_value(r, "step_time_s") for r in repeat.records]
-    steady = detect_steady_state(series)
-    start = None if steady.start_index is None else repeat.records[steady.start_index].step
+@dataclass(frozen=True, kw_only=True)
+class _RepeatColumns:
+    """One repeat as columns: step numbers, and per report metric its values (NaN: missing or non-finite) and
+    whether the framework measured it in that step (False for null; a NaN/Inf value counts as measured)."""
+
+    steps: np.ndarray
+    values: dict[str, np.ndarray]
+    measured: dict[str, np.ndarray]
+
+
+def _columns(repeat: Repeat) -> _RepeatColumns:
+    values, measured = {}, {}
+    for name in REPORT_METRICS:
+        raw = [metric_value(r, name, nonfinite=math.nan) for r in repeat.records]
+        measured[name] = np.asarray([v is not None for v in raw], dtype=bool)
+        values[name] = np.asarray([math.nan if v is None else v for v in raw], dtype=float)
+    return _RepeatColumns(steps=np.asarray([r.step for r in repeat.records]), values=values, measured=measured)
+
+
+def _steady_repeat(repeat: Repeat, columns: _RepeatColumns) -> dict[str, Any]:
+    steady = detect_steady_state(columns.values["step_time_s"])
+    start = None if steady.start_index is None else int(columns.steps[steady.start_index])
     return {
         "repeat": repeat.repeat,
         "start_step": start,
         "start_index": steady.start_index,
         "reached": steady.reached,
         "method": steady.method,
-        "steps": len(repeat.records),
+        "more_steps": steady.more_steps,
+        "steps": len(columns.steps),
         "steady_steps": steady.n_steady,
     }
 
 
-def _response_length(steady_records: list[list[Any]]) -> dict[str, float | None]:
+def _cell_steady_state(repeats: list[dict[str, Any]]) -> dict[str, Any]:
+    """The cell's steady state starts at the latest start among its repeats; reached only if every repeat is."""
+    starts = [info["start_step"] for info in repeats if info["start_step"] is not None]
+    reached = all(info["reached"] for info in repeats)
+    more = [info["more_steps"] for info in repeats if not info["reached"] and info["more_steps"]]
+    method = ", ".join(sorted({info["method"].split(":")[0] for info in repeats}))
+    if not reached:
+        method += "; no steady state in at least one repeat" + (
+            f": the spec needs at least {max(more)} more steps" if more else ""
+        )
+    return {
+        "start_step": max(starts) if starts else None,
+        "reached": reached,
+        "more_steps": max(more) if more else None,
+        "method": method,
+        "repeats": repeats,
+    }
+
+
+def _response_length(records: list[Any]) -> dict[str, float | None]:
     """Mean response length and its spread: across steady steps (std of step means) and within steps (min/max)."""
-    records = [r for rs in steady_records for r in rs]
     means = np.asarray([v for v in (metric_value(r, "response_length_mean") for r in records) if v is not None])
     out: dict[str, float | None] = {
         "mean": float(means.mean()) if len(means) else None,
@@ -145,17 +185,23 @@ def _response_length(steady_records: list[list[Any]]) -> dict[str, float | None]
     return out
 
 
-def _analyse_cell(cell: Cell, confidence: float) -> tuple[dict[str, Any], SideSamples]:
-    repeats = [_steady_repeat(r) for r in cell.repeats]
-    steady_records = [rep.records[info["start_index"] or 0 :] for rep, info in zip(cell.repeats, repeats, strict=True)]
-    starts = [info["start_step"] for info in repeats if info["start_step"] is not None]
-    reached = all(info["reached"] for info in repeats)
-    methods = sorted({info["method"].split(":")[0] for info in repeats})
-    summaries, samples, columns = {}, {}, []
+def interval_policy(repeats: int) -> str:
+    """What a cell's intervals cover, by its number of complete repeats (the report states it per cell)."""
+    if repeats >= 2:
+        return f"{repeats} repeats: intervals over the repeats, run-to-run variation included"
+    return (
+        "1 repeat: intervals from this run's steps only, run-to-run variation NOT included (they cover this run, "
+        "not the next one); run 3 or more repeats (--repeats, the default 3) for intervals that do"
+    )
+
+
+def _metric_entries(
+    steady: list[_RepeatColumns], settings: AnalysisSettings
+) -> tuple[dict[str, Any], dict[str, list[list[float]]]]:
+    """Per report metric: the summary with its interval, and the steady-state samples of each repeat."""
+    summaries, samples = {}, {}
     for name, spec in REPORT_METRICS.items():
-        per_repeat = [[metric_value(r, name) for r in rs] for rs in steady_records]
-        columns.append([[math.nan if v is None else v for v in values] for values in per_repeat])
-        summary = summarise(per_repeat, confidence)
+        summary = summarise([c.values[name] for c in steady], settings.confidence)
         summaries[name] = {
             "median": summary.median,
             "ci_low": summary.ci_low,
@@ -169,13 +215,26 @@ def _analyse_cell(cell: Cell, confidence: float) -> tuple[dict[str, Any], SideSa
         # it; a step the framework did not measure (null: the last Miles step's step time, see "The step shift") is
         # left out; a metric with no finite value in a repeat (not reported) has an empty list.
         samples[name] = [
-            (
-                [v for v in (metric_value(r, name, nonfinite=math.nan) for r in rs) if v is not None]
-                if any(v is not None for v in values)
-                else []
-            )
-            for rs, values in zip(steady_records, per_repeat, strict=True)
+            c.values[name][c.measured[name]].tolist() if np.isfinite(c.values[name]).any() else [] for c in steady
         ]
+    return summaries, samples
+
+
+def _analyse_cell(cell: Cell, settings: AnalysisSettings) -> tuple[dict[str, Any], SideSamples]:
+    columns = [_columns(r) for r in cell.repeats]
+    steady_state = _cell_steady_state([_steady_repeat(r, c) for r, c in zip(cell.repeats, columns, strict=True)])
+    start = steady_state["start_step"]
+    keep = [c.steps >= start if start is not None else np.zeros(len(c.steps), bool) for c in columns]
+    steady = [
+        _RepeatColumns(
+            steps=c.steps[k],
+            values={n: v[k] for n, v in c.values.items()},
+            measured={n: v[k] for n, v in c.measured.items()},
+        )
+        for c, k in zip(columns, keep, strict=True)
+    ]
+    summaries, samples = _metric_entries(steady, settings)
+    steady_records = [r for rep, k in zip(cell.repeats, keep, strict=True) for r, kept in zip(rep.records, k) if kept]
     environment = cell.repeats[0].environment
     entry = {
         "id": cell.id,
@@ -183,33 +242,26 @@ def _analyse_cell(cell: Cell, confidence: float) -> tuple[dict[str, Any], SideSa
         "backend": cell.backend,
         "layout": cell.layout,
         "repeats": len(cell.repeats),
+        "interval_policy": interval_policy(len(cell.repeats)),
         "hardware": hardware_of(environment),
         "environment": environment,
         "environments": [r.environment for r in cell.repeats],
-        "steady_state": {
-            "start_step": max(starts) if starts else None,
-            "reached": reached,
-            "method": ", ".join(methods)
-            + ("" if reached else "; never reached a steady state in at least one repeat"),
-            "repeats": repeats,
-        },
+        "steady_state": steady_state,
         "summaries": summaries,
         "samples": samples,
         "response_length": _response_length(steady_records),
         "step_time_series": [
-            {
-                "repeat": rep.repeat,
-                "steps": [r.step for r in rep.records],
-                "step_time_s": [metric_value(r, "step_time_s") for r in rep.records],
-            }
-            for rep in cell.repeats
+            {"repeat": rep.repeat, "steps": c.steps.tolist(), "step_time_s": _nulls(c.values["step_time_s"])}
+            for rep, c in zip(cell.repeats, columns, strict=True)
         ],
     }
-    matrices = tuple(
-        np.column_stack([np.asarray(column[k], dtype=float).reshape(-1) for column in columns])
-        for k in range(len(cell.repeats))
-    )
+    matrices = tuple(np.column_stack([c.values[n] for n in REPORT_METRICS]) for c in steady)
     return entry, SideSamples(metrics=tuple(REPORT_METRICS), repeats=matrices)
+
+
+def _nulls(values: np.ndarray) -> list[float | None]:
+    """A float column as a JSON list, NaN (missing or non-finite) as null."""
+    return [None if not math.isfinite(v) else v for v in values.tolist()]
 
 
 def _compare_pairs(
@@ -217,10 +269,7 @@ def _compare_pairs(
     sides: dict[str, SideSamples],
     parity: Any,
     *,
-    reps: int,
-    confidence: float,
-    seed: int,
-    family_wise: bool,
+    settings: AnalysisSettings,
     spec_hash: str | None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     comparisons, attribution, refused = [], [], []
@@ -246,10 +295,7 @@ def _compare_pairs(
             sides[miles["id"]],
             sides[verl["id"]],
             phases=PHASES,
-            reps=reps,
-            confidence=confidence,
-            seed=seed,
-            family_wise=family_wise,
+            settings=settings,
         )
         for row in metric_rows:
             spec = REPORT_METRICS[row.metric]
@@ -327,28 +373,23 @@ def roofline_model_key(plan: dict[str, Any] | None) -> str | None:
 
 def analyse_run_folder(
     run_dir: Path,
+    settings: AnalysisSettings | None = None,
     *,
-    reps: int = DEFAULT_REPS,
-    confidence: float = DEFAULT_CONFIDENCE,
-    seed: int = 0,
-    family_wise: bool = True,
     measured_peak_tflops: MeasuredPeak | None = None,
     roofline_tflops: Roofline | None = None,
     weight_sync_floor_s: WeightSyncFloor | None = None,
 ) -> dict[str, Any]:
     """The report.json document for one run folder."""
+    settings = settings or AnalysisSettings()
     folder = read_run_folder(run_dir)
-    analysed = [_analyse_cell(cell, confidence) for cell in folder.cells]
+    analysed = [_analyse_cell(cell, settings) for cell in folder.cells]
     cells = [entry for entry, _ in analysed]
     sides = {entry["id"]: side for entry, side in analysed}
     comparisons, attribution, refused = _compare_pairs(
         cells,
         sides,
         folder.parity,
-        reps=reps,
-        confidence=confidence,
-        seed=seed,
-        family_wise=family_wise,
+        settings=settings,
         spec_hash=(folder.plan or {}).get("spec_hash"),
     )
     plan = folder.plan or {}
@@ -368,9 +409,9 @@ def analyse_run_folder(
         "generated_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "spec_hash": plan.get("spec_hash"),
         "preset": plan.get("preset"),
-        "confidence": confidence,
-        "family_wise": family_wise,
-        "bootstrap_reps": reps,
+        "confidence": settings.confidence,
+        "family_wise": settings.family_wise,
+        "bootstrap_reps": settings.reps,
         "cells": cells,
         "incomplete": [r.__dict__ for r in folder.incomplete],
         "comparisons": comparisons,

@@ -28,7 +28,7 @@ from typing import Any
 from miles.utils.bench_metrics import encode_nonfinite
 from scripts.benchmark.analysis.document import parity_tables
 from scripts.benchmark.analysis.run_folder import REPORT_METRICS
-from scripts.benchmark.analysis.compare import DEFAULT_CONFIDENCE, DEFAULT_REPS
+from scripts.benchmark.analysis.settings import AnalysisSettings
 
 MARKDOWN_BUDGET = 60_000
 
@@ -149,11 +149,15 @@ def _verdict_blocks(doc: dict[str, Any]) -> list[Any]:
     pairs = sorted({(c["backend"], c["layout"]) for c in doc["comparisons"]})
     items += [_pair_verdict(doc, backend, layout) for backend, layout in pairs]
     items += [f"**{r['backend']} / {r['layout']}**: comparison refused: {r['reason']}." for r in doc["refused"]]
-    unsteady = [c["id"] for c in doc["cells"] if not c["steady_state"]["reached"]]
+    unsteady = [c for c in doc["cells"] if not c["steady_state"]["reached"]]
     if unsteady:
+        needs = [
+            f"`{c['id']}`"
+            + (f" (needs {c['steady_state']['more_steps']} more steps)" if c["steady_state"].get("more_steps") else "")
+            for c in unsteady
+        ]
         items.append(
-            "Never reached a steady state: " + ", ".join(f"`{c}`" for c in unsteady) + " (their numbers describe the "
-            "last half of the run and include drift; see Steady state)."
+            "No steady state: " + ", ".join(needs) + " (their numbers include warm-up or drift; see Steady state)."
         )
     if doc["incomplete"]:
         items.append(f"{len(doc['incomplete'])} cell repeat(s) did not complete; see Incomplete cells.")
@@ -280,11 +284,14 @@ def _steady_blocks(doc: dict[str, Any]) -> list[Any]:
                     r["method"],
                 ]
             )
-    methods = [[f"`{c['id']}`", c["hardware"] or "n/a", c["summaries"]["step_time_s"]["method"]] for c in doc["cells"]]
+    methods = [
+        [f"`{c['id']}`", c["hardware"] or "n/a", c.get("interval_policy", ""), c["summaries"]["step_time_s"]["method"]]
+        for c in doc["cells"]
+    ]
     return [
         Heading(2, "Steady state"),
         Table(["cell", "repeat", "steps", "steady from step", "steady steps", "reached", "rule"], rows),
-        Table(["cell", "hardware", "summary method (step time)"], methods),
+        Table(["cell", "hardware", "intervals", "summary method (step time)"], methods),
     ]
 
 
@@ -345,7 +352,9 @@ def _calibration_blocks(doc: dict[str, Any]) -> list[Any]:
     if uncalibrated:
         blocks.append(
             Paragraph(
-                "n/a: no committed calibration for " + ", ".join(uncalibrated) + " (scripts/benchmark/calibration/results/; "
+                "n/a: no committed calibration for "
+                + ", ".join(uncalibrated)
+                + " (scripts/benchmark/calibration/results/; "
                 "run scripts/benchmark/calibrate.py on that GPU and commit its JSON)."
             )
         )
@@ -523,11 +532,8 @@ def calibration_readers() -> tuple[Callable, Callable, Callable]:
 
 def analyse_and_write(
     run_dir: Path,
+    settings: AnalysisSettings | None = None,
     *,
-    reps: int = DEFAULT_REPS,
-    confidence: float = DEFAULT_CONFIDENCE,
-    seed: int = 0,
-    family_wise: bool = True,
     calibration: bool = True,
 ) -> tuple[dict[str, Any], dict[str, Path]]:
     """Analyse a run folder and write the report; returns the report document and the written files."""
@@ -536,10 +542,7 @@ def analyse_and_write(
     measured_peak, roofline, sync_floor = calibration_readers() if calibration else (None, None, None)
     doc = analyse_run_folder(
         run_dir,
-        reps=reps,
-        confidence=confidence,
-        seed=seed,
-        family_wise=family_wise,
+        settings,
         measured_peak_tflops=measured_peak,
         roofline_tflops=roofline,
         weight_sync_floor_s=sync_floor,
