@@ -117,7 +117,9 @@ class TestBootstrapHelpers:
             matrix = np.column_stack([scale * 10 * ar1_noise(rng, 60, 0.03, 0.5), 5 * ar1_noise(rng, 60, 0.03, 0.5)])
             return SideSamples(metrics=("step_time_s", "phases_s.train"), repeats=(matrix,))
 
-        rows, attribution = compare_sides(side(1.2), side(1.0), phases=("train",), settings=AnalysisSettings(reps=300, seed=1))
+        rows, attribution = compare_sides(
+            side(1.2), side(1.0), phases=("train",), settings=AnalysisSettings(reps=300, seed=1)
+        )
         step, train = rows
         assert step.significant and step.ci_low < 1.2 < step.ci_high
         assert not train.significant and train.ci_low < 1.0 < train.ci_high

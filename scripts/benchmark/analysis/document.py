@@ -120,7 +120,7 @@ def unexplained_parity(parity: Any, backend: str, layout: str) -> list[str]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class _RepeatColumns:
+class RepeatColumns:
     """One repeat as columns: step numbers, and per report metric its values (NaN: missing or non-finite) and
     whether the framework measured it in that step (False for null; a NaN/Inf value counts as measured)."""
 
@@ -129,20 +129,20 @@ class _RepeatColumns:
     measured: dict[str, np.ndarray]
 
 
-def _columns(repeat: Repeat) -> _RepeatColumns:
+def _columns(repeat: Repeat) -> RepeatColumns:
     values, measured = {}, {}
     for name in REPORT_METRICS:
         raw = [metric_value(r, name, nonfinite=math.nan) for r in repeat.records]
         measured[name] = np.asarray([v is not None for v in raw], dtype=bool)
         values[name] = np.asarray([math.nan if v is None else v for v in raw], dtype=float)
-    return _RepeatColumns(steps=np.asarray([r.step for r in repeat.records]), values=values, measured=measured)
+    return RepeatColumns(steps=np.asarray([r.step for r in repeat.records]), values=values, measured=measured)
 
 
-def _steady_repeat(repeat: Repeat, columns: _RepeatColumns) -> dict[str, Any]:
+def _steady_repeat(repeat_number: int, columns: RepeatColumns) -> dict[str, Any]:
     steady = detect_steady_state(columns.values["step_time_s"])
     start = None if steady.start_index is None else int(columns.steps[steady.start_index])
     return {
-        "repeat": repeat.repeat,
+        "repeat": repeat_number,
         "start_step": start,
         "start_index": steady.start_index,
         "reached": steady.reached,
@@ -196,7 +196,7 @@ def interval_policy(repeats: int) -> str:
 
 
 def _metric_entries(
-    steady: list[_RepeatColumns], settings: AnalysisSettings
+    steady: list[RepeatColumns], settings: AnalysisSettings
 ) -> tuple[dict[str, Any], dict[str, list[list[float]]]]:
     """Per report metric: the summary with its interval, and the steady-state samples of each repeat."""
     summaries, samples = {}, {}
@@ -220,19 +220,32 @@ def _metric_entries(
     return summaries, samples
 
 
-def _analyse_cell(cell: Cell, settings: AnalysisSettings) -> tuple[dict[str, Any], SideSamples]:
-    columns = [_columns(r) for r in cell.repeats]
-    steady_state = _cell_steady_state([_steady_repeat(r, c) for r, c in zip(cell.repeats, columns, strict=True)])
+def cut_to_steady_state(
+    repeat_numbers: list[int], columns: list[RepeatColumns]
+) -> tuple[dict[str, Any], list[RepeatColumns], list[np.ndarray]]:
+    """The cell's steady state, each repeat's columns cut at the cell's start, and the kept-step masks."""
+    infos = [_steady_repeat(number, c) for number, c in zip(repeat_numbers, columns, strict=True)]
+    steady_state = _cell_steady_state(infos)
     start = steady_state["start_step"]
     keep = [c.steps >= start if start is not None else np.zeros(len(c.steps), bool) for c in columns]
     steady = [
-        _RepeatColumns(
+        RepeatColumns(
             steps=c.steps[k],
             values={n: v[k] for n, v in c.values.items()},
             measured={n: v[k] for n, v in c.measured.items()},
         )
         for c, k in zip(columns, keep, strict=True)
     ]
+    return steady_state, steady, keep
+
+
+def side_samples(steady: list[RepeatColumns], metrics: tuple[str, ...]) -> SideSamples:
+    return SideSamples(metrics=metrics, repeats=tuple(np.column_stack([c.values[n] for n in metrics]) for c in steady))
+
+
+def _analyse_cell(cell: Cell, settings: AnalysisSettings) -> tuple[dict[str, Any], SideSamples]:
+    columns = [_columns(r) for r in cell.repeats]
+    steady_state, steady, keep = cut_to_steady_state([r.repeat for r in cell.repeats], columns)
     summaries, samples = _metric_entries(steady, settings)
     steady_records = [r for rep, k in zip(cell.repeats, keep, strict=True) for r, kept in zip(rep.records, k) if kept]
     environment = cell.repeats[0].environment
@@ -255,8 +268,7 @@ def _analyse_cell(cell: Cell, settings: AnalysisSettings) -> tuple[dict[str, Any
             for rep, c in zip(cell.repeats, columns, strict=True)
         ],
     }
-    matrices = tuple(np.column_stack([c.values[n] for n in REPORT_METRICS]) for c in steady)
-    return entry, SideSamples(metrics=tuple(REPORT_METRICS), repeats=matrices)
+    return entry, side_samples(steady, tuple(REPORT_METRICS))
 
 
 def _nulls(values: np.ndarray) -> list[float | None]:

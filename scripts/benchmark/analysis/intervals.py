@@ -1,18 +1,17 @@
 # doc-dev: docs/benchmark.md
-"""The interval arithmetic behind the comparisons: Welch t over repeats, a vectorised circular block bootstrap
-within one run, and the effective number of tests of a correlated family.
+"""The interval arithmetic behind the comparisons: t intervals over repeats and a vectorised circular block
+bootstrap within one run.
 
 - `welch_ratio(units_m, units_v, level)`: ratio of the means of per-repeat statistics (repeats x metrics), interval
-  on the log scale, standard error from the spread between repeats of each side, Welch-Satterthwaite degrees of
-  freedom. The repeat is the unit, so run-to-run variation is in the interval. `welch_difference` does the same for
-  a difference (seconds of a gap).
+  on the log scale, standard error from the spread between repeats: by default one relative spread pooled over both
+  sides (Student t, n_m + n_v - 2 degrees of freedom; with 3 repeats a side Welch's degrees of freedom fall to 2-4
+  and cost a tenth of the power), or each side its own (Welch-Satterthwaite). The repeat is the unit, so run-to-run
+  variation is in the interval. `welch_difference` does a difference (seconds of a gap) by Welch.
 - `block_bootstrap_means(matrix, harmonic, reps, rng)`: (reps x metrics) resampled (harmonic) means of one run's
   steps by the circular block bootstrap (Politis & Romano), vectorised: the sums of every circular block are
   computed once from cumulative sums and only block starts are drawn, so 10,000 steps cost milliseconds and no
   per-step object exists. Block length: `block_length` (at least sqrt(n) and twice the integrated autocorrelation
   time of the series).
-- `effective_tests(matrix)`: Nyholt's (2004) effective number of independent tests from the eigenvalues of the
-  metrics' correlation matrix; `sidak_level(confidence, m)` the per-test level that gives `confidence` jointly.
 
 Caveats:
 - arch is not imported on this path: importing it takes seconds, longer than the whole analysis of a 24-step run.
@@ -118,12 +117,23 @@ def welch(units_m: np.ndarray, units_v: np.ndarray) -> tuple[np.ndarray, ...]:
     return mean_m, mean_v, var_m, var_v, np.where(np.isfinite(df), df, np.minimum(n_m, n_v) - 1.0)
 
 
-def welch_ratio(units_m: np.ndarray, units_v: np.ndarray, levels: np.ndarray) -> tuple[np.ndarray, ...]:
-    """(low, high, p) per column for the ratio of side means; log scale where both sides are positive."""
+def welch_ratio(
+    units_m: np.ndarray, units_v: np.ndarray, levels: np.ndarray, *, pooled: bool = True
+) -> tuple[np.ndarray, ...]:
+    """(low, high, p) per column for the ratio of side means; log scale where both sides are positive.
+
+    `pooled`: one relative (CV) run-to-run spread for both sides, n_m + n_v - 2 degrees of freedom (Student); else
+    each side its own, Welch-Satterthwaite degrees of freedom."""
     mean_m, mean_v, var_m, var_v, df = welch(units_m, units_v)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = mean_m / mean_v
-        se_log = np.sqrt(var_m / mean_m**2 + var_v / mean_v**2)
+        rel_m, rel_v = var_m / mean_m**2, var_v / mean_v**2
+        if pooled:
+            n_m, n_v = np.sum(np.isfinite(units_m), axis=0), np.sum(np.isfinite(units_v), axis=0)
+            df = (n_m + n_v - 2).astype(float)
+            pooled_cv2 = (n_m * (n_m - 1) * rel_m + n_v * (n_v - 1) * rel_v) / df
+            rel_m, rel_v = pooled_cv2 / n_m, pooled_cv2 / n_v
+        se_log = np.sqrt(rel_m + rel_v)
         q = _t_ppf(0.5 + levels / 2, np.maximum(df, 1.0))
         positive = (mean_m > 0) & (mean_v > 0)
         low = np.where(positive, ratio * np.exp(-q * se_log), ratio * (1 - q * se_log))
@@ -155,21 +165,3 @@ def bootstrap_p_value(values: np.ndarray, null: float) -> float | None:
     if len(finite) < 10:
         return None
     return float(min(1.0, 2 * min(np.mean(finite <= null), np.mean(finite >= null))))
-
-
-def effective_tests(matrix: np.ndarray) -> float:
-    """Nyholt's effective number of independent tests among the columns of a (samples x metrics) matrix."""
-    rows = matrix[np.all(np.isfinite(matrix), axis=1)]
-    k = matrix.shape[1]
-    if k <= 1 or len(rows) < 3:
-        return float(k)
-    spread = rows.std(axis=0)
-    if np.any(spread == 0):
-        return float(k)
-    eigenvalues = np.linalg.eigvalsh(np.corrcoef(rows, rowvar=False))
-    return float(1 + (k - 1) * (1 - np.var(eigenvalues, ddof=1) / k))
-
-
-def sidak_level(confidence: float, tests: float) -> float:
-    """Per-test confidence so that `tests` independent tests hold jointly at `confidence`."""
-    return float(confidence ** (1 / max(1.0, tests)))
