@@ -247,7 +247,9 @@ def _analyse_cell(cell: Cell, settings: AnalysisSettings) -> tuple[dict[str, Any
     columns = [_columns(r) for r in cell.repeats]
     steady_state, steady, keep = cut_to_steady_state([r.repeat for r in cell.repeats], columns)
     summaries, samples = _metric_entries(steady, settings)
-    steady_records = [r for rep, k in zip(cell.repeats, keep, strict=True) for r, kept in zip(rep.records, k) if kept]
+    steady_records = [
+        r for rep, k in zip(cell.repeats, keep, strict=True) for r, kept in zip(rep.records, k, strict=True) if kept
+    ]
     environment = cell.repeats[0].environment
     entry = {
         "id": cell.id,
