@@ -23,7 +23,8 @@ import numpy as np
 
 from miles.utils.bench_metrics import PHASES
 from scripts.benchmark.analysis.compare import STEP_TIME_FAMILY, compare_sides
-from scripts.benchmark.analysis.document import RepeatColumns, cut_to_steady_state, side_samples
+from scripts.benchmark.analysis.document import cut_to_steady_state, side_samples
+from scripts.benchmark.analysis.step_columns import StepColumns
 from scripts.benchmark.analysis.settings import AnalysisSettings
 from scripts.benchmark.analysis.stats import summarise
 from scripts.benchmark.analysis.steady_state import detect_steady_state
@@ -84,7 +85,7 @@ def steady_state_rates(seed: int, runs: int, steps: int, drift: float = 0.0) -> 
     )
 
 
-def repeat_columns(runs: GeneratedRuns, index: int) -> RepeatColumns:
+def repeat_columns(runs: GeneratedRuns, index: int) -> StepColumns:
     """One generated run as the report's columns (the metrics the comparison reads)."""
     phases = {p: runs.phases.get(p, np.full(runs.step_time.shape, np.nan))[index] for p in PHASES}
     response = runs.response_tokens[index]
@@ -98,7 +99,7 @@ def repeat_columns(runs: GeneratedRuns, index: int) -> RepeatColumns:
         "train_mfu": tflops / 989.0,
     }
     steps = np.arange(runs.step_time.shape[1])
-    return RepeatColumns(steps=steps, values=values, measured={n: np.isfinite(v) for n, v in values.items()})
+    return StepColumns(steps=steps, values=values, measured={n: np.isfinite(v) for n, v in values.items()})
 
 
 def _cell(runs: GeneratedRuns, repeats: int, first: int):

@@ -23,9 +23,9 @@ Caveats:
 from __future__ import annotations
 
 import datetime
+import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,15 +34,14 @@ import numpy as np
 from miles.utils.bench_metrics import PHASES
 from scripts.benchmark.analysis.run_folder import (
     REPORT_METRICS,
-    RESPONSE_LENGTH_RAW_KEYS,
+    RESPONSE_LENGTH_EXTREMES,
     Cell,
-    Repeat,
     gpu_of,
     hardware_of,
-    metric_value,
-    raw_value,
     read_run_folder,
+    stat_column,
 )
+from scripts.benchmark.analysis.step_columns import StepColumns
 from scripts.benchmark.analysis.compare import SideSamples, compare_sides, refusal_reason
 from scripts.benchmark.analysis.settings import AnalysisSettings
 from scripts.benchmark.analysis.stats import summarise
@@ -119,26 +118,7 @@ def unexplained_parity(parity: Any, backend: str, layout: str) -> list[str]:
     return problems
 
 
-@dataclass(frozen=True, kw_only=True)
-class RepeatColumns:
-    """One repeat as columns: step numbers, and per report metric its values (NaN: missing or non-finite) and
-    whether the framework measured it in that step (False for null; a NaN/Inf value counts as measured)."""
-
-    steps: np.ndarray
-    values: dict[str, np.ndarray]
-    measured: dict[str, np.ndarray]
-
-
-def _columns(repeat: Repeat) -> RepeatColumns:
-    values, measured = {}, {}
-    for name in REPORT_METRICS:
-        raw = [metric_value(r, name, nonfinite=math.nan) for r in repeat.records]
-        measured[name] = np.asarray([v is not None for v in raw], dtype=bool)
-        values[name] = np.asarray([math.nan if v is None else v for v in raw], dtype=float)
-    return RepeatColumns(steps=np.asarray([r.step for r in repeat.records]), values=values, measured=measured)
-
-
-def _steady_repeat(repeat_number: int, columns: RepeatColumns) -> dict[str, Any]:
+def _steady_repeat(repeat_number: int, columns: StepColumns) -> dict[str, Any]:
     steady = detect_steady_state(columns.values["step_time_s"])
     start = None if steady.start_index is None else int(columns.steps[steady.start_index])
     return {
@@ -172,16 +152,21 @@ def _cell_steady_state(repeats: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _response_length(records: list[Any]) -> dict[str, float | None]:
+def _response_length(steady: list[StepColumns]) -> dict[str, float | None]:
     """Mean response length and its spread: across steady steps (std of step means) and within steps (min/max)."""
-    means = np.asarray([v for v in (metric_value(r, "response_length_mean") for r in records) if v is not None])
+
+    def finite(name: str) -> np.ndarray:
+        values = np.concatenate([c.values[name] for c in steady]) if steady else np.zeros(0)
+        return values[np.isfinite(values)]
+
+    means = finite("response_length_mean")
     out: dict[str, float | None] = {
         "mean": float(means.mean()) if len(means) else None,
         "std_of_step_means": float(means.std(ddof=1)) if len(means) > 1 else None,
     }
-    for stat, keys in RESPONSE_LENGTH_RAW_KEYS.items():
-        values = [v for v in (raw_value(r, keys) for r in records) if v is not None]
-        out[f"median_step_{stat}"] = float(np.median(values)) if values else None
+    for stat in RESPONSE_LENGTH_EXTREMES:
+        values = finite(stat_column(stat))
+        out[f"median_step_{stat}"] = float(np.median(values)) if len(values) else None
     return out
 
 
@@ -196,7 +181,7 @@ def interval_policy(repeats: int) -> str:
 
 
 def _metric_entries(
-    steady: list[RepeatColumns], settings: AnalysisSettings
+    steady: list[StepColumns], settings: AnalysisSettings
 ) -> tuple[dict[str, Any], dict[str, list[list[float]]]]:
     """Per report metric: the summary with its interval, and the steady-state samples of each repeat."""
     summaries, samples = {}, {}
@@ -221,35 +206,25 @@ def _metric_entries(
 
 
 def cut_to_steady_state(
-    repeat_numbers: list[int], columns: list[RepeatColumns]
-) -> tuple[dict[str, Any], list[RepeatColumns], list[np.ndarray]]:
+    repeat_numbers: list[int], columns: list[StepColumns]
+) -> tuple[dict[str, Any], list[StepColumns], list[np.ndarray]]:
     """The cell's steady state, each repeat's columns cut at the cell's start, and the kept-step masks."""
     infos = [_steady_repeat(number, c) for number, c in zip(repeat_numbers, columns, strict=True)]
     steady_state = _cell_steady_state(infos)
     start = steady_state["start_step"]
     keep = [c.steps >= start if start is not None else np.zeros(len(c.steps), bool) for c in columns]
-    steady = [
-        RepeatColumns(
-            steps=c.steps[k],
-            values={n: v[k] for n, v in c.values.items()},
-            measured={n: v[k] for n, v in c.measured.items()},
-        )
-        for c, k in zip(columns, keep, strict=True)
-    ]
+    steady = [c.select(k) for c, k in zip(columns, keep, strict=True)]
     return steady_state, steady, keep
 
 
-def side_samples(steady: list[RepeatColumns], metrics: tuple[str, ...]) -> SideSamples:
+def side_samples(steady: list[StepColumns], metrics: tuple[str, ...]) -> SideSamples:
     return SideSamples(metrics=metrics, repeats=tuple(np.column_stack([c.values[n] for n in metrics]) for c in steady))
 
 
 def _analyse_cell(cell: Cell, settings: AnalysisSettings) -> tuple[dict[str, Any], SideSamples]:
-    columns = [_columns(r) for r in cell.repeats]
-    steady_state, steady, keep = cut_to_steady_state([r.repeat for r in cell.repeats], columns)
+    columns = [r.columns for r in cell.repeats]
+    steady_state, steady, _ = cut_to_steady_state([r.repeat for r in cell.repeats], columns)
     summaries, samples = _metric_entries(steady, settings)
-    steady_records = [
-        r for rep, k in zip(cell.repeats, keep, strict=True) for r, kept in zip(rep.records, k, strict=True) if kept
-    ]
     environment = cell.repeats[0].environment
     entry = {
         "id": cell.id,
@@ -264,7 +239,7 @@ def _analyse_cell(cell: Cell, settings: AnalysisSettings) -> tuple[dict[str, Any
         "steady_state": steady_state,
         "summaries": summaries,
         "samples": samples,
-        "response_length": _response_length(steady_records),
+        "response_length": _response_length(steady),
         "step_time_series": [
             {"repeat": rep.repeat, "steps": c.steps.tolist(), "step_time_s": _nulls(c.values["step_time_s"])}
             for rep, c in zip(cell.repeats, columns, strict=True)
@@ -434,3 +409,29 @@ def analyse_run_folder(
         "calibration": calibration,
         "parity": folder.parity,
     }
+
+
+_NONFINITE_MARKERS = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def _strict(value: Any) -> Any:
+    """NaN/Inf as bench_metrics' string markers; long all-finite float lists pass through without a copy."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else _NONFINITE_MARKERS[repr(float(value))]
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        if all(type(v) is float for v in value) and all(map(math.isfinite, value)):
+            return value
+        return [_strict(v) for v in value]
+    return value
+
+
+def report_json_text(doc: dict[str, Any]) -> str:
+    """The document as strict JSON (non-finite numbers as "NaN"/"Infinity" strings), by the C encoder: the samples
+    of 10,000 steps x 8 cells are a million numbers, too many for the indenting pure-Python encoder."""
+    try:
+        import orjson
+    except ImportError:
+        return json.dumps(_strict(doc), allow_nan=False, separators=(",", ":")) + "\n"
+    return orjson.dumps(_strict(doc), option=orjson.OPT_SERIALIZE_NUMPY).decode("utf-8") + "\n"

@@ -89,16 +89,18 @@ def block_bootstrap_means(
     padded = np.concatenate([values, values[: length - 1]])
     counts = np.concatenate([finite, finite[: length - 1]]).astype(float)
     zeros = np.zeros((1, k))
-    block_sums = np.cumsum(np.concatenate([zeros, padded]), axis=0)
-    block_counts = np.cumsum(np.concatenate([zeros, counts]), axis=0)
+    cumulative = np.cumsum(np.concatenate([zeros, padded]), axis=0)
+    cumulative_counts = np.cumsum(np.concatenate([zeros, counts]), axis=0)
+    # Sum and count of the circular block starting at every step, once; a resample only draws block starts.
+    block_sums = cumulative[length : length + n] - cumulative[:n]
+    block_counts = cumulative_counts[length : length + n] - cumulative_counts[:n]
     num_blocks = math.ceil(n / length)
     starts = rng.integers(0, n, size=(reps, num_blocks))
     total = np.zeros((reps, k))
     count = np.zeros((reps, k))
     for column in range(num_blocks):
-        s = starts[:, column]
-        total += block_sums[s + length] - block_sums[s]
-        count += block_counts[s + length] - block_counts[s]
+        total += block_sums[starts[:, column]]
+        count += block_counts[starts[:, column]]
     with np.errstate(divide="ignore", invalid="ignore"):
         means = total / count
         return np.where(harmonic, 1.0 / means, means)

@@ -25,8 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from miles.utils.bench_metrics import encode_nonfinite
-from scripts.benchmark.analysis.document import parity_tables
+from scripts.benchmark.analysis.document import parity_tables, report_json_text
 from scripts.benchmark.analysis.run_folder import REPORT_METRICS
 from scripts.benchmark.analysis.settings import AnalysisSettings
 
@@ -569,9 +568,7 @@ def write_report(doc: dict[str, Any], run_dir: Path) -> dict[str, Path]:
         if path is not None:
             images[title] = f"plots/{name}"
             written[name] = path
-    (run_dir / "report.json").write_text(
-        json.dumps(encode_nonfinite(doc), indent=1, allow_nan=False) + "\n", encoding="utf-8"
-    )
+    (run_dir / "report.json").write_text(report_json_text(doc), encoding="utf-8")
     written["report.json"] = run_dir / "report.json"
     markdown = render_markdown(build_blocks(doc, images))
     if len(markdown) > MARKDOWN_BUDGET:
