@@ -8,8 +8,8 @@
   old_logprob, weight_sync, other) as shares of each step that sum to it exactly, token counts, and the true warm-up
   length per run. `gap` multiplies the steady level (a true Miles/VERL gap), `gap_phase` puts it in one phase.
 - `drifting_runs` makes runs without a steady state: the level keeps growing linearly over the whole run.
-- `write_generated_folder(root, ...)` writes a run folder (manifest.json, metrics.jsonl, environment.json) from such
-  runs, for the cost benchmark and end-to-end checks.
+- `write_generated_folder(root, ...)` writes a run folder (manifest.json, metrics.jsonl, environment.json, and the
+  plan's parity.json layout so that pairs are compared) from such runs, for the cost benchmark.
 
 Caveats:
 - Test and benchmark code: the numbers are generated, never presented as measurements of a framework.
@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from tests.benchmark.synthetic_runs import SyntheticCell, matched_parity
 
 PHASE_SHARES = {"generate": 0.55, "train": 0.30, "old_logprob": 0.08, "weight_sync": 0.04, "other": 0.03}
 """Mean share of the step per phase; ref_logprob is not run (0), as in a run without a reference model."""
@@ -164,4 +166,6 @@ def write_generated_folder(
                 )
     manifest = {"schema_version": 1, "plan": "plan.json", "cells": entries}
     (root / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    cells = [SyntheticCell(framework=f, backend=b, layout=lay) for b, lay in pairs for f in ("miles", "verl")]
+    (root / "parity.json").write_text(json.dumps(matched_parity(cells)), encoding="utf-8")
     return root

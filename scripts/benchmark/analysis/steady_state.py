@@ -15,7 +15,8 @@
 - Not reached (`reached=False`, with `more_steps` = how many more steps the spec needs where that can be said):
   fewer than 2 x `MIN_STEADY_STEPS` finite steps; a warm-up block that runs into the last `MIN_STEADY_STEPS` steps;
   or a steady window that still drifts: its least-squares trend over the window is more than `DRIFT_SES` (4)
-  autocorrelation-corrected standard errors and more than `DRIFT_MIN_CHANGE` (8%) of the level. The numbers then
+  autocorrelation-corrected standard errors and more than `DRIFT_MIN_CHANGE` (8%) of the level, or more than 2.5
+  SEs and 15% of the level. The numbers then
   describe the last half (or the window found), flagged.
 - Indices are positions in the series given; the caller maps them to step numbers.
 
@@ -40,6 +41,10 @@ WARMUP_SDS = 3.0
 SHARP_END_SDS = 4.0
 DRIFT_SES = 4.0
 DRIFT_MIN_CHANGE = 0.08
+DRIFT_LARGE_CHANGE = 0.15
+DRIFT_LARGE_SES = 2.5
+"""A trend of 15% of the level over the window needs only 2.5 SEs: a curved decay (a long warm-up) leaves
+autocorrelated residuals that inflate the SE of a trend nobody would call steady."""
 _MEAN_ABS_TO_SD = 1.2533
 """The mean absolute deviation of a normal sample times this is its standard deviation."""
 
@@ -112,7 +117,8 @@ def detect_steady_state(values: Sequence[float | None] | np.ndarray) -> SteadySt
         reason = f"the warm-up runs past step {int(positions[n - MIN_STEADY_STEPS])}"
         return _not_reached(positions, n, n // 2, cut - (n - MIN_STEADY_STEPS), reason)
     change, ses = drift_in_window(finite[cut:])
-    if ses > DRIFT_SES and abs(change) > DRIFT_MIN_CHANGE:
+    large = abs(change) > DRIFT_LARGE_CHANGE and ses > DRIFT_LARGE_SES
+    if large or (ses > DRIFT_SES and abs(change) > DRIFT_MIN_CHANGE):
         # A window that drifts may be a long warm-up: the rule needs as many steps again to see the end of it.
         reason = f"the step time still moves {change:+.1%} over the last {n - cut} steps"
         return _not_reached(positions, n, cut, n, reason)
