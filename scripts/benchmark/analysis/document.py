@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from miles.utils.bench_metrics import PHASES
+from scripts.benchmark.analysis.compare import SideSamples, compare_sides, refusal_reason
 from scripts.benchmark.analysis.run_folder import (
     REPORT_METRICS,
     RESPONSE_LENGTH_EXTREMES,
@@ -41,11 +42,10 @@ from scripts.benchmark.analysis.run_folder import (
     read_run_folder,
     stat_column,
 )
-from scripts.benchmark.analysis.step_columns import StepColumns
-from scripts.benchmark.analysis.compare import SideSamples, compare_sides, refusal_reason
 from scripts.benchmark.analysis.settings import AnalysisSettings
 from scripts.benchmark.analysis.stats import summarise
 from scripts.benchmark.analysis.steady_state import detect_steady_state
+from scripts.benchmark.analysis.step_columns import StepColumns
 
 REPORT_SCHEMA_VERSION = 1
 PARITY_OK_STATUSES = frozenset({"matched", "match", "equal", "ok"})

@@ -61,7 +61,7 @@ def register(app: typer.Typer) -> None:
         settings = AnalysisSettings(confidence=confidence, reps=reps, seed=seed, family_wise=family_wise)
         doc, written = report_impl(run_dir, settings, calibration=calibration)
         if not quiet:
-            from scripts.benchmark.report.write import verdict_markdown
+            from scripts.benchmark.report.sections import verdict_markdown
 
             typer.echo(verdict_markdown(doc))
         typer.echo("wrote:\n" + "\n".join(f"  {p}" for p in written.values()))
