@@ -131,7 +131,7 @@ def plot_step_times(doc: dict[str, Any], path: Path) -> Path | None:
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("step", fontsize=8)
         ax.set_ylabel("step time (s)", fontsize=8)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper right")  # "best" searches every point: seconds at 10,000 steps
     fig.subplots_adjust(hspace=0.45, wspace=0.25)
     return _save(fig, plt, path)
 
