@@ -24,10 +24,10 @@ import numpy as np
 from miles.utils.bench_metrics import PHASES
 from scripts.benchmark.analysis.compare import STEP_TIME_FAMILY, compare_sides
 from scripts.benchmark.analysis.document import cut_to_steady_state, side_samples
-from scripts.benchmark.analysis.step_columns import StepColumns
 from scripts.benchmark.analysis.settings import AnalysisSettings
 from scripts.benchmark.analysis.stats import summarise
 from scripts.benchmark.analysis.steady_state import detect_steady_state
+from scripts.benchmark.analysis.step_columns import StepColumns
 from tests.benchmark.validation_generator import PROMPT_TOKENS, GeneratedRuns, generate_runs
 
 METRICS = (
