@@ -77,7 +77,10 @@ def plan_impl(
             write_plan(exc.plan, out)
         _fail(EXIT_PARITY, f"{exc} (see {out / 'parity.md'})")
     written = write_plan(plan, out)
-    _print_summary(plan, written, out)
+    from scripts.benchmark.analysis.settings import COMPARISON_REPEATS
+
+    repeats = repeats if repeats is not None else (COMPARISON_REPEATS if compare_verl else 1)
+    _print_summary(plan, written, out, repeats)
     if compare_verl:
         _check_verl_composition(plan)
     if dry_run:
@@ -157,7 +160,7 @@ def _check_with_installed_miles(plan_data) -> None:
     )
 
 
-def _print_summary(plan, written, out) -> None:
+def _print_summary(plan, written, out, repeats: int) -> None:
     data = plan.data
     typer.echo(f"spec {data['spec']['name']} ({data['spec_hash']}), {len(data['cells'])} cell(s):")
     for cell in data["cells"]:
@@ -166,6 +169,14 @@ def _print_summary(plan, written, out) -> None:
             f"  {cell['id']:<32} {gpus['train']} train + {gpus['rollout']} rollout GPUs "
             f"({gpus['total']} total), {cell['num_steps']} steps -> {out / cell['script']}"
         )
+    typer.echo(
+        f"  repeats: {repeats} interleaved per cell, {repeats}x the GPU time of one pass"
+        + (
+            " (intervals include run-to-run variation)"
+            if repeats > 1
+            else " (intervals cannot include run-to-run variation; comparisons default to 3)"
+        )
+    )
     for step in data["prepare"]:
         typer.echo(f"  prepare {step['name']}: creates {step['creates']}")
     for pair in plan.parity["pairs"]:
@@ -192,7 +203,9 @@ def main_callback(
     gpus_per_node: int = typer.Option(None, help="override run.gpus_per_node"),
     miles_root: str = typer.Option(None, help="Miles checkout on the GPU node (default $MILES_ROOT or /root/miles)"),
     megatron_root: str = typer.Option(None, help="Megatron-LM checkout (default $MEGATRON_ROOT or /root/Megatron-LM)"),
-    repeats: int = typer.Option(None, help="repeats of every cell, interleaved (run only) [1]"),
+    repeats: int = typer.Option(
+        None, help="repeats of every cell, interleaved (run only) [3 with --compare-verl, else 1]"
+    ),
     skip_prepare: bool = typer.Option(False, "--skip-prepare", help="skip the download/convert steps (run only)"),
     wandb: bool = typer.Option(
         False, "--wandb", help="also log both frameworks to wandb (spec tracking.wandb; key from $WANDB_API_KEY)"
