@@ -50,6 +50,7 @@ from scripts.benchmark.analysis.run_folder import (
 )
 from scripts.benchmark.analysis.stats import summarise
 from scripts.benchmark.analysis.steady_state import detect_steady_state
+from scripts.benchmark.analysis.verdict import practical_thresholds
 
 REPORT_SCHEMA_VERSION = 1
 PARITY_OK_STATUSES = frozenset({"matched", "match", "equal", "ok"})
@@ -375,6 +376,7 @@ def analyse_run_folder(
         "spec_hash": plan.get("spec_hash"),
         "preset": plan.get("preset"),
         "confidence": confidence,
+        "practical_thresholds": practical_thresholds(plan, list(REPORT_METRICS)),
         "family_wise": family_wise,
         "bootstrap_reps": reps,
         "cells": cells,
