@@ -89,15 +89,17 @@ def verdict_words(verdict: Practical, unit: str) -> str:
 
 
 def percent(change: float) -> str:
-    """A relative change as a short percentage: 10%, 2.4%, 0.51%."""
+    """A relative change as a short percentage: 10%, 2.4%, 0.51% (whole percents from 5% up: a headline number)."""
     magnitude = abs(change) * 100
-    if magnitude >= 9.95:
+    if magnitude >= 4.95:
         return f"{magnitude:.0f}%"
     return f"{magnitude:.1f}%" if magnitude >= 0.995 else f"{magnitude:.2f}%"
 
 
 def signed_percent(change: float) -> str:
-    return ("+" if change >= 0 else "-") + percent(change)
+    """An interval end: always with a decimal (+9.6%, +10.4%, -0.18%), so bounds never look rounder than they are."""
+    magnitude = abs(change) * 100
+    return ("+" if change >= 0 else "-") + (f"{magnitude:.1f}%" if magnitude >= 0.995 else f"{magnitude:.2f}%")
 
 
 def practical_thresholds(plan: dict[str, Any] | None, metrics: list[str]) -> dict[str, float]:

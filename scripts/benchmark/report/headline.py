@@ -75,29 +75,27 @@ def main_component(doc: dict[str, Any], backend: str, layout: str) -> str | None
     return f"{where} ({top['gap_s']:+.2f} s of {step['gap_s']:+.2f} s per step)"
 
 
-def pair_sentence(doc: dict[str, Any], backend: str, layout: str) -> tuple[Practical, str]:
-    """The verdict on one pair's step time, in the report's words."""
+def pair_sentence(doc: dict[str, Any], backend: str, layout: str) -> tuple[Practical, str, str]:
+    """The verdict on one pair's step time, in the report's words: (verdict, the verdict itself, its evidence)."""
     verdict, step = step_verdict(doc, backend, layout)
     threshold = threshold_text(threshold_of(doc, "step_time_s"))
     if verdict is Practical.NOT_COMPARED:
         why = step["method"].removeprefix("not compared: ") if step else "no step time"
         if step is not None and step["ratio"] is not None:
             why = "too few steps for an interval"
-        return verdict, f"step time could not be compared ({why})"
+        return verdict, "step time not compared", f"({why})"
     change = step["ratio"] - 1
     if verdict in (Practical.WORSE, Practical.BETTER):
         word = "slower" if verdict is Practical.WORSE else "faster"
-        text = f"Miles {percent(change)} {word} ({_ci_text(step)})"
         where = main_component(doc, backend, layout)
-        return verdict, text + (f", mostly in {where}" if where else "")
+        return verdict, f"Miles {percent(change)} {word}", f"({_ci_text(step)})" + (f", mostly in {where}" if where else "")
     if verdict is Practical.NO_PRACTICAL_DIFFERENCE:
-        return verdict, (
-            f"no practical difference (Miles/VERL step time {signed_percent(change)}, {_ci_text(step)}, "
-            f"inside ±{threshold})"
+        return verdict, "no practical difference", (
+            f"(Miles/VERL step time {signed_percent(change)}, {_ci_text(step)}, inside ±{threshold})"
         )
-    return verdict, (
-        f"inconclusive (Miles/VERL step time {signed_percent(change)}, {_ci_text(step)}, "
-        f"crosses the ±{threshold} threshold: more steps or repeats would settle it)"
+    return verdict, "inconclusive", (
+        f"(Miles/VERL step time {signed_percent(change)}, {_ci_text(step)}, crosses the ±{threshold} threshold: "
+        "more steps or repeats would settle it)"
     )
 
 
@@ -125,7 +123,7 @@ def _bar(label: str, phases: dict[str, float], step_s: float | None, cell: dict[
 
 
 def pair_card(doc: dict[str, Any], backend: str, layout: str) -> Card:
-    verdict, text = pair_sentence(doc, backend, layout)
+    verdict, short, evidence = pair_sentence(doc, backend, layout)
     rows = _rows(doc, "attribution", backend, layout)
     cells = {c["framework"]: c for c in doc["cells"] if (c["backend"], c["layout"]) == (backend, layout)}
     step = next((a for a in rows if a["component"] == "step_time_s"), None)
@@ -140,7 +138,8 @@ def pair_card(doc: dict[str, Any], backend: str, layout: str) -> Card:
     warnings = [w["warning"] for w in doc.get("learning_signal") or [] if (w["backend"], w["layout"]) == (backend, layout)]
     return Card(
         title=f"{backend} / {layout}",
-        text=text,
+        verdict=short,
+        text=evidence,
         color=VERDICT_COLORS[verdict],
         bars=bars if step else [],
         warnings=warnings,
@@ -190,6 +189,6 @@ def headline_markdown(doc: dict[str, Any]) -> str:
         steps = [f"{b.label} {b.total_s:.2f} s" for b in card.bars if b.total_s is not None]
         tail = f" Step time {' vs '.join(steps)}." if len(steps) == 2 else ""
         warn = "".join(f" **Warning**: {w}" for w in card.warnings)
-        lines.append(f"**{card.title}**: {card.text}.{tail}{warn}")
+        lines.append(f"**{card.title}**: {card.verdict} {card.text}.{tail}{warn}")
     lines += _notes(doc)
     return render_markdown([Paragraph("**Miles vs VERL at a glance**"), Bullets(lines)])

@@ -82,14 +82,18 @@ def _bar_rows(doc: dict[str, Any]) -> list[tuple[float, str, dict[str, Any]]]:
     return rows
 
 
+def phase_bars_size_px(doc: dict[str, Any]) -> tuple[int, int]:
+    rows = _bar_rows(doc)
+    return WIDTH_PX, round(MARGIN_PX + BAR_ROW_PX * (rows[-1][0] + 1 if rows else 0))
+
+
 def phase_bars_figure(doc: dict[str, Any]):
     from miles.utils.bench_metrics import PHASES
 
     rows = _bar_rows(doc)
     if not rows:
         return None
-    height = MARGIN_PX + BAR_ROW_PX * (rows[-1][0] + 1)
-    fig, ax = _figure(height)
+    fig, ax = _figure(phase_bars_size_px(doc)[1])
     missing: dict[str, set[str]] = {}
     longest = 0.0
     for y, _, cell in rows:
@@ -182,11 +186,15 @@ def _trace_panel(ax, name: str, cells: list[dict[str, Any]]) -> None:
     ax.legend(fontsize=FONT - 2, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
 
 
+def step_times_size_px(num_panels: int) -> tuple[int, int]:
+    return WIDTH_PX, STEP_PANEL_PX * num_panels + 60
+
+
 def step_times_figure(doc: dict[str, Any]):
     groups = grouped_cells(doc)
     if not groups:
         return None
-    fig, axes = _figure(STEP_PANEL_PX * len(groups) + 60, nrows=len(groups), ncols=1, squeeze=False)
+    fig, axes = _figure(step_times_size_px(len(groups))[1], nrows=len(groups), ncols=1, squeeze=False)
     for ax, (name, cells) in zip(axes[:, 0], groups, strict=True):
         _trace_panel(ax, name, cells)
     axes[-1, 0].set_xlabel("step", fontsize=FONT)
@@ -212,10 +220,8 @@ def ratio_verdict(doc: dict[str, Any], row: dict[str, Any]) -> tuple[Practical, 
     return practical_verdict(low, high, threshold=threshold, direction=row["direction"]), threshold
 
 
-def ratios_figure(doc: dict[str, Any]):
-    rows = ratio_rows(doc)
-    if not rows:
-        return None
+def _ratio_ticks(rows: list[dict[str, Any]]) -> tuple[list[int], list[tuple[int, str, bool]]]:
+    """Row positions of the ratios and the y ticks: a bold heading row per pair, then its metrics."""
     positions, ticks, y, pair = [], [], 0, None
     for row in rows:
         if (row["backend"], row["layout"]) != pair:
@@ -225,7 +231,19 @@ def ratios_figure(doc: dict[str, Any]):
         positions.append(y)
         ticks.append((y, row["metric"], False))
         y += 1
-    fig, ax = _figure(MARGIN_PX + RATIO_ROW_PX * y)
+    return positions, ticks
+
+
+def ratio_chart_size_px(doc: dict[str, Any]) -> tuple[int, int]:
+    return WIDTH_PX, MARGIN_PX + RATIO_ROW_PX * len(_ratio_ticks(ratio_rows(doc))[1])
+
+
+def ratios_figure(doc: dict[str, Any]):
+    rows = ratio_rows(doc)
+    if not rows:
+        return None
+    positions, ticks = _ratio_ticks(rows)
+    fig, ax = _figure(ratio_chart_size_px(doc)[1])
     for y, row in zip(positions, rows, strict=True):
         verdict, threshold = ratio_verdict(doc, row)
         ax.barh(y, 2 * threshold, left=1 - threshold, height=1.0, color="#d8dee4", label="practical threshold band")

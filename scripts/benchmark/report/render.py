@@ -74,6 +74,7 @@ class Card:
     """One pair's headline: the verdict sentence, its colour, both sides' bars on one scale, warnings."""
 
     title: str
+    verdict: str
     text: str
     color: str
     bars: list[CardBar]
@@ -126,7 +127,7 @@ def render_markdown(blocks: list[Any]) -> str:
 
 
 def _card_markdown(card: Card) -> str:
-    text = f"**{card.title}**: {card.text}."
+    text = f"**{card.title}**: **{card.verdict}** {card.text}."
     for bar in card.bars:
         if bar.total_s is None:
             continue
@@ -157,7 +158,8 @@ def _card_html(card: Card) -> str:
     return (
         f'<div class="card" style="border-left-color:{card.color}"><div class="card-title">'
         f"{html.escape(card.title)}</div>"
-        f'<p class="verdict" style="color:{card.color}">{_inline_html(card.text)}</p>{bars}{warnings}</div>'
+        f'<p class="verdict"><span style="color:{card.color}">{_inline_html(card.verdict)}</span> '
+        f'<span class="evidence">{_inline_html(card.text)}</span></p>{bars}{warnings}</div>'
     )
 
 
@@ -215,15 +217,16 @@ def render_html(blocks: list[Any], base_dir: Path) -> str:
 STYLE = (
     "body{font-family:system-ui,sans-serif;max-width:1200px;margin:auto;padding:1em;color:#1f2328}"
     ".scroll{overflow-x:auto;max-width:100%}table{border-collapse:collapse;margin:0.5em 0}"
-    "td,th{border:1px solid #d0d7de;padding:2px 6px;font-size:13px;overflow-wrap:anywhere}th{background:#f6f8fa}"
+    "td,th{border:1px solid #d0d7de;padding:2px 6px;font-size:13px}th{background:#f6f8fa}"
     "td.good{color:#1a7f37;font-weight:600}td.bad{color:#cf222e;font-weight:600}td.unsure{color:#9a6700}"
     "td.same{color:#57606a}pre{background:#f6f8fa;padding:0.5em;overflow:auto;max-width:100%}"
-    "img{max-width:100%;height:auto}p,li{overflow-wrap:anywhere}"
+    "img{max-width:100%;height:auto}p,li{overflow-wrap:break-word}"
     ".cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(520px,100%),1fr));gap:12px;margin:1em 0}"
     ".legend{grid-column:1/-1;font-size:13px;display:flex;flex-wrap:wrap;gap:4px 14px}"
     ".key{display:inline-flex;align-items:center;gap:4px}.swatch{width:12px;height:12px;display:inline-block}"
     ".card{border:1px solid #d0d7de;border-left:6px solid;border-radius:6px;padding:8px 12px;min-width:0}"
-    ".card-title{font-weight:700;font-size:15px}.verdict{font-size:16px;font-weight:600;margin:4px 0 8px}"
+    ".card-title{font-weight:700;font-size:15px}.verdict{font-size:18px;font-weight:700;margin:4px 0 8px}"
+    ".evidence{font-size:13px;font-weight:400;color:#57606a}"
     ".bars{display:grid;grid-template-columns:48px minmax(0,1fr) auto;gap:4px 8px;align-items:center}"
     ".who{font-size:13px;font-weight:600}.track{background:#f6f8fa;height:22px}"
     ".bar{display:flex;height:22px;overflow:hidden}.tot{font-size:12px;white-space:nowrap}"
