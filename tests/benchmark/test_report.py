@@ -410,7 +410,10 @@ class TestCommand:
         run_dir = write_run_folder(tmp_path, planted_cells()[:2])
         result = CliRunner().invoke(self.app(), ["report", str(run_dir), "--reps", "200"])
         assert result.exit_code == 0, result.output
-        assert result.output.startswith("**Miles vs VERL at a glance**") and "# Miles vs VERL throughput report" not in result.output
+        assert (
+            result.output.startswith("**Miles vs VERL at a glance**")
+            and "# Miles vs VERL throughput report" not in result.output
+        )
         assert "environment" not in result.output.lower()  # the records stay in the files
         assert f"  {run_dir / 'report.md'}\n" in result.output and f"  {run_dir / 'report.json'}\n" in result.output
         for name in ("report.md", "report.json", "report.html", "plots/ratios.png"):

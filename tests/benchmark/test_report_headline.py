@@ -14,7 +14,8 @@ from scripts.benchmark.analysis.document import analyse_run_folder
 from scripts.benchmark.analysis.verdict import Practical, ReportSpec, practical_verdict, verdict_words
 from scripts.benchmark.history.check import CheckSettings, check_metric, render_markdown
 from scripts.benchmark.report.headline import headline_blocks, headline_markdown
-from scripts.benchmark.report.render import render_html, render_markdown as render_blocks
+from scripts.benchmark.report.render import render_html
+from scripts.benchmark.report.render import render_markdown as render_blocks
 from scripts.benchmark.report.write import write_report
 from scripts.benchmark.spec import BenchmarkSpec, load_preset, spec_hash
 from tests.benchmark.synthetic_runs import gap_pair, write_run_folder
@@ -41,14 +42,19 @@ def test_half_percent_gap_is_no_practical_difference(gap_runs):
     step = next(c for c in doc["comparisons"] if c["metric"] == "step_time_s")
     assert step["significant"]  # detectable with 1,200 steps...
     line = (run_dir / "headline.md").read_text()
-    assert re.search(r"\*\*fsdp / colocate\*\*: no practical difference \(Miles/VERL step time \+0\.\d\d%, CI \+0\.\d\d% to "
-                     r"\+0\.\d\d%, inside ±2%\)", line), line  # ...but irrelevant
+    assert re.search(
+        r"\*\*fsdp / colocate\*\*: no practical difference \(Miles/VERL step time \+0\.\d\d%, CI \+0\.\d\d% to "
+        r"\+0\.\d\d%, inside ±2%\)",
+        line,
+    ), line  # ...but irrelevant
 
 
 def test_ten_percent_gap_is_slower_mostly_in_train(gap_runs):
     run_dir, doc = gap_runs["ten"]
     line = (run_dir / "headline.md").read_text()
-    found = re.search(r"\*\*fsdp / colocate\*\*: Miles 10% slower \(CI \+(\d+\.\d)% to \+(\d+\.\d)%\), mostly in train ", line)
+    found = re.search(
+        r"\*\*fsdp / colocate\*\*: Miles 10% slower \(CI \+(\d+\.\d)% to \+(\d+\.\d)%\), mostly in train ", line
+    )
     assert found, line
     assert 9 < float(found[1]) < 10 < float(found[2]) < 11
     text = (run_dir / "report.md").read_text()
@@ -107,7 +113,9 @@ def test_practical_verdict_needs_the_whole_interval(low, high, direction, expect
 
 
 def test_words_follow_the_unit():
-    assert verdict_words(Practical.WORSE, "s") == "slower" and verdict_words(Practical.BETTER, "s/1k tokens") == "faster"
+    assert (
+        verdict_words(Practical.WORSE, "s") == "slower" and verdict_words(Practical.BETTER, "s/1k tokens") == "faster"
+    )
     assert verdict_words(Practical.WORSE, "tokens/s") == "worse"
 
 
@@ -115,8 +123,12 @@ def test_regression_check_speaks_the_same_words():
     rng = np.random.default_rng(0)
     recent = list(100 + rng.normal(0, 0.5, 20))
     settings = CheckSettings()
-    slow = check_metric(cell_id="c", metric="step_time_s", candidate=110.0, recent=recent, anchor=[], settings=settings)
-    same = check_metric(cell_id="c", metric="step_time_s", candidate=100.2, recent=recent, anchor=[], settings=settings)
+    slow = check_metric(
+        cell_id="c", metric="step_time_s", candidate=110.0, recent=recent, anchor=[], settings=settings
+    )
+    same = check_metric(
+        cell_id="c", metric="step_time_s", candidate=100.2, recent=recent, anchor=[], settings=settings
+    )
     text = render_markdown([slow, same], title="check", notes=[])
     rows = [line for line in text.splitlines() if line.startswith("| c |")]
     assert "| slower | **REGRESSED** |" in rows[0]

@@ -43,7 +43,9 @@ class ReportSpec(BaseModel):
 
         for name, threshold in value.items():
             if name not in REPORT_METRICS:
-                raise ValueError(f"report.metric_thresholds: unknown metric {name!r} (known: {', '.join(REPORT_METRICS)})")
+                raise ValueError(
+                    f"report.metric_thresholds: unknown metric {name!r} (known: {', '.join(REPORT_METRICS)})"
+                )
             if not 0 < threshold < 1:
                 raise ValueError(f"report.metric_thresholds.{name}: {threshold} is not a fraction in (0, 1)")
         return value
@@ -80,7 +82,7 @@ def is_time(unit: str) -> bool:
 
 
 def verdict_words(verdict: Practical, unit: str) -> str:
-    """"slower"/"faster" for times, "worse"/"better" otherwise; the equivalence and inconclusive words as they are."""
+    """ "slower"/"faster" for times, "worse"/"better" otherwise; the equivalence and inconclusive words as they are."""
     if verdict is Practical.WORSE:
         return "slower" if is_time(unit) else "worse"
     if verdict is Practical.BETTER:

@@ -88,14 +88,24 @@ def pair_sentence(doc: dict[str, Any], backend: str, layout: str) -> tuple[Pract
     if verdict in (Practical.WORSE, Practical.BETTER):
         word = "slower" if verdict is Practical.WORSE else "faster"
         where = main_component(doc, backend, layout)
-        return verdict, f"Miles {percent(change)} {word}", f"({_ci_text(step)})" + (f", mostly in {where}" if where else "")
-    if verdict is Practical.NO_PRACTICAL_DIFFERENCE:
-        return verdict, "no practical difference", (
-            f"(Miles/VERL step time {signed_percent(change)}, {_ci_text(step)}, inside ±{threshold})"
+        return (
+            verdict,
+            f"Miles {percent(change)} {word}",
+            f"({_ci_text(step)})" + (f", mostly in {where}" if where else ""),
         )
-    return verdict, "inconclusive", (
-        f"(Miles/VERL step time {signed_percent(change)}, {_ci_text(step)}, crosses the ±{threshold} threshold: "
-        "more steps or repeats would settle it)"
+    if verdict is Practical.NO_PRACTICAL_DIFFERENCE:
+        return (
+            verdict,
+            "no practical difference",
+            (f"(Miles/VERL step time {signed_percent(change)}, {_ci_text(step)}, inside ±{threshold})"),
+        )
+    return (
+        verdict,
+        "inconclusive",
+        (
+            f"(Miles/VERL step time {signed_percent(change)}, {_ci_text(step)}, crosses the ±{threshold} threshold: "
+            "more steps or repeats would settle it)"
+        ),
     )
 
 
@@ -135,7 +145,9 @@ def pair_card(doc: dict[str, Any], backend: str, layout: str) -> Card:
             if a["component"].startswith("phases_s.") and a[f"{side}_s"] is not None
         }
         bars.append(_bar(label, phases, step[f"{side}_s"] if step else None, cells.get(side)))
-    warnings = [w["warning"] for w in doc.get("learning_signal") or [] if (w["backend"], w["layout"]) == (backend, layout)]
+    warnings = [
+        w["warning"] for w in doc.get("learning_signal") or [] if (w["backend"], w["layout"]) == (backend, layout)
+    ]
     return Card(
         title=f"{backend} / {layout}",
         verdict=short,
@@ -167,7 +179,9 @@ def headline_blocks(doc: dict[str, Any]) -> list[Any]:
     threshold = threshold_text(threshold_of(doc, "step_time_s"))
     blocks: list[Any] = []
     if cards:
-        blocks.append(Cards(cards, legend=[(p, PHASE_COLORS[p]) for p in PHASES] + [("unattributed", UNATTRIBUTED_COLOR)]))
+        blocks.append(
+            Cards(cards, legend=[(p, PHASE_COLORS[p]) for p in PHASES] + [("unattributed", UNATTRIBUTED_COLOR)])
+        )
         blocks.append(
             Paragraph(
                 f"Practical threshold {threshold} on step time: a verdict of faster or slower needs the whole "

@@ -142,7 +142,9 @@ def _steady_values(cell: dict[str, Any]) -> list[float]:
     values = []
     for series in cell["step_time_series"]:
         cut = start if start is not None else series["steps"][len(series["steps"]) // 2] if series["steps"] else 0
-        values += [y for s, y in zip(series["steps"], series["step_time_s"], strict=True) if s >= cut and y is not None]
+        values += [
+            y for s, y in zip(series["steps"], series["step_time_s"], strict=True) if s >= cut and y is not None
+        ]
     return [v for v in values if math.isfinite(v)]
 
 
@@ -166,7 +168,14 @@ def _trace_panel(ax, name: str, cells: list[dict[str, Any]]) -> None:
         side = SIDE_NAMES.get(cell["framework"], cell["framework"])
         for k, series in enumerate(cell["step_time_series"]):
             ys = [math.nan if y is None else y for y in series["step_time_s"]]
-            ax.plot(series["steps"], ys, color=color, linewidth=1, alpha=0.9 if k == 0 else 0.5, label=side if k == 0 else None)
+            ax.plot(
+                series["steps"],
+                ys,
+                color=color,
+                linewidth=1,
+                alpha=0.9 if k == 0 else 0.5,
+                label=side if k == 0 else None,
+            )
             last = max([last, *series["steps"]])
             if y_range:
                 off_scale += sum(1 for y in ys if math.isfinite(y) and not y_range[0] <= y <= y_range[1])

@@ -168,7 +168,9 @@ def _cards_html(block: Cards) -> str:
         f'<span class="key"><span class="swatch" style="background:{color}"></span>{html.escape(name)}</span>'
         for name, color in block.legend
     )
-    return f'<section class="cards"><div class="legend">{legend}</div>{"".join(map(_card_html, block.cards))}</section>'
+    return (
+        f'<section class="cards"><div class="legend">{legend}</div>{"".join(map(_card_html, block.cards))}</section>'
+    )
 
 
 def _td(text: str) -> str:
@@ -199,7 +201,9 @@ def render_html(blocks: list[Any], base_dir: Path) -> str:
         elif isinstance(block, Table):
             head = "".join(f"<th>{_inline_html(h)}</th>" for h in block.header)
             rows = "".join("<tr>" + "".join(_td(c) for c in r) + "</tr>" for r in block.rows)
-            body.append(f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>')
+            body.append(
+                f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>'
+            )
         elif isinstance(block, Cards):
             body.append(_cards_html(block))
         elif isinstance(block, Code):

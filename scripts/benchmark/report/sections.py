@@ -1,5 +1,6 @@
 """The report's sections, from the report document (analysis/document.py) to text blocks, in reading order:
-the headline cards (headline.py), Miles/VERL comparison, per-cell summaries, steady state, calibration, incomplete cells, plots, context.
+the headline cards (headline.py), Miles/VERL comparison, per-cell summaries, steady state, calibration, incomplete
+cells, plots, context.
 
 A null number is printed "n/a", never 0. Fractions (MFU, wait ratio) are printed as percentages.
 """

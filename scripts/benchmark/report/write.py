@@ -7,8 +7,8 @@
 - report.md fits a GitHub step summary and a PR comment (65,536 characters): when the full environment records
   would push it past `MARKDOWN_BUDGET`, they are left to report.json/report.html and the markdown says so.
 - `write_report(doc, run_dir)` writes everything (and headline.md: the headline, one line per pair, for a step
-  summary or a PR comment) and returns the paths; `analyse_and_write(run_dir)` analyses a run
-  folder first (what `run.py report` and the end of every run call); `verdict_markdown(doc)` is the headline, one line per pair.
+  summary or a PR comment) and returns the paths; `analyse_and_write(run_dir)` analyses a run folder first (what
+  `run.py report` and the end of every run call); `verdict_markdown(doc)` is the headline, one line per pair.
 
 Caveats:
 - A null number is printed "n/a", never 0. Fractions (MFU, wait ratio) are printed as percentages.
