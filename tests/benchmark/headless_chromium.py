@@ -1,6 +1,7 @@
 """Test helper: Debian's Chromium, headless, as the tests drive it (rendering a page, measuring it, a screenshot).
 
-- `chromium_binary()`: /usr/bin/chromium or `chromium` on PATH; None when not installed (`.ci/run` installs it).
+- `chromium_binary()`: `chromium` on PATH (else `chromium-browser`, `google-chrome`); None when not installed
+  (`.ci/run` installs Debian's `chromium`).
 - `dump_dom(page, width, height)`: the DOM after the page's load handlers ran, at that window size.
 - `screenshot(page, out, width, height)`: a PNG of the top `height` pixels of the page.
 
@@ -34,7 +35,8 @@ FLAGS = [
 
 
 def chromium_binary() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser")
+    """Debian's `chromium`; on other runners the same engine under its other names."""
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
 
 def _run(args: list[str]) -> str:

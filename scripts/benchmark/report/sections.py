@@ -68,31 +68,29 @@ def _headline_section(doc: dict[str, Any]) -> list[Any]:
     return [Heading(2, "At a glance"), *headline_blocks(doc)]
 
 
+def _comparison_row(doc: dict[str, Any], c: dict[str, Any]) -> list[str]:
+    threshold = threshold_of(doc, c["metric"])
+    return [
+        f"`{c['metric']}`",
+        c["unit"],
+        c["direction"],
+        format_number(c["miles"], c["unit"]),
+        format_number(c["verl"], c["unit"]),
+        "n/a" if c["ratio"] is None else f"{c['ratio']:.3f}",
+        format_ratio_interval(c["ci_low"], c["ci_high"]),
+        "n/a" if c.get("p_value") is None else f"{c['p_value']:.3f}",
+        f"{threshold * 100:g}%",
+        _better_side(c, threshold),
+    ]
+
+
 def _comparison_blocks(doc: dict[str, Any]) -> list[Any]:
     blocks: list[Any] = []
     pct = f"{doc.get('confidence', 0.95):.0%}"
     for backend, layout in sorted({(c["backend"], c["layout"]) for c in doc["comparisons"]}):
         rows = {c["metric"]: c for c in doc["comparisons"] if (c["backend"], c["layout"]) == (backend, layout)}
         blocks.append(Heading(2, f"Miles vs VERL: {backend} / {layout}"))
-        table = []
-        for metric in _ordered_metrics(list(rows)):
-            c = rows[metric]
-            p = "n/a" if c.get("p_value") is None else f"{c['p_value']:.3f}"
-            ratio = "n/a" if c["ratio"] is None else f"{c['ratio']:.3f}"
-            table.append(
-                [
-                    f"`{metric}`",
-                    c["unit"],
-                    c["direction"],
-                    format_number(c["miles"], c["unit"]),
-                    format_number(c["verl"], c["unit"]),
-                    ratio,
-                    format_ratio_interval(c["ci_low"], c["ci_high"]),
-                    p,
-                    f"{threshold_of(doc, metric):.0%}",
-                    _better_side(c, threshold_of(doc, metric)),
-                ]
-            )
+        table = [_comparison_row(doc, rows[metric]) for metric in _ordered_metrics(list(rows))]
         header = ["metric", "unit", "better", "Miles", "VERL", "Miles/VERL", f"{pct} CI", "p", "threshold", "verdict"]
         blocks.append(Table(header, table))
         blocks.append(Heading(3, f"Where the step-time gap goes ({backend} / {layout})"))
