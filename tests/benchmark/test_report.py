@@ -204,6 +204,7 @@ class TestOutputs:
         json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
         report = validate_report_file(run_dir / "report.json")
         assert report.schema_version == 1 and report.preset == "qwen3-1.7b-base" and report.spec_hash == "0123456789ab"
+        assert report.practical_thresholds["step_time_s"] == 0.02 and "phases_s.train" in report.practical_thresholds
         assert {c.id for c in report.cells} == {c.id for c in planted_cells()}
         cell = report.cells[0]
         assert cell.hardware == "8x NVIDIA H200" and cell.environment["driver"] == "570.86.15"

@@ -79,6 +79,8 @@ class ReportDocument(_Open):
     comparisons: list[ComparisonModel]
     attribution: list[dict[str, Any]]
     parity: dict[str, Any] | list[Any] | None
+    practical_thresholds: dict[str, float] = Field(default_factory=dict)
+    """Per metric, the relative change the headline's verdicts read intervals against (empty in older documents)."""
 
 
 def validate_report_file(path: Path) -> ReportDocument:
