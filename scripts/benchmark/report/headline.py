@@ -93,20 +93,11 @@ def pair_sentence(doc: dict[str, Any], backend: str, layout: str) -> tuple[Pract
             f"Miles {percent(change)} {word}",
             f"({_ci_text(step)})" + (f", mostly in {where}" if where else ""),
         )
+    measured = f"(Miles/VERL step time {signed_percent(change)}, {_ci_text(step)}"
     if verdict is Practical.NO_PRACTICAL_DIFFERENCE:
-        return (
-            verdict,
-            "no practical difference",
-            (f"(Miles/VERL step time {signed_percent(change)}, {_ci_text(step)}, inside ±{threshold})"),
-        )
-    return (
-        verdict,
-        "inconclusive",
-        (
-            f"(Miles/VERL step time {signed_percent(change)}, {_ci_text(step)}, crosses the ±{threshold} threshold: "
-            "more steps or repeats would settle it)"
-        ),
-    )
+        return verdict, "no practical difference", f"{measured}, inside ±{threshold})"
+    settle = f"{measured}, crosses the ±{threshold} threshold: more steps or repeats would settle it)"
+    return verdict, "inconclusive", settle
 
 
 def tokens_per_step(cell: dict[str, Any]) -> float | None:
