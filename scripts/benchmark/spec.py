@@ -9,6 +9,7 @@
   the jsonl is missing (optional: a spec without them plans no download); validated as `owner/name`.
 - `tracking.wandb` (off in every preset; `run.py --wandb` turns it on): both launches also log to wandb, project
   `tracking.wandb_project`; the metric sinks stay what the report reads. The API key is never part of the spec.
+- `report`: practical thresholds of the report's verdicts (analysis/verdict.py); outside the spec hash.
 - `spec_hash(spec)`: first 12 hex digits of sha256 over the canonical JSON of the resolved spec (config inlined).
 - `load_preset(name)`, `load_spec_file(path)`, `with_overrides(spec, ...)`; `PRESETS_DIR`, `MODEL_CONFIGS_DIR`;
   `resolve_model_config(model)`: a config.json path, a model_configs name or a preset name -> the HF config dict.
@@ -30,6 +31,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from scripts.benchmark.analysis.verdict import ReportSpec
 from scripts.benchmark.model_config import (  # noqa: F401  (re-exported: the spec's public names)
     BACKENDS,
     MODEL_CONFIGS_DIR,
@@ -254,6 +256,7 @@ class BenchmarkSpec(_Frozen):
     placement: PlacementSpec = PlacementSpec()
     run: RunSpec
     tracking: TrackingSpec = TrackingSpec()
+    report: ReportSpec = ReportSpec()
 
     def train_gpus(self, layout: Layout | None = None) -> int:
         if (layout or self.placement.layout) == "disaggregated":
@@ -455,7 +458,9 @@ def spec_json(spec: BenchmarkSpec) -> dict[str, Any]:
 
 
 def spec_hash(spec: BenchmarkSpec) -> str:
-    canonical = json.dumps(spec_json(spec), sort_keys=True, separators=(",", ":"))
+    """How the report reads results (`report`) does not change what is measured, so it stays out of the hash."""
+    measured = {k: v for k, v in spec_json(spec).items() if k != "report"}
+    canonical = json.dumps(measured, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 

@@ -206,3 +206,20 @@ def write_run_folder(
     if write_parity:
         (root / "parity.json").write_text(json.dumps(parity if parity is not None else matched_parity(cells)))
     return root
+
+
+def gap_pair(
+    miles_extra_s: dict[str, float],
+    *,
+    backend: str = "fsdp",
+    layout: str = "colocate",
+    num_steps: int = 600,
+    cv: float = 0.03,
+    seed: int = 0,
+) -> list[SyntheticCell]:
+    """A Miles/VERL pair on the default 100 s step, Miles slower by `miles_extra_s` seconds per phase; VERL does not
+    report ref_logprob (as in real runs), both warm up for 5 steps."""
+    phases = {p: v + miles_extra_s.get(p, 0.0) for p, v in SyntheticCell(framework="verl").phase_means.items()}
+    common = {"backend": backend, "layout": layout, "num_steps": num_steps, "warmup_steps": 5, "cv": cv}
+    verl = SyntheticCell(framework="verl", seed=seed + 1, unreported_phases=("ref_logprob",), **common)
+    return [SyntheticCell(framework="miles", phase_means=phases, seed=seed, **common), verl]

@@ -89,7 +89,7 @@ def test_dry_run_edit_execute_report_record_check(tmp_path: Path):
     assert "## Miles vs VERL: fsdp / colocate" in (run_dir / "report.md").read_text()
     for name in ("report.html", "plots/phase_bars.png", "plots/step_times.png", "plots/ratios.png"):
         assert (run_dir / name).stat().st_size > 0, name
-    assert "## Verdict" in executed.stdout and "**fsdp / colocate**" in executed.stdout
+    assert "Miles vs VERL at a glance" in executed.stdout and "**fsdp / colocate**" in executed.stdout
 
     checked = _run_py("check", str(run_dir), "--store", store)
     assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -88,7 +88,7 @@ class TestFaults:
         assert [c["id"] for c in report["cells"]] == ["verl-fsdp-colocate"]
         assert [(i["cell_id"], i["state"]) for i in report["incomplete"]] == [("miles-fsdp-colocate", "failed")]
         assert (run_dir / "report.md").is_file() and (run_dir / "report.html").is_file()
-        assert "## Verdict" in result.stdout and f"report: wrote {run_dir / 'plots'}" in result.stdout
+        assert "Miles vs VERL at a glance" in result.stdout and f"report: wrote {run_dir / 'plots'}" in result.stdout
         assert read_manifest(run_dir)["warnings"] == []
 
     def test_fail_fast_leaves_the_remaining_cells_pending(self, tmp_path: Path):

@@ -46,6 +46,7 @@ from scripts.benchmark.analysis.settings import AnalysisSettings
 from scripts.benchmark.analysis.stats import summarise
 from scripts.benchmark.analysis.steady_state import detect_steady_state
 from scripts.benchmark.analysis.step_columns import StepColumns
+from scripts.benchmark.analysis.verdict import practical_thresholds
 
 REPORT_SCHEMA_VERSION = 1
 PARITY_OK_STATUSES = frozenset({"matched", "match", "equal", "ok"})
@@ -417,6 +418,7 @@ def analyse_run_folder(
         "spec_hash": plan.get("spec_hash"),
         "preset": plan.get("preset"),
         "confidence": settings.confidence,
+        "practical_thresholds": practical_thresholds(plan, list(REPORT_METRICS)),
         "family_wise": settings.family_wise,
         "bootstrap_reps": settings.reps,
         "cells": cells,

@@ -80,6 +80,8 @@ class ReportDocument(_Open):
     comparisons: list[ComparisonModel]
     attribution: list[dict[str, Any]]
     parity: dict[str, Any] | list[Any] | None
+    practical_thresholds: dict[str, float] = Field(default_factory=dict)
+    """Per metric, the relative change the headline's verdicts read intervals against (empty in older documents)."""
 
 
 _EXPECTED = {"string_type": "string", "dict_type": "object", "list_type": "list", "int_type": "integer"}

@@ -15,6 +15,8 @@ by more than a practical threshold?
   tested in a fixed sequence (step time first); a throughput alarm without a step-time alarm is not claimed.
 - Drift guard: the candidate is also judged against an anchor, the `window` trusted runs that ended `drift_horizon`
   trusted runs ago, so a slow drift that the rolling baseline follows is still caught (DRIFTED).
+- The markdown also reads each change's interval against the threshold in the report headline's words ("slower",
+  "faster", "no practical difference", "inconclusive"; analysis/verdict.py); the verdict and exit code stay the test's.
 - `judge` is vectorised over leading axes, so the simulation (check_simulation.py) measures this very code.
 
 Caveats:
@@ -33,6 +35,7 @@ import numpy as np
 from scipy import stats
 
 from miles.utils.bench_metrics import METRICS
+from scripts.benchmark.analysis.verdict import practical_verdict, verdict_words
 from scripts.benchmark.report.render import markdown_table
 
 # The MAD of a normal sample times this is its standard deviation.
@@ -284,11 +287,20 @@ def render_markdown(checks: list[MetricCheck], *, title: str, notes: list[str]) 
         verdict = f"**{c.verdict.value}**" if c.verdict in (Verdict.REGRESSED, Verdict.DRIFTED) else c.verdict.value
         if c.note:
             verdict += f" ({c.note})"
-        rows.append([c.cell_id, c.metric, baseline, _fmt(c.candidate), change, p, threshold, verdict])
-    header = ["cell", "metric", "baseline", "candidate", "change [95% CI]", "p", "threshold", "verdict"]
+        rows.append([c.cell_id, c.metric, baseline, _fmt(c.candidate), change, p, threshold, _reading(c), verdict])
+    header = ["cell", "metric", "baseline", "candidate", "change [95% CI]", "p", "threshold", "reading", "verdict"]
     lines += [markdown_table(header, rows), ""]
     lines += [f"- {n}" for n in notes]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _reading(c: MetricCheck) -> str:
+    """The change's interval against the threshold, in the report headline's words (analysis/verdict.py)."""
+    if c.ci_low is None or c.ci_high is None or c.threshold is None:
+        return "-"
+    spec = METRICS[c.metric]
+    practical = practical_verdict(c.ci_low, c.ci_high, threshold=c.threshold, direction=spec.direction)
+    return verdict_words(practical, spec.unit)
 
 
 def _fmt(x: float | None) -> str:

@@ -52,6 +52,45 @@ class Details:
     blocks: list[Any] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class BarSegment:
+    name: str
+    seconds: float
+    color: str
+
+
+@dataclass(frozen=True)
+class CardBar:
+    """One side of a pair: its mean step time split into phases."""
+
+    label: str
+    segments: list[BarSegment]
+    total_s: float | None
+    per_1k_tokens_s: float | None
+
+
+@dataclass(frozen=True)
+class Card:
+    """One pair's headline: the verdict sentence, its colour, both sides' bars on one scale, warnings."""
+
+    title: str
+    verdict: str
+    text: str
+    color: str
+    bars: list[CardBar]
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Cards:
+    cards: list[Card]
+    legend: list[tuple[str, str]] = field(default_factory=list)
+
+
+TONES = {"Miles better": "good", "Miles worse": "bad", "inconclusive": "unsure", "no practical difference": "same"}
+"""Table cells that start with a verdict are coloured by it in the HTML page."""
+
+
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: Sequence[str] | None = None) -> str:
     """A GitHub markdown table; cells are escaped (`|`, newlines); `align` per column: "left" or "right"."""
     rule = ["---:" if a == "right" else "---" for a in (align or ["left"] * len(header))]
@@ -79,10 +118,64 @@ def render_markdown(blocks: list[Any]) -> str:
             out.append("```json\n" + block.text + "\n```")
         elif isinstance(block, Image):
             out.append(f"![{block.alt}]({block.path})")
+        elif isinstance(block, Cards):
+            out.append("\n".join(f"- {_card_markdown(card)}" for card in block.cards))
         elif isinstance(block, Details):
             inner = render_markdown(block.blocks)
             out.append(f"<details><summary>{html.escape(block.summary)}</summary>\n\n{inner}\n\n</details>")
     return "\n\n".join(out) + "\n"
+
+
+def _card_markdown(card: Card) -> str:
+    text = f"**{card.title}**: **{card.verdict}** {card.text}."
+    for bar in card.bars:
+        if bar.total_s is None:
+            continue
+        phases = ", ".join(f"{s.name} {s.seconds:.2f}" for s in bar.segments)
+        text += f" {bar.label} {bar.total_s:.2f} s/step ({phases})."
+    return text + "".join(f" **Warning**: {w}" for w in card.warnings)
+
+
+def _card_html(card: Card) -> str:
+    scale = max([b.total_s or sum(s.seconds for s in b.segments) for b in card.bars] + [1e-9])
+    rows = []
+    for bar in card.bars:
+        total = bar.total_s or sum(s.seconds for s in bar.segments)
+        segments = "".join(
+            f'<span class="seg" style="flex:{s.seconds:.6g} 0 0;background:{s.color}" '
+            f'title="{html.escape(s.name)}: {s.seconds:.2f} s">'
+            f"{html.escape(s.name) if s.seconds / scale >= 0.12 else ''}</span>"
+            for s in bar.segments
+        )
+        per_1k = "" if bar.per_1k_tokens_s is None else f" · {bar.per_1k_tokens_s:.3f} s/1k tokens"
+        totals = "n/a" if bar.total_s is None else f"{bar.total_s:.2f} s/step{per_1k}"
+        rows.append(
+            f'<span class="who">{html.escape(bar.label)}</span><div class="track"><div class="bar" '
+            f'style="width:{100 * total / scale:.2f}%">{segments}</div></div><span class="tot">{totals}</span>'
+        )
+    warnings = "".join(f'<p class="warn">Warning: {_inline_html(w)}</p>' for w in card.warnings)
+    bars = f'<div class="bars">{"".join(rows)}</div>' if rows else ""
+    return (
+        f'<div class="card" style="border-left-color:{card.color}"><div class="card-title">'
+        f"{html.escape(card.title)}</div>"
+        f'<p class="verdict"><span style="color:{card.color}">{_inline_html(card.verdict)}</span> '
+        f'<span class="evidence">{_inline_html(card.text)}</span></p>{bars}{warnings}</div>'
+    )
+
+
+def _cards_html(block: Cards) -> str:
+    legend = "".join(
+        f'<span class="key"><span class="swatch" style="background:{color}"></span>{html.escape(name)}</span>'
+        for name, color in block.legend
+    )
+    return (
+        f'<section class="cards"><div class="legend">{legend}</div>{"".join(map(_card_html, block.cards))}</section>'
+    )
+
+
+def _td(text: str) -> str:
+    tone = next((t for prefix, t in TONES.items() if text.startswith(prefix)), None)
+    return f'<td class="{tone}">{_inline_html(text)}</td>' if tone else f"<td>{_inline_html(text)}</td>"
 
 
 _INLINE = [(re.compile(r"\*\*(.+?)\*\*"), r"<strong>\1</strong>"), (re.compile(r"`(.+?)`"), r"<code>\1</code>")]
@@ -107,8 +200,12 @@ def render_html(blocks: list[Any], base_dir: Path) -> str:
             body.append("<ul>" + "".join(f"<li>{_inline_html(i)}</li>" for i in block.items) + "</ul>")
         elif isinstance(block, Table):
             head = "".join(f"<th>{_inline_html(h)}</th>" for h in block.header)
-            rows = "".join("<tr>" + "".join(f"<td>{_inline_html(c)}</td>" for c in r) + "</tr>" for r in block.rows)
-            body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+            rows = "".join("<tr>" + "".join(_td(c) for c in r) + "</tr>" for r in block.rows)
+            body.append(
+                f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>'
+            )
+        elif isinstance(block, Cards):
+            body.append(_cards_html(block))
         elif isinstance(block, Code):
             body.append(f"<pre>{html.escape(block.text)}</pre>")
         elif isinstance(block, Image):
@@ -118,12 +215,32 @@ def render_html(blocks: list[Any], base_dir: Path) -> str:
             inner = render_html(block.blocks, base_dir)
             inner = inner[inner.index("<body>") + 6 : inner.index("</body>")]
             body.append(f"<details><summary>{html.escape(block.summary)}</summary>{inner}</details>")
-    style = (
-        "body{font-family:sans-serif;max-width:1300px;margin:auto;padding:1em}"
-        "table{border-collapse:collapse;margin:0.5em 0}td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}"
-        "th{background:#f4f4f4}pre{background:#f8f8f8;padding:0.5em;overflow:auto}img{max-width:100%}"
-    )
+    return _page("\n".join(body))
+
+
+STYLE = (
+    "body{font-family:system-ui,sans-serif;max-width:1200px;margin:auto;padding:1em;color:#1f2328}"
+    ".scroll{overflow-x:auto;max-width:100%}table{border-collapse:collapse;margin:0.5em 0}"
+    "td,th{border:1px solid #d0d7de;padding:2px 6px;font-size:13px}th{background:#f6f8fa}"
+    "td.good{color:#1a7f37;font-weight:600}td.bad{color:#cf222e;font-weight:600}td.unsure{color:#9a6700}"
+    "td.same{color:#57606a}pre{background:#f6f8fa;padding:0.5em;overflow:auto;max-width:100%}"
+    "img{max-width:100%;height:auto}p,li{overflow-wrap:break-word}"
+    ".cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(520px,100%),1fr));gap:12px;margin:1em 0}"
+    ".legend{grid-column:1/-1;font-size:13px;display:flex;flex-wrap:wrap;gap:4px 14px}"
+    ".key{display:inline-flex;align-items:center;gap:4px}.swatch{width:12px;height:12px;display:inline-block}"
+    ".card{border:1px solid #d0d7de;border-left:6px solid;border-radius:6px;padding:8px 12px;min-width:0}"
+    ".card-title{font-weight:700;font-size:15px}.verdict{font-size:18px;font-weight:700;margin:4px 0 8px}"
+    ".evidence{font-size:13px;font-weight:400;color:#57606a}"
+    ".bars{display:grid;grid-template-columns:48px minmax(0,1fr) auto;gap:4px 8px;align-items:center}"
+    ".who{font-size:13px;font-weight:600}.track{background:#f6f8fa;height:22px}"
+    ".bar{display:flex;height:22px;overflow:hidden}.tot{font-size:12px;white-space:nowrap}"
+    ".seg{color:#fff;font-size:11px;line-height:22px;text-align:center;overflow:hidden;white-space:nowrap}"
+    ".warn{color:#cf222e;font-weight:600}"
+)
+
+
+def _page(body: str) -> str:
     return (
         '<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>Miles vs VERL throughput report</title>'
-        f"<style>{style}</style></head><body>" + "\n".join(body) + "</body></html>\n"
+        f"<style>{STYLE}</style></head><body>" + body + "</body></html>\n"
     )

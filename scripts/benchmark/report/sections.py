@@ -1,5 +1,6 @@
 """The report's sections, from the report document (analysis/document.py) to text blocks, in reading order:
-verdict, Miles/VERL comparison, per-cell summaries, steady state, calibration, incomplete cells, plots, context.
+the headline cards (headline.py), Miles/VERL comparison, per-cell summaries, steady state, calibration, incomplete
+cells, plots, context.
 
 A null number is printed "n/a", never 0. Fractions (MFU, wait ratio) are printed as percentages.
 """
@@ -11,7 +12,10 @@ from typing import Any
 
 from scripts.benchmark.analysis.document import parity_tables
 from scripts.benchmark.analysis.run_folder import REPORT_METRICS
-from scripts.benchmark.report.render import Bullets, Code, Details, Heading, Image, Paragraph, Table, render_markdown
+from scripts.benchmark.analysis.verdict import Practical, practical_verdict
+from scripts.benchmark.report.headline import headline_blocks, headline_markdown, threshold_of
+from scripts.benchmark.report.palette import VERDICT_LABELS
+from scripts.benchmark.report.render import Code, Details, Heading, Image, Paragraph, Table
 
 
 def format_number(value: float | None, unit: str = "") -> str:
@@ -48,64 +52,36 @@ def format_gap(value: float | None) -> str:
     return "n/a" if value is None else f"{value:+.2f}"
 
 
-def _better_side(row: dict[str, Any]) -> str:
+def _better_side(row: dict[str, Any], threshold: float) -> str:
+    """The practical verdict on one ratio: Miles better / worse beyond the threshold, no practical difference, or
+    inconclusive (analysis/verdict.py)."""
     if row["ratio"] is None:
         return "n/a: " + row["method"].removeprefix("not compared: ")
-    if not row["significant"]:
-        return "no significant difference"
-    miles_higher = row["ratio"] > 1
-    miles_better = miles_higher == (row["direction"] == "higher")
-    return "Miles better" if miles_better else "VERL better"
+    low, high = (None, None) if row["ci_low"] is None else (row["ci_low"] - 1, row["ci_high"] - 1)
+    verdict = practical_verdict(low, high, threshold=threshold, direction=row["direction"])
+    if verdict is Practical.NOT_COMPARED:
+        return "n/a: too few steps for an interval"
+    return VERDICT_LABELS[verdict]
 
 
-def _pair_verdict(doc: dict[str, Any], backend: str, layout: str) -> str:
-    rows = [c for c in doc["comparisons"] if (c["backend"], c["layout"]) == (backend, layout)]
-    step = next((c for c in rows if c["metric"] == "step_time_s"), None)
-    name = f"**{backend} / {layout}**"
-    if step is None or step["ratio"] is None:
-        why = step["method"].removeprefix("not compared: ") if step else "no step time"
-        return f"{name}: step time could not be compared ({why})."
-    ci = format_ratio_interval(step["ci_low"], step["ci_high"])
-    change = (step["ratio"] - 1) * 100
-    if not step["significant"]:
-        return f"{name}: no significant step-time difference (Miles/VERL {step['ratio']:.3f}, CI {ci})."
-    slower = "slower" if change > 0 else "faster"
-    text = (
-        f"{name}: Miles is {abs(change):.1f}% {slower} per step than VERL (Miles/VERL {step['ratio']:.3f}, CI {ci})."
-    )
-    parts = []
-    for a in doc["attribution"]:
-        if (a["backend"], a["layout"]) != (backend, layout) or a["component"] == "step_time_s":
-            continue
-        if a["gap_s"] is None or a["ci_low"] is None or (a["ci_low"] <= 0 <= a["ci_high"]):
-            continue
-        share = "" if a["share_of_gap"] is None else f" ({a['share_of_gap'] * 100:.0f}% of the gap)"
-        parts.append((abs(a["gap_s"]), f"{a['component'].removeprefix('phases_s.')} {a['gap_s']:+.2f} s{share}"))
-    if parts:
-        text += " The gap is in: " + "; ".join(p for _, p in sorted(parts, reverse=True)) + "."
-    return text
+def _headline_section(doc: dict[str, Any]) -> list[Any]:
+    return [Heading(2, "At a glance"), *headline_blocks(doc)]
 
 
-def _verdict_blocks(doc: dict[str, Any]) -> list[Any]:
-    items = []
-    pairs = sorted({(c["backend"], c["layout"]) for c in doc["comparisons"]})
-    items += [_pair_verdict(doc, backend, layout) for backend, layout in pairs]
-    items += [f"**{r['backend']} / {r['layout']}**: comparison refused: {r['reason']}." for r in doc["refused"]]
-    unsteady = [c for c in doc["cells"] if not c["steady_state"]["reached"]]
-    if unsteady:
-        needs = [
-            f"`{c['id']}`"
-            + (f" (needs {c['steady_state']['more_steps']} more steps)" if c["steady_state"].get("more_steps") else "")
-            for c in unsteady
-        ]
-        items.append(
-            "No steady state: " + ", ".join(needs) + " (their numbers include warm-up or drift; see Steady state)."
-        )
-    if doc["incomplete"]:
-        items.append(f"{len(doc['incomplete'])} cell repeat(s) did not complete; see Incomplete cells.")
-    if not items:
-        items.append("No Miles/VERL pair to compare in this run (one framework only).")
-    return [Heading(2, "Verdict"), Bullets(items)]
+def _comparison_row(doc: dict[str, Any], c: dict[str, Any]) -> list[str]:
+    threshold = threshold_of(doc, c["metric"])
+    return [
+        f"`{c['metric']}`",
+        c["unit"],
+        c["direction"],
+        format_number(c["miles"], c["unit"]),
+        format_number(c["verl"], c["unit"]),
+        "n/a" if c["ratio"] is None else f"{c['ratio']:.3f}",
+        format_ratio_interval(c["ci_low"], c["ci_high"]),
+        "n/a" if c.get("p_value") is None else f"{c['p_value']:.3f}",
+        f"{threshold * 100:g}%",
+        _better_side(c, threshold),
+    ]
 
 
 def _comparison_blocks(doc: dict[str, Any]) -> list[Any]:
@@ -114,25 +90,8 @@ def _comparison_blocks(doc: dict[str, Any]) -> list[Any]:
     for backend, layout in sorted({(c["backend"], c["layout"]) for c in doc["comparisons"]}):
         rows = {c["metric"]: c for c in doc["comparisons"] if (c["backend"], c["layout"]) == (backend, layout)}
         blocks.append(Heading(2, f"Miles vs VERL: {backend} / {layout}"))
-        table = []
-        for metric in _ordered_metrics(list(rows)):
-            c = rows[metric]
-            p = "n/a" if c.get("p_value") is None else f"{c['p_value']:.3f}"
-            ratio = "n/a" if c["ratio"] is None else f"{c['ratio']:.3f}"
-            table.append(
-                [
-                    f"`{metric}`",
-                    c["unit"],
-                    c["direction"],
-                    format_number(c["miles"], c["unit"]),
-                    format_number(c["verl"], c["unit"]),
-                    ratio,
-                    format_ratio_interval(c["ci_low"], c["ci_high"]),
-                    p,
-                    _better_side(c),
-                ]
-            )
-        header = ["metric", "unit", "better", "Miles", "VERL", "Miles/VERL", f"{pct} CI", "p", "verdict"]
+        table = [_comparison_row(doc, rows[metric]) for metric in _ordered_metrics(list(rows))]
+        header = ["metric", "unit", "better", "Miles", "VERL", "Miles/VERL", f"{pct} CI", "p", "threshold", "verdict"]
         blocks.append(Table(header, table))
         blocks.append(Heading(3, f"Where the step-time gap goes ({backend} / {layout})"))
         attribution = []
@@ -384,7 +343,7 @@ def build_blocks(doc: dict[str, Any], images: dict[str, str], *, environment_jso
         f"generated {doc['generated_at']}; {doc.get('confidence', 0.95):.0%} confidence intervals."
     )
     blocks: list[Any] = [Heading(1, "Miles vs VERL throughput report"), Paragraph(header)]
-    blocks += _verdict_blocks(doc)
+    blocks += _headline_section(doc)
     blocks += _comparison_blocks(doc)
     blocks += _cell_blocks(doc)
     blocks += _steady_blocks(doc)
@@ -400,5 +359,5 @@ def build_blocks(doc: dict[str, Any], images: dict[str, str], *, environment_jso
 
 
 def verdict_markdown(doc: dict[str, Any]) -> str:
-    """The Verdict section alone: what `run.py report` and the end of every run print."""
-    return render_markdown(_verdict_blocks(doc))
+    """The headline alone, one line per pair: what `run.py report` and the end of every run print."""
+    return headline_markdown(doc)

@@ -6,8 +6,9 @@
   never disagree.
 - report.md fits a GitHub step summary and a PR comment (65,536 characters): when the full environment records
   would push it past `MARKDOWN_BUDGET`, they are left to report.json/report.html and the markdown says so.
-- `write_report(doc, run_dir)` writes everything and returns the paths; `analyse_and_write(run_dir)` analyses a run
-  folder first (what `run.py report` and the end of every run call); `verdict_markdown(doc)` is the Verdict section.
+- `write_report(doc, run_dir)` writes everything (and headline.md: the headline, one line per pair, for a step
+  summary or a PR comment) and returns the paths; `analyse_and_write(run_dir)` analyses a run folder first (what
+  `run.py report` and the end of every run call); `verdict_markdown(doc)` is the headline, one line per pair.
 
 Caveats:
 - A null number is printed "n/a", never 0. Fractions (MFU, wait ratio) are printed as percentages.
@@ -23,6 +24,7 @@ from typing import Any
 from scripts.benchmark.analysis.document import report_json_text
 from scripts.benchmark.analysis.settings import AnalysisSettings
 from scripts.benchmark.contracts.report import ReportDocument
+from scripts.benchmark.report.headline import headline_markdown
 from scripts.benchmark.report.render import render_html, render_markdown
 from scripts.benchmark.report.sections import build_blocks
 
@@ -67,9 +69,12 @@ def write_report(doc: dict[str, Any], run_dir: Path) -> dict[str, Path]:
     run_dir = Path(run_dir)
     written: dict[str, Path] = {}
     plots = {
-        "Phases per step (median, steady state)": ("phase_bars.png", plot_phase_bars),
-        "Step time over steps, steady-state window shaded": ("step_times.png", plot_step_times),
-        "Miles/VERL ratios with confidence intervals": ("ratios.png", plot_ratios),
+        "Phases per step (median, steady state), by pair": ("phase_bars.png", plot_phase_bars),
+        "Step time over steps, Miles and VERL of a pair overlaid, steady-state windows shaded": (
+            "step_times.png",
+            plot_step_times,
+        ),
+        "Miles/VERL ratios with confidence intervals, coloured by practical verdict": ("ratios.png", plot_ratios),
     }
     images = {}
     for title, (name, plot) in plots.items():
@@ -87,4 +92,6 @@ def write_report(doc: dict[str, Any], run_dir: Path) -> dict[str, Path]:
     written["report.md"] = run_dir / "report.md"
     (run_dir / "report.html").write_text(render_html(build_blocks(doc, images), run_dir), encoding="utf-8")
     written["report.html"] = run_dir / "report.html"
+    (run_dir / "headline.md").write_text(headline_markdown(doc), encoding="utf-8")
+    written["headline.md"] = run_dir / "headline.md"
     return written

@@ -1,0 +1,144 @@
+"""The headline reads intervals against a practical threshold: on generated runs of 1,200 steps, a 0.5% step-time gap
+is "no practical difference" and a 10% gap is "Miles 10% slower (CI ...), mostly in train"; the regression check
+prints the same words."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from scripts.benchmark.analysis.document import analyse_run_folder
+from scripts.benchmark.analysis.verdict import Practical, ReportSpec, practical_verdict, verdict_words
+from scripts.benchmark.history.check import CheckSettings, check_metric, render_markdown
+from scripts.benchmark.report.headline import headline_blocks, headline_markdown
+from scripts.benchmark.report.render import render_html
+from scripts.benchmark.report.render import render_markdown as render_blocks
+from scripts.benchmark.report.write import write_report
+from scripts.benchmark.spec import BenchmarkSpec, load_preset, spec_hash
+from tests.benchmark.synthetic_runs import gap_pair, write_run_folder
+
+REPS = 1000
+HALF_PERCENT = {"generate": 0.5}  # 0.5 s of a ~100 s step
+TEN_PERCENT = {"train": 8.0, "generate": 2.0}  # 10 s of a ~100 s step, most of it in train
+
+
+@pytest.fixture(scope="module")
+def gap_runs(tmp_path_factory):
+    """Run folder and document of the 0.5% and the 10% gap, 1,200 steps each, 1% step-to-step noise."""
+    runs = {}
+    for name, extra in (("half", HALF_PERCENT), ("ten", TEN_PERCENT)):
+        run_dir = write_run_folder(tmp_path_factory.mktemp(name), gap_pair(extra, num_steps=1200, cv=0.01, seed=7))
+        doc = analyse_run_folder(run_dir, reps=REPS)
+        write_report(doc, run_dir)
+        runs[name] = (run_dir, doc)
+    return runs
+
+
+def test_half_percent_gap_is_no_practical_difference(gap_runs):
+    run_dir, doc = gap_runs["half"]
+    step = next(c for c in doc["comparisons"] if c["metric"] == "step_time_s")
+    assert step["significant"]  # detectable with 1,200 steps...
+    line = (run_dir / "headline.md").read_text()
+    assert re.search(
+        r"\*\*fsdp / colocate\*\*: no practical difference \(Miles/VERL step time \+0\.\d\d%, CI \+0\.\d\d% to "
+        r"\+0\.\d\d%, inside ±2%\)",
+        line,
+    ), line  # ...but irrelevant
+
+
+def test_ten_percent_gap_is_slower_mostly_in_train(gap_runs):
+    run_dir, doc = gap_runs["ten"]
+    line = (run_dir / "headline.md").read_text()
+    found = re.search(
+        r"\*\*fsdp / colocate\*\*: Miles 10% slower \(CI \+(\d+\.\d)% to \+(\d+\.\d)%\), mostly in train ", line
+    )
+    assert found, line
+    assert 9 < float(found[1]) < 10 < float(found[2]) < 11
+    text = (run_dir / "report.md").read_text()
+    assert "**Miles 10% slower**" in text.split("\n|", 1)[0]  # the card, before the first table
+
+
+def test_headline_markdown_is_one_line_per_pair(tmp_path):
+    cells = gap_pair(TEN_PERCENT, num_steps=120) + gap_pair({}, backend="megatron", num_steps=120, seed=3)
+    doc = analyse_run_folder(write_run_folder(tmp_path, cells), reps=200)
+    lines = [line for line in headline_markdown(doc).splitlines() if line.startswith("- ")]
+    assert [line.split("**")[1] for line in lines] == ["fsdp / colocate", "megatron / colocate"]
+
+
+def test_threshold_declared_in_the_plan_changes_the_verdict(gap_runs, tmp_path):
+    """A 25% threshold on step time makes the 10% gap equivalent; the spec hash does not move with it."""
+    run_dir, _ = gap_runs["ten"]
+    plan = json.loads((run_dir / "plan.json").read_text())
+    plan["spec"]["report"] = {"metric_thresholds": {"step_time_s": 0.25}}
+    (run_dir / "plan.json").write_text(json.dumps(plan))
+    try:
+        doc = analyse_run_folder(run_dir, reps=REPS)
+    finally:
+        del plan["spec"]["report"]
+        (run_dir / "plan.json").write_text(json.dumps(plan))
+    assert doc["practical_thresholds"]["step_time_s"] == 0.25 and doc["practical_thresholds"]["phases_s.train"] == 0.02
+    assert "no practical difference" in headline_markdown(doc) and "inside ±25%" in headline_markdown(doc)
+
+
+def test_report_section_is_validated_and_outside_the_hash():
+    spec = load_preset("smoke")
+    data = spec.model_dump()
+    data["report"] = {"practical_threshold": 0.05}
+    assert spec_hash(BenchmarkSpec.model_validate(data)) == spec_hash(spec)
+    data["report"] = {"metric_thresholds": {"step_time": 0.05}}
+    with pytest.raises(ValueError, match="report.metric_thresholds: unknown metric 'step_time'"):
+        BenchmarkSpec.model_validate(data)
+    with pytest.raises(ValueError, match=r"report.metric_thresholds.step_time_s: 2.0 is not a fraction"):
+        ReportSpec(metric_thresholds={"step_time_s": 2.0})
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "direction", "expected"),
+    [
+        (0.03, 0.05, "lower", Practical.WORSE),
+        (0.03, 0.05, "higher", Practical.BETTER),
+        (-0.05, -0.021, "lower", Practical.BETTER),
+        (-0.02, 0.02, "lower", Practical.NO_PRACTICAL_DIFFERENCE),
+        (0.001, 0.019, "lower", Practical.NO_PRACTICAL_DIFFERENCE),
+        (0.01, 0.03, "lower", Practical.INCONCLUSIVE),
+        (-0.05, 0.05, "higher", Practical.INCONCLUSIVE),
+        (None, 0.01, "lower", Practical.NOT_COMPARED),
+    ],
+)
+def test_practical_verdict_needs_the_whole_interval(low, high, direction, expected):
+    assert practical_verdict(low, high, threshold=0.02, direction=direction) is expected
+
+
+def test_words_follow_the_unit():
+    assert (
+        verdict_words(Practical.WORSE, "s") == "slower" and verdict_words(Practical.BETTER, "s/1k tokens") == "faster"
+    )
+    assert verdict_words(Practical.WORSE, "tokens/s") == "worse"
+
+
+def test_regression_check_speaks_the_same_words():
+    rng = np.random.default_rng(0)
+    recent = list(100 + rng.normal(0, 0.5, 20))
+    settings = CheckSettings()
+    slow = check_metric(
+        cell_id="c", metric="step_time_s", candidate=110.0, recent=recent, anchor=[], settings=settings
+    )
+    same = check_metric(
+        cell_id="c", metric="step_time_s", candidate=100.2, recent=recent, anchor=[], settings=settings
+    )
+    text = render_markdown([slow, same], title="check", notes=[])
+    rows = [line for line in text.splitlines() if line.startswith("| c |")]
+    assert "| slower | **REGRESSED** |" in rows[0]
+    assert "| no practical difference | UNCHANGED" in rows[1]
+
+
+def test_learning_signal_warning_shows_in_the_card(gap_runs, tmp_path):
+    """The hook for the learning-signal guard: a warning in the document reaches the card in both renderings."""
+    _, doc = gap_runs["half"]
+    warned = {**doc, "learning_signal": [{"backend": "fsdp", "layout": "colocate", "warning": "reward flat"}]}
+    assert "**Warning**: reward flat" in headline_markdown(warned)
+    assert '<p class="warn">Warning: reward flat</p>' in render_html(headline_blocks(warned), tmp_path)
+    assert "Warning" not in render_blocks(headline_blocks(doc))
