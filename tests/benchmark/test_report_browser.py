@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from scripts.benchmark.analysis.document import analyse_run_folder
+from scripts.benchmark.analysis.settings import AnalysisSettings
 from scripts.benchmark.report.write import write_report
 from tests.benchmark.headless_chromium import chromium_binary, dump_dom, screenshot
 from tests.benchmark.synthetic_runs import gap_pair, write_run_folder
@@ -58,7 +59,7 @@ def rendered(tmp_path_factory) -> Path:
     cells += gap_pair({"train": -5.0}, backend="megatron", num_steps=300, cv=0.01, seed=9)
     cells += gap_pair({"train": 1.5}, backend="megatron", layout="disaggregated", num_steps=60, cv=0.04, seed=13)
     run_dir = write_run_folder(tmp_path_factory.mktemp("browser"), cells)
-    doc = analyse_run_folder(run_dir, reps=1000)
+    doc = analyse_run_folder(run_dir, AnalysisSettings(reps=1000))
     doc["run_dir"] = "bench-out/qwen3-1.7b-base"  # as the nightly names it; no path of the test machine in the docs
     write_report(doc, run_dir)
     return run_dir

@@ -9,6 +9,7 @@ import pytest
 from matplotlib.container import ErrorbarContainer
 
 from scripts.benchmark.analysis.document import analyse_run_folder
+from scripts.benchmark.analysis.settings import AnalysisSettings
 from scripts.benchmark.analysis.verdict import Practical
 from scripts.benchmark.report.palette import VERDICT_COLORS
 from scripts.benchmark.report.plots import phase_bars_figure, ratios_figure, step_times_figure
@@ -27,7 +28,7 @@ def matrix_doc(tmp_path_factory):
     cells = []
     for k, (backend, layout, extra) in enumerate(PAIRS):
         cells += gap_pair(extra, backend=backend, layout=layout, num_steps=150, cv=0.01, seed=10 * k)
-    return analyse_run_folder(write_run_folder(tmp_path_factory.mktemp("matrix"), cells), reps=1000)
+    return analyse_run_folder(write_run_folder(tmp_path_factory.mktemp("matrix"), cells), AnalysisSettings(reps=1000))
 
 
 def _tick_labels(ax) -> tuple[list, set[int]]:
