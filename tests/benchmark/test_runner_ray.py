@@ -147,3 +147,150 @@ class TestPrivateHead:
         finally:
             stop_marked(marked_processes(mark[MARK_VAR]), grace_s=10)
         assert wait_until_none(mark[MARK_VAR], 10) == {}
+
+
+class _LocalCluster:
+    """A two-node Ray cluster the test starts itself (not the harness): head "a", worker "b", told apart by a custom
+    resource and by STANDIN_RAY_NODE in each node's environment (which its workers and job drivers inherit)."""
+
+    def __init__(self, tmp_path: Path, mark: dict[str, str]):
+        self.mark = mark
+        self.gcs_port, self.dashboard_port = _free_ports(2)
+        self.temp_dir = Path(f"/tmp/bench-ray-test-{os.getpid()}-{self.gcs_port}")
+        self.logs = tmp_path / "cluster"
+        self.logs.mkdir()
+        self.nodes: dict[str, subprocess.Popen] = {}
+
+    @property
+    def gcs_address(self) -> str:
+        return f"127.0.0.1:{self.gcs_port}"
+
+    @property
+    def dashboard_url(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port}"
+
+    def start(self) -> None:
+        head = [
+            "--head", f"--port={self.gcs_port}", "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={self.dashboard_port}", f"--temp-dir={self.temp_dir}", '--resources={"node_a": 1}',
+        ]  # fmt: skip
+        self._start_node("a", head)
+        _wait_for(lambda: self._ray_ok("status", f"--address={self.gcs_address}"), 120, "the Ray head")
+        self._start_node("b", [f"--address={self.gcs_address}", '--resources={"node_b": 1}'])
+        _wait_for(lambda: self._alive_nodes() == 2, 120, "the second Ray node to join")
+        _wait_for(lambda: self._ray_ok("job", "list", f"--address={self.dashboard_url}"), 120, "the job server")
+
+    def _start_node(self, name: str, options: list[str]) -> None:
+        """Two nodes on one machine: each its own agent and metrics ports (Ray's defaults would collide)."""
+        agent_grpc, agent_http, metrics, runtime_env = _free_ports(4)
+        ports = [
+            f"--dashboard-agent-grpc-port={agent_grpc}", f"--dashboard-agent-listen-port={agent_http}",
+            f"--metrics-export-port={metrics}", f"--runtime-env-agent-port={runtime_env}",
+        ]  # fmt: skip
+        argv = [str(RAY), "start", "--block", "--disable-usage-stats", *SMALL_NODE, *ports, *options]
+        env = {**_env(self.mark), "STANDIN_RAY_NODE": name}
+        with open(self.logs / f"node-{name}.log", "w") as log:
+            self.nodes[name] = subprocess.Popen(
+                argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
+
+    def _ray_ok(self, *args: str) -> bool:
+        env = _env(self.mark)
+        return subprocess.run([str(RAY), *args], env=env, capture_output=True, timeout=60).returncode == 0
+
+    def _alive_nodes(self) -> int:
+        out = subprocess.run(
+            [str(RAY), "list", "nodes", f"--address={self.gcs_address}", "--format=json", "--filter", "state=ALIVE"],
+            env=_env(self.mark), capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        try:  # an empty answer is the text "No resource in the cluster"
+            return len(json.loads(out.stdout)) if out.returncode == 0 else 0
+        except json.JSONDecodeError:
+            return 0
+
+    def job_status(self, submission_id: str) -> str:
+        out = subprocess.run(
+            [str(RAY), "job", "status", f"--address={self.dashboard_url}", submission_id],
+            env=_env(self.mark), capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        return out.stdout + out.stderr
+
+    def running(self) -> bool:
+        return all(node.poll() is None for node in self.nodes.values())
+
+    def stop(self) -> None:
+        """Worker first, then the head: SIGTERM to each `ray start` alone, then whatever carries the mark."""
+        for name in ("b", "a"):
+            node = self.nodes.get(name)
+            if node is not None and node.poll() is None:
+                node.send_signal(signal.SIGTERM)
+                try:
+                    node.wait(timeout=40)
+                except subprocess.TimeoutExpired:
+                    pass
+        stop_marked(marked_processes(self.mark[MARK_VAR]), grace_s=10)
+        for node in self.nodes.values():
+            if node.poll() is None:
+                node.wait(timeout=10)
+
+
+def _free_ports(count: int) -> list[int]:
+    import socket
+
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+class TestExistingCluster:
+    def test_cells_land_on_the_node_their_placement_names_and_the_harness_never_stops_the_cluster(
+        self, tmp_path: Path
+    ):
+        _require_ray()
+        cluster_mark, harness_mark = new_mark(), new_mark()
+        cluster = _LocalCluster(tmp_path, cluster_mark)
+        cells = [
+            _ray_cell("fsdp", tmp_path, steps=2, extra=["--print-env"], submit=["--entrypoint-resources", '{"node_b": 1}']),
+            _ray_cell("megatron", tmp_path, steps=60, extra=["--print-env"], submit=["--entrypoint-resources", '{"node_a": 1}']),
+        ]  # fmt: skip
+        plan = write_plan(tmp_path / "plan", cells)
+        run_dir, log = tmp_path / "run", tmp_path / "harness.log"
+        try:
+            cluster.start()
+            env = _env(harness_mark, RAY_ADDRESS=cluster.gcs_address)
+            argv = _harness(str(plan), "--output-dir", str(run_dir), "--ray-dashboard-url", cluster.dashboard_url)
+            with open(log, "w") as out:
+                popen = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                code = _interrupt_when_stepping(popen, run_dir, "miles-megatron-colocate", log)
+            assert code == 130, log.read_text()
+            assert wait_until_none(harness_mark[MARK_VAR], 10) == {}, "the harness left processes behind"
+
+            # Placement: each job ran on the node its entrypoint resources name; no cell started a head.
+            manifest = read_manifest(run_dir)
+            assert [c["state"] for c in manifest["cells"]] == ["complete", "interrupted"], log.read_text()
+            on_b = (run_dir / "cells/miles-fsdp-colocate/rep-0/log.txt").read_text()
+            on_a = (run_dir / "cells/miles-megatron-colocate/rep-0/log.txt").read_text()
+            assert "STANDIN_RAY_NODE=b" in on_b and "STANDIN_RAY_NODE=a" not in on_b
+            assert "STANDIN_RAY_NODE=a" in on_a and "STANDIN_RAY_NODE=b" not in on_a
+            for cell in ("miles-fsdp-colocate", "miles-megatron-colocate"):
+                ray_json = json.loads((run_dir / f"cells/{cell}/rep-0/ray.json").read_text())
+                assert ray_json == {"gcs_address": cluster.gcs_address, "dashboard_url": cluster.dashboard_url,
+                                    "private": False}  # fmt: skip
+                assert not (run_dir / f"cells/{cell}/rep-0/ray-head.log").exists()
+
+            # Interruption: `ray job stop` stopped the job (its entrypoint got SIGTERM), not the cluster.
+            submit = (run_dir / "cells/miles-megatron-colocate/rep-0/command.sh").read_text()
+            submission_id = re.search(r"--submission-id=(\S+)", submit).group(1)
+            assert f"Job {submission_id!r} was stopped" in cluster.job_status(submission_id)
+            driver_pid = int((tmp_path / "megatron.pids").read_text().split()[0])
+            assert (tmp_path / "megatron.sigterm").read_text().split()[1] == str(driver_pid)
+            assert cluster.running() and cluster._alive_nodes() == 2
+        finally:
+            cluster.stop()
+            stop_marked(marked_processes(harness_mark[MARK_VAR]), grace_s=10)
+        assert wait_until_none(cluster_mark[MARK_VAR], 10) == {}, "the test's own cluster left processes behind"
