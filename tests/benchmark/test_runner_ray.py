@@ -13,72 +13,34 @@ import os
 import re
 import signal
 import subprocess
-import sys
-import time
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
 from tests.benchmark.process_marks import MARK_VAR, marked_processes, new_mark, stop_marked, wait_until_none
-from tests.benchmark.standins.plans import RUN_PY, read_manifest, read_metric_steps, standin_cell, write_plan
+from tests.benchmark.ray_cells import (
+    RAY,
+    SMALL_NODE,
+    free_ports,
+    harness,
+    marked_env,
+    ray_cell,
+    require_ray,
+    wait_for,
+    wait_for_step,
+)
+from tests.benchmark.standins.plans import read_manifest, read_metric_steps, write_plan
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(420)]
-
-RAY = Path(sys.executable).parent / "ray"
-# Small nodes for a 2-core CI machine: one CPU each, a 100 MB object store.
-SMALL_NODE = ["--num-cpus=1", "--object-store-memory=100000000"]
-RUNTIME_ENV = {"env_vars": {"STANDIN_JOB_ENV": "from-runtime-env"}}
-
-
-def _require_ray() -> None:
-    if not RAY.is_file():
-        pytest.fail(f"the Ray CLI is missing at {RAY}: install the test extra (pip install -e '.[test]')")
-
-
-def _ray_cell(backend: str, tmp_path: Path, *, steps: int, extra: list[str], submit: list[str] = ()) -> dict:
-    """A Miles-style cell: `ray job submit ... -- python3 standin_trainer.py`, like Miles's own launchers."""
-    cell = standin_cell("miles", backend=backend, steps=steps, step_s=0.2, python="python3")
-    probes = ["--pid-file", str(tmp_path / f"{backend}.pids"), "--sigterm-file", str(tmp_path / f"{backend}.sigterm")]
-    cell["argv"] += [*probes, *extra]
-    cell["launch_argv"] = [
-        "ray", "job", "submit", "--address", "http://127.0.0.1:8265", *submit,
-        "--runtime-env-json", json.dumps(RUNTIME_ENV), "--", *cell["argv"],
-    ]  # fmt: skip
-    cell["gpus"] = {**cell["gpus"], "per_node": 0}
-    return cell
-
-
-def _harness(*args: str) -> list[str]:
-    return [
-        sys.executable, str(RUN_PY), "execute", *args,
-        "--miles-python", sys.executable, "--grace-s", "15", "--poll-interval-s", "0.1",
-    ]  # fmt: skip
-
-
-def _env(mark: dict[str, str], **extra: str) -> dict[str, str]:
-    base = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", MARK_VAR)}
-    return {**base, **mark, "BENCH_RAY_START_ARGS": " ".join(SMALL_NODE), **extra}
-
-
-def _wait_for(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.2)
 
 
 def _interrupt_when_stepping(popen: subprocess.Popen, run_dir: Path, cell_id: str, log: Path) -> int:
     """SIGINT to the harness once the cell wrote a step; returns the harness's exit status."""
-    metrics = run_dir / "cells" / cell_id / "rep-0" / "metrics.jsonl"
-
-    def stepping() -> bool:
-        if popen.poll() is not None:
-            raise AssertionError(f"the harness exited early ({popen.returncode}):\n{log.read_text()}")
-        return metrics.is_file() and metrics.stat().st_size > 0
-
-    _wait_for(stepping, 180, f"a step of {cell_id}")
+    try:
+        wait_for_step(run_dir, cell_id, still_running=lambda: popen.poll() is None)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; harness exit status {popen.poll()}:\n{log.read_text()}") from None
     popen.send_signal(signal.SIGINT)
     return popen.wait(timeout=120)
 
@@ -95,19 +57,19 @@ class TestPrivateHead:
     def test_cells_run_as_ray_jobs_are_stopped_with_ray_job_stop_then_the_head_and_resume_reruns_the_rest(
         self, tmp_path: Path
     ):
-        _require_ray()
+        require_ray()
         mark = new_mark()
         cells = [
-            _ray_cell("fsdp", tmp_path, steps=3, extra=["--print-env"]),
-            _ray_cell("megatron", tmp_path, steps=30, extra=[]),
+            ray_cell("fsdp", tmp_path, steps=3, extra=["--print-env"]),
+            ray_cell("megatron", tmp_path, steps=30, extra=[]),
         ]
         plan = write_plan(tmp_path / "plan", cells)
         run_dir, log = tmp_path / "run", tmp_path / "harness.log"
         try:
             with open(log, "w") as out:
                 popen = subprocess.Popen(
-                    _harness(str(plan), "--output-dir", str(run_dir), "--ray", "auto"),
-                    env=_env(mark), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    harness(str(plan), "--output-dir", str(run_dir), "--ray", "auto"),
+                    env=marked_env(mark), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 )  # fmt: skip
                 code = _interrupt_when_stepping(popen, run_dir, "miles-megatron-colocate", log)
             assert code == 130, log.read_text()
@@ -135,7 +97,7 @@ class TestPrivateHead:
 
             fsdp_log = (done / "log.txt").read_bytes()
             result = subprocess.run(
-                _harness("--resume", str(run_dir)), env=_env(mark), capture_output=True, text=True, timeout=300
+                harness("--resume", str(run_dir)), env=marked_env(mark), capture_output=True, text=True, timeout=300
             )
             assert result.returncode == 0, result.stdout + result.stderr
             resumed = read_manifest(run_dir)
@@ -155,7 +117,7 @@ class _LocalCluster:
 
     def __init__(self, tmp_path: Path, mark: dict[str, str]):
         self.mark = mark
-        self.gcs_port, self.dashboard_port = _free_ports(2)
+        self.gcs_port, self.dashboard_port = free_ports(2)
         self.temp_dir = Path(f"/tmp/bench-ray-test-{os.getpid()}-{self.gcs_port}")
         self.logs = tmp_path / "cluster"
         self.logs.mkdir()
@@ -175,33 +137,33 @@ class _LocalCluster:
             f"--dashboard-port={self.dashboard_port}", f"--temp-dir={self.temp_dir}", '--resources={"node_a": 1}',
         ]  # fmt: skip
         self._start_node("a", head)
-        _wait_for(lambda: self._ray_ok("status", f"--address={self.gcs_address}"), 120, "the Ray head")
+        wait_for(lambda: self._ray_ok("status", f"--address={self.gcs_address}"), 120, "the Ray head")
         self._start_node("b", [f"--address={self.gcs_address}", '--resources={"node_b": 1}'])
-        _wait_for(lambda: self._alive_nodes() == 2, 120, "the second Ray node to join")
-        _wait_for(lambda: self._ray_ok("job", "list", f"--address={self.dashboard_url}"), 120, "the job server")
+        wait_for(lambda: self._alive_nodes() == 2, 120, "the second Ray node to join")
+        wait_for(lambda: self._ray_ok("job", "list", f"--address={self.dashboard_url}"), 120, "the job server")
 
     def _start_node(self, name: str, options: list[str]) -> None:
         """Two nodes on one machine: each its own agent and metrics ports (Ray's defaults would collide)."""
-        agent_grpc, agent_http, metrics, runtime_env = _free_ports(4)
+        agent_grpc, agent_http, metrics, runtime_env = free_ports(4)
         ports = [
             f"--dashboard-agent-grpc-port={agent_grpc}", f"--dashboard-agent-listen-port={agent_http}",
             f"--metrics-export-port={metrics}", f"--runtime-env-agent-port={runtime_env}",
         ]  # fmt: skip
         argv = [str(RAY), "start", "--block", "--disable-usage-stats", *SMALL_NODE, *ports, *options]
-        env = {**_env(self.mark), "STANDIN_RAY_NODE": name}
+        env = {**marked_env(self.mark), "STANDIN_RAY_NODE": name}
         with open(self.logs / f"node-{name}.log", "w") as log:
             self.nodes[name] = subprocess.Popen(
                 argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
             )
 
     def _ray_ok(self, *args: str) -> bool:
-        env = _env(self.mark)
+        env = marked_env(self.mark)
         return subprocess.run([str(RAY), *args], env=env, capture_output=True, timeout=60).returncode == 0
 
     def _alive_nodes(self) -> int:
         out = subprocess.run(
             [str(RAY), "list", "nodes", f"--address={self.gcs_address}", "--format=json", "--filter", "state=ALIVE"],
-            env=_env(self.mark), capture_output=True, text=True, timeout=60,
+            env=marked_env(self.mark), capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         try:  # an empty answer is the text "No resource in the cluster"
             return len(json.loads(out.stdout)) if out.returncode == 0 else 0
@@ -211,7 +173,7 @@ class _LocalCluster:
     def job_status(self, submission_id: str) -> str:
         out = subprocess.run(
             [str(RAY), "job", "status", f"--address={self.dashboard_url}", submission_id],
-            env=_env(self.mark), capture_output=True, text=True, timeout=60,
+            env=marked_env(self.mark), capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         return out.stdout + out.stderr
 
@@ -234,36 +196,24 @@ class _LocalCluster:
                 node.wait(timeout=10)
 
 
-def _free_ports(count: int) -> list[int]:
-    import socket
-
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
 class TestExistingCluster:
     def test_cells_land_on_the_node_their_placement_names_and_the_harness_never_stops_the_cluster(
         self, tmp_path: Path
     ):
-        _require_ray()
+        require_ray()
         cluster_mark, harness_mark = new_mark(), new_mark()
         cluster = _LocalCluster(tmp_path, cluster_mark)
+        on_node = {name: ["--entrypoint-resources", json.dumps({f"node_{name}": 1})] for name in ("a", "b")}
         cells = [
-            _ray_cell("fsdp", tmp_path, steps=2, extra=["--print-env"], submit=["--entrypoint-resources", '{"node_b": 1}']),
-            _ray_cell("megatron", tmp_path, steps=60, extra=["--print-env"], submit=["--entrypoint-resources", '{"node_a": 1}']),
-        ]  # fmt: skip
+            ray_cell("fsdp", tmp_path, steps=2, extra=["--print-env"], submit=on_node["b"]),
+            ray_cell("megatron", tmp_path, steps=60, extra=["--print-env"], submit=on_node["a"]),
+        ]
         plan = write_plan(tmp_path / "plan", cells)
         run_dir, log = tmp_path / "run", tmp_path / "harness.log"
         try:
             cluster.start()
-            env = _env(harness_mark, RAY_ADDRESS=cluster.gcs_address)
-            argv = _harness(str(plan), "--output-dir", str(run_dir), "--ray-dashboard-url", cluster.dashboard_url)
+            env = marked_env(harness_mark, RAY_ADDRESS=cluster.gcs_address)
+            argv = harness(str(plan), "--output-dir", str(run_dir), "--ray-dashboard-url", cluster.dashboard_url)
             with open(log, "w") as out:
                 popen = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
                 code = _interrupt_when_stepping(popen, run_dir, "miles-megatron-colocate", log)

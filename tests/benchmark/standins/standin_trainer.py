@@ -9,7 +9,7 @@
 - Faults on demand: `--crash-after K` (exit 1 after K steps), `--stall-after K` (stay alive, no more steps),
   `--ignore-sigterm`, `--spawn-children N` (children that ignore SIGTERM; one more escapes with setsid + double fork);
   every pid it creates goes to `--pid-file`. `--print-env` prints the environment (secret redaction test).
-  `--sigterm-file FILE`: on SIGTERM, append "SIGTERM <pid> <unix time>" to FILE and exit 143 (shows who stopped it, and when).
+  `--sigterm-file FILE`: on SIGTERM, append "SIGTERM <pid> <unix time>" to FILE and exit 143 (who stopped it, when).
 """
 
 from __future__ import annotations
