@@ -93,15 +93,8 @@ class ModelArch:
         )
         if model_type == "qwen3":
             return cls(**common, moe_layers=(False,) * num_layers)
-        # transformers 5 writes `num_local_experts` where the published config.json says `num_experts`.
         num_experts = _require(config, "num_experts", "num_local_experts")
-        mlp_only = set(config.get("mlp_only_layers") or [])
-        sparse_step = config.get("decoder_sparse_step", 1)
-        # Same rule as transformers' Qwen3MoeDecoderLayer: sparse unless listed in mlp_only_layers.
-        moe_layers = tuple(
-            i not in mlp_only and num_experts > 0 and sparse_step > 0 and (i + 1) % sparse_step == 0
-            for i in range(num_layers)
-        )
+        moe_layers = moe_layer_flags(config)
         return cls(
             **common,
             num_experts=num_experts,
@@ -121,6 +114,23 @@ class ModelArch:
         except (OSError, json.JSONDecodeError) as exc:
             raise ValueError(f"cannot read HF config {path}: {exc}") from exc
         return cls.from_hf_config(config)
+
+
+def moe_layer_flags(config: Mapping[str, Any]) -> tuple[bool, ...]:
+    """Which decoder layers are sparse (MoE), by transformers' Qwen3MoeDecoderLayer rule: every
+    `decoder_sparse_step`-th layer unless listed in `mlp_only_layers`. The one copy of the rule (FLOPs model,
+    parameter count, Megatron's --moe-layer-freq)."""
+    num_layers = _require(config, "num_hidden_layers")
+    if config.get("model_type") != "qwen3_moe":
+        return (False,) * num_layers
+    # transformers 5 writes `num_local_experts` where the published config.json says `num_experts`.
+    num_experts = _require(config, "num_experts", "num_local_experts")
+    mlp_only = set(config.get("mlp_only_layers") or [])
+    sparse_step = config.get("decoder_sparse_step", 1)
+    return tuple(
+        i not in mlp_only and num_experts > 0 and sparse_step > 0 and (i + 1) % sparse_step == 0
+        for i in range(num_layers)
+    )
 
 
 def _require(config: Mapping[str, Any], key: str, *aliases: str) -> int:
@@ -244,6 +254,21 @@ def match_device(name: str) -> str | None:
 
 
 def peak_tflops_for_device(name: str) -> float | None:
-    """Dense BF16 peak of one device in TFLOP/s, or None for a device outside the table (never inf)."""
+    """Dense BF16 peak of one device in TFLOP/s, or None for a device outside both tables (never inf).
+
+    Inside a Miles checkout, Miles's own table (`miles.utils.device_flops`) answers first, so the benchmark's MFU and
+    Miles's own MFU use one peak; this module's table is the fallback (standalone use, devices Miles does not list).
+    """
+    miles_peak = _miles_device_peak(name)
+    if miles_peak is not None:
+        return miles_peak
     key = match_device(name)
     return None if key is None else PEAK_TFLOPS_BF16_DENSE[key]
+
+
+def _miles_device_peak(name: str) -> float | None:
+    try:
+        from miles.utils.device_flops import peak_bf16_tflops
+    except ImportError:  # not inside a Miles checkout
+        return None
+    return peak_bf16_tflops(name)

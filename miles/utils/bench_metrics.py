@@ -9,8 +9,6 @@
 - `RunContext` holds what the derived fields need beyond the sink (architecture, GPU counts, the MFU peak and where
   it came from); `derive_step_fields` fills train_tflops_per_gpu, train_mfu, train_tokens_per_s,
   rollout_tokens_per_gpu_s and wait_ratio from phases_s and tokens, the same way for both frameworks.
-- `BenchMetricsBackend` is a Miles tracking backend (TrackingBackend's init/log/finish) that writes schema-v1 records
-  from inside a Miles job; the harness does not need it (it reads the frameworks' own sinks).
 
 Definitions (docs/benchmark.md, "Metric schema v1", has the native-key mapping):
 - train_tflops_per_gpu = train FLOPs of the step's sequences (bench_flops, 3x forward) / phases_s.train /
@@ -254,12 +252,18 @@ class RunContext:
         )
 
 
-def _usable(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)
+def is_finite_number(value: Any) -> bool:
+    """A usable number: int or float (not bool), neither NaN nor infinite. The one finiteness test of the harness."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def finite_or_none(value: Any) -> float | None:
+    """The value as a float when it is a usable number, else None (how missing and non-finite values are stored)."""
+    return float(value) if is_finite_number(value) else None
 
 
 def _ratio(numerator: float | None, denominator: float | None, flags: list[str], what: str) -> float | None:
-    if not (_usable(numerator) and _usable(denominator)):
+    if not (is_finite_number(numerator) and is_finite_number(denominator)):
         return None
     if denominator <= 0:
         flags.append(f"nonpositive_denominator:{what}")
@@ -302,7 +306,7 @@ def derive_step_fields(record: StepRecord, ctx: RunContext, *, seq_lens: list[in
     rollout_tps = _ratio(tokens.get("response"), generate_s, flags, "phases_s.generate")
     trainer_compute = [phases.get(p) for p in ("old_logprob", "ref_logprob", "train")]
     wait_ratio = None
-    if _usable(train_s) and all(v is None or math.isfinite(v) for v in trainer_compute):
+    if is_finite_number(train_s) and all(v is None or math.isfinite(v) for v in trainer_compute):
         busy = _ratio(sum(v for v in trainer_compute if v is not None), record.step_time_s, flags, "step_time_s")
         wait_ratio = None if busy is None else 1.0 - busy
     return StepRecord(
@@ -316,49 +320,3 @@ def derive_step_fields(record: StepRecord, ctx: RunContext, *, seq_lens: list[in
             "flags": list(dict.fromkeys(flags)),
         }
     )
-
-
-class BenchMetricsBackend:
-    """A Miles tracking backend (TrackingBackend: init/log/finish) that appends schema-v1 records as the job runs.
-
-    Each process that logs writes its own file `<dir>/bench-<role>.jsonl` (role: `main` for the primary,
-    `rollout_manager` for the secondary given a router address, `train` otherwise; one name per role, so a
-    restarted process appends to its file and the restart is recognised). Every `tracking.log` call keyed by
-    `rollout/step` becomes one record whose `raw` is the call's metrics verbatim, with the phases that process
-    knows (flag "miles_unmerged"). `run.py ingest --framework miles <dir>` merges the processes and applies the
-    step-shift normalisation, exactly as for the event log. The folder is `args.bench_metrics_dir` if set, else
-    `<args.save_debug_event_data>/bench_metrics`. Duck-typed on Miles's TrackingBackend (no Miles import here).
-    """
-
-    step_key = "rollout/step"
-
-    def __init__(self) -> None:
-        self._path: Path | None = None
-
-    def init(self, args: Any, *, primary: bool = True, **kwargs: Any) -> None:
-        folder = getattr(args, "bench_metrics_dir", None)
-        if folder is None and getattr(args, "save_debug_event_data", None):
-            folder = Path(args.save_debug_event_data) / "bench_metrics"
-        if folder is None:
-            raise ValueError("BenchMetricsBackend needs args.bench_metrics_dir or args.save_debug_event_data")
-        role = "main" if primary else ("rollout_manager" if "router_addr" in kwargs else "train")
-        self._path = Path(folder) / f"bench-{role}.jsonl"
-
-    def log(self, metrics: dict[str, Any], step: int | None = None, *, step_key: str | None = None, **kwargs) -> None:
-        if self._path is None or step_key != self.step_key or step is None:
-            return  # train/step and eval/step series are not per-step records
-        raw = {k: (v.item() if hasattr(v, "item") else v) for k, v in metrics.items()}
-        from miles.utils.bench_readers import MILES_PHASE_KEYS
-
-        phases = dict.fromkeys(PHASES)
-        for phase, key in MILES_PHASE_KEYS.items():
-            # weight_sync is left out: this process's update_weights timer belongs to the previous step.
-            if phase != "weight_sync" and isinstance(raw.get(key), (int, float)):
-                phases[phase] = float(raw[key])
-        record = StepRecord(
-            framework="miles", step=int(step) + 1, step_time_s=None, phases_s=phases, flags=["miles_unmerged"], raw=raw
-        )
-        append_record(self._path, record)
-
-    def finish(self) -> None:
-        self._path = None

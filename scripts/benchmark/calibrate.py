@@ -1,15 +1,15 @@
 # doc-dev: docs/benchmark.md
 """Measure a node's ceilings: achieved bf16 peak, copy bandwidth, training-step roofline, FLOPs check, interconnect.
 
-Writes `<output-dir>/<device key>.json` (schema in docs/benchmark.md, read back by
-`scripts/benchmark/calibration/results.py`); commit it under `scripts/benchmark/calibration/results/` so reports on that GPU model
-use it. Each part is recorded as it finishes (a part that fails records its error and the rest still run).
+Writes `<output-dir>/<device key>.json` (schema in docs/benchmark.md, read back by `calibration/results.py`);
+commit it under `scripts/benchmark/calibration/results/` so reports on that GPU model use it. Each part is
+recorded as it finishes (a part that fails records its error and the rest still run).
 
 Prerequisites: torch and transformers; on the GPU path, a CUDA node (every GPU of it is measured). Nothing is
 downloaded: models are random-initialised from `scripts/benchmark/model_configs/<name>.json`.
 
 Examples:
-    python scripts/benchmark/calibrate.py --output-dir scripts/benchmark/calibration
+    python scripts/benchmark/calibrate.py --output-dir scripts/benchmark/calibration/results
     python scripts/benchmark/calibrate.py --tiny --output-dir /tmp/calibration   # CPU path, what CI runs
 
 Caveats:
@@ -36,9 +36,10 @@ if str(_REPO_ROOT) not in sys.path:  # run as a script from anywhere: make `scri
 
 import typer  # noqa: E402
 
-from scripts.benchmark.calibration.results import SCHEMA_VERSION, device_key  # noqa: E402
 from scripts.benchmark.calibration.interconnect import apply_multicast_off_env  # noqa: E402
-from scripts.benchmark.calibration.shapes import BACKENDS, preset_names, read_preset_shapes  # noqa: E402
+from scripts.benchmark.calibration.results import SCHEMA_VERSION, device_key  # noqa: E402
+from scripts.benchmark.calibration.shapes import BACKENDS, read_preset_shapes  # noqa: E402
+from scripts.benchmark.model_config import preset_names  # noqa: E402
 from scripts.benchmark.model_config import resolve_model_config  # noqa: E402
 
 # Eager attention materialises s x s scores per layer and head: a shorter pack that fits one GPU.

@@ -1,7 +1,9 @@
-# doc-dev: docs/benchmark.md
-"""Where a model's architecture facts come from: the one resolver of the harness (plan, metrics, runner, calibration).
+"""Where a model's architecture facts and the preset files come from, for every stage (plan, metrics, runner,
+calibration).
 
-- `MODEL_CONFIGS_DIR` holds HF config.json subsets of the preset models; `PRESETS_DIR` holds the preset YAMLs.
+- `MODEL_CONFIGS_DIR` holds HF config.json subsets of the preset models; `PRESETS_DIR` holds the preset YAMLs,
+  read by `read_preset_yaml(name)` alone (spec.load_preset validates what it returns); `BACKENDS` the training
+  backends, in the order the matrix and the calibration take them.
 - `resolve_model_config(model)`: a dict, a config.json path (or its folder), a name in model_configs/, or a preset
   name (its `model.config`) -> the HF config dict. ValueError names what was tried.
 
@@ -17,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+BACKENDS: tuple[str, ...] = ("fsdp", "megatron")
 BENCHMARK_DIR = Path(__file__).resolve().parent
 PRESETS_DIR = BENCHMARK_DIR / "presets"
 MODEL_CONFIGS_DIR = BENCHMARK_DIR / "model_configs"
@@ -26,8 +29,26 @@ def model_config_names() -> list[str]:
     return sorted(p.stem for p in MODEL_CONFIGS_DIR.glob("*.json"))
 
 
-def preset_names() -> list[str]:
-    return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
+def preset_names(presets_dir: Path | None = None) -> list[str]:
+    return sorted(p.stem for p in (presets_dir or PRESETS_DIR).glob("*.yaml"))
+
+
+def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
+    """A YAML file that must hold a mapping (a spec or a preset); ValueError names the file."""
+    import yaml
+
+    raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: a spec file must hold a mapping, got {type(raw).__name__}")
+    return raw
+
+
+def read_preset_yaml(name: str, presets_dir: Path | None = None) -> dict[str, Any]:
+    """The raw mapping of `presets/<name>.yaml` (unvalidated: spec.load_preset is the validated reading)."""
+    path = (presets_dir or PRESETS_DIR) / f"{name}.yaml"
+    if not path.is_file():
+        raise ValueError(f"no preset named {name!r} (known: {preset_names(presets_dir)})")
+    return read_yaml_mapping(path)
 
 
 def named_model_config(name: str) -> dict[str, Any]:
@@ -48,16 +69,13 @@ def resolve_model_config(model: str | Path | Mapping[str, Any]) -> dict[str, Any
         return json.loads(path.read_text(encoding="utf-8"))
     if (MODEL_CONFIGS_DIR / f"{model}.json").is_file():
         return named_model_config(str(model))
-    preset = PRESETS_DIR / f"{model}.yaml"
-    if preset.is_file():
-        import yaml
-
-        config = ((yaml.safe_load(preset.read_text(encoding="utf-8")) or {}).get("model") or {}).get("config")
+    if str(model) in preset_names():
+        config = (read_preset_yaml(str(model)).get("model") or {}).get("config")
         if isinstance(config, Mapping):
             return dict(config)
         if isinstance(config, str):
             return named_model_config(config)
-        raise ValueError(f"preset {preset.name}: model.config must name a model config or hold an HF config dict")
+        raise ValueError(f"preset {model}.yaml: model.config must name a model config or hold an HF config dict")
     raise ValueError(
         f"{str(model)!r} is neither a config.json path, a model config ({model_config_names()}) nor a preset "
         f"({preset_names()})"

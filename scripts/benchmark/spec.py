@@ -28,21 +28,22 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from scripts.benchmark.model_config import (  # noqa: F401  (re-exported: the spec's public names)
+    BACKENDS,
     MODEL_CONFIGS_DIR,
     PRESETS_DIR,
     model_config_names,
     named_model_config,
     preset_names,
+    read_preset_yaml,
+    read_yaml_mapping,
     resolve_model_config,
 )
 
 Backend = Literal["fsdp", "megatron"]
 Layout = Literal["colocate", "disaggregated"]
-BACKENDS: tuple[Backend, ...] = ("fsdp", "megatron")
 LAYOUTS: tuple[Layout, ...] = ("colocate", "disaggregated")
 KNOWN_ARCHITECTURES = {"qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM"}
 HF_REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
@@ -459,17 +460,15 @@ def spec_hash(spec: BenchmarkSpec) -> str:
 
 
 def load_preset(name: str) -> BenchmarkSpec:
-    path = PRESETS_DIR / f"{name}.yaml"
-    if not path.is_file():
-        raise ValueError(f"--preset: no preset named {name!r} (known: {preset_names()})")
-    return load_spec_file(path)
+    try:
+        raw = read_preset_yaml(name)
+    except ValueError as exc:
+        raise ValueError(f"--preset: {exc}") from None
+    return BenchmarkSpec.model_validate(raw)
 
 
 def load_spec_file(path: str | Path) -> BenchmarkSpec:
-    raw = yaml.safe_load(Path(path).read_text())
-    if not isinstance(raw, dict):
-        raise ValueError(f"{path}: a spec file must hold a mapping, got {type(raw).__name__}")
-    return BenchmarkSpec.model_validate(raw)
+    return BenchmarkSpec.model_validate(read_yaml_mapping(path))
 
 
 def with_overrides(

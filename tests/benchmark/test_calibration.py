@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from miles.utils.bench_flops import ModelArch, batch_train_flops, peak_tflops_for_device
+from scripts.benchmark.calibration.interconnect import MULTICAST_OFF_ENV, bus_bandwidth_factor, measure_collectives
 from scripts.benchmark.calibration.results import (
     CALIBRATION_DIR,
     device_key,
@@ -19,9 +20,8 @@ from scripts.benchmark.calibration.results import (
     roofline_tflops,
     weight_sync_floor_s,
 )
-from scripts.benchmark.calibration.interconnect import MULTICAST_OFF_ENV, bus_bandwidth_factor, measure_collectives
-from scripts.benchmark.calibration.shapes import pack_sequences, preset_names, read_preset_shapes
-from scripts.benchmark.model_config import MODEL_CONFIGS_DIR
+from scripts.benchmark.calibration.shapes import pack_sequences, read_preset_shapes
+from scripts.benchmark.model_config import MODEL_CONFIGS_DIR, preset_names
 from scripts.benchmark.model_config import resolve_model_config as read_model_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -329,7 +329,7 @@ class TestPlanValidation:
 
         with pytest.raises(ValueError, match="unknown parts"):
             build_plan(output_dir=tmp_path, device="cpu", tiny=True, presets=[], moe_num_layers=1, parts=["gemm"])
-        with pytest.raises(ValueError, match="no preset 'qwen3-5b'"):
+        with pytest.raises(ValueError, match="no preset named 'qwen3-5b'"):
             build_plan(
                 output_dir=tmp_path, device="cuda", tiny=False, presets=["qwen3-5b"], moe_num_layers=1, parts=[]
             )

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from scripts.benchmark.history.change_points import find_change_points
-from scripts.benchmark.history.simulation import SimulationSettings, render_table, run_simulation
 from scripts.benchmark.history.check import CheckSettings, MetricGate, Verdict, check_metric, judge
+from scripts.benchmark.history.simulation import SimulationSettings, render_table, run_simulation
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,6 +1,7 @@
 """The FLOPs model against PyTorch's own counter on the real transformers Qwen3 modules, and its peak table."""
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -204,3 +205,14 @@ class TestPeakTable:
     def test_unknown_device_gives_none_never_inf(self):
         assert peak_tflops_for_device("NVIDIA GeForce RTX 4090") is None
         assert peak_tflops_for_device("") is None
+
+    def test_inside_a_miles_checkout_miles_own_table_answers_first(self, monkeypatch):
+        """Miles is not installed here, so its `miles.utils.device_flops` module is stood in by one with the same
+        function name and a deliberately different figure; devices it does not list fall back to our table."""
+        import types
+
+        stand_in = types.ModuleType("miles.utils.device_flops")
+        stand_in.peak_bf16_tflops = lambda name: 900.0 if "H200" in name else None
+        monkeypatch.setitem(sys.modules, "miles.utils.device_flops", stand_in)
+        assert peak_tflops_for_device("NVIDIA H200") == 900.0
+        assert peak_tflops_for_device("NVIDIA A100-SXM4-80GB") == 312.0

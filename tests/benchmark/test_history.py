@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from scripts.benchmark.commands.history import _settings, check_impl, record_impl
+from scripts.benchmark.contracts.history_record import Provenance
 from scripts.benchmark.history.report_input import provenance_from_env, read_report_runs
-from scripts.benchmark.history.store import HistoryStore, Provenance
+from scripts.benchmark.history.store import HistoryStore
 from tests.benchmark.history_fixtures import ExternalPostgres, PostgresServer, postgres_bindir, write_report
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -5,7 +5,6 @@ import json
 
 import pytest
 
-from scripts.benchmark.frameworks.miles.launch import MilesPaths, build_miles_launch, megatron_architecture_args
 from scripts.benchmark.frameworks.miles.flags import (
     check_miles_argv,
     check_with_miles_parser,
@@ -14,6 +13,7 @@ from scripts.benchmark.frameworks.miles.flags import (
     load_inventory,
     split_flags,
 )
+from scripts.benchmark.frameworks.miles.launch import MilesPaths, build_miles_launch, megatron_architecture_args
 from scripts.benchmark.spec import BACKENDS, LAYOUTS, load_preset, preset_names, with_overrides
 
 CELLS = [(p, b, lay) for p in preset_names() for b in BACKENDS for lay in LAYOUTS]

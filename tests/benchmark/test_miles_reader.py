@@ -1,4 +1,4 @@
-"""The Miles readers (event log, stdout fallback, BenchMetricsBackend files) and the one-step shift normalisation.
+"""The Miles readers (event log, stdout fallback) and the one-step shift normalisation.
 
 The sinks are built here call by call, as a colocated Miles FSDP job makes them (miles.md 3.1-3.6 and 4.6): per
 rollout, the RolloutManager logs its rollout perf, then the train rank logs the rollout data, the train/step series
@@ -10,13 +10,12 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from miles.utils.bench_flops import ModelArch, batch_train_flops
-from miles.utils.bench_metrics import BenchMetricsBackend, RunContext, read_records
-from miles.utils.bench_readers import build_step_records
+from miles.utils.bench_metrics import RunContext
+from scripts.benchmark.frameworks.sinks import build_step_records
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ARCH = ModelArch.from_config_path(REPO_ROOT / "scripts" / "benchmark" / "model_configs" / "qwen3-4b.json")
@@ -320,35 +319,6 @@ class TestMilesStdoutFallback:
             math.isnan(records[0].raw["perf/actor_train_mfu"]) and "nonfinite:perf/actor_train_mfu" in records[0].flags
         )
         assert records[0].raw["perf/actor_train_tflops"] == 301.5
-
-
-class TestBenchMetricsBackend:
-    """The tracking backend, driven as Miles's TrackingManager drives it, writes schema-v1 records."""
-
-    def test_backend_files_are_schema_v1_and_ingest_like_the_event_log(self, tmp_path):
-        args = SimpleNamespace(save_debug_event_data=str(tmp_path / "events"))
-        backends = {"rollout_manager": BenchMetricsBackend(), "actor": BenchMetricsBackend()}
-        backends["rollout_manager"].init(args, primary=False, router_addr="http://127.0.0.1:3000")
-        backends["actor"].init(args, primary=False)
-        calls = miles_log_calls(range(3))
-        for identity, step_key, metrics in calls:
-            backends[identity["component"]].log(metrics, step=metrics.get(step_key), step_key=step_key)
-        for backend in backends.values():
-            backend.finish()
-        folder = tmp_path / "events" / "bench_metrics"
-        written = {p.name: read_records(p) for p in folder.glob("*.jsonl")}
-        assert sorted(len(v) for v in written.values()) == [3, 6]  # RM: 1 per rollout; train rank: data + perf
-        rm_record = written["bench-rollout_manager.jsonl"][1]
-        assert rm_record.step == 2 and rm_record.phases_s["generate"] == Rollout(1).generate
-        assert "miles_unmerged" in rm_record.flags
-        from_backend = build_step_records("miles", [folder], CTX)
-        from_events = build_step_records("miles", [write_event_log(tmp_path / "e", calls)], CTX)
-        assert [r.step_time_s for r in from_backend] == [r.step_time_s for r in from_events]
-        assert [r.phases_s for r in from_backend] == [r.phases_s for r in from_events]
-
-    def test_backend_without_a_folder_says_which_args_it_needs(self):
-        with pytest.raises(ValueError, match="bench_metrics_dir"):
-            BenchMetricsBackend().init(SimpleNamespace(), primary=True)
 
 
 class TestMilesProcessIdentity:

@@ -6,25 +6,22 @@ from functools import cache
 import pytest
 from omegaconf import OmegaConf
 
-from scripts.benchmark.frameworks.verl.data import converted_paths, prepare_step
-from scripts.benchmark.frameworks.miles.launch import build_miles_launch
-from scripts.benchmark.frameworks.verl.launch import VerlData, build_verl_launch
 from scripts.benchmark.frameworks.miles.flags import split_flags
-from scripts.benchmark.plan.parity import (
+from scripts.benchmark.frameworks.miles.launch import build_miles_launch
+from scripts.benchmark.frameworks.miles.parity_knobs import parse_miles
+from scripts.benchmark.frameworks.verl.config import compose_overrides
+from scripts.benchmark.frameworks.verl.data import converted_paths, prepare_step
+from scripts.benchmark.frameworks.verl.launch import VerlData, build_verl_launch
+from scripts.benchmark.frameworks.verl.parity_knobs import (
     MCORE_ADAM,
     VERL_DEFAULTS,
     VERL_FSDP_DEFAULTS,
     VERL_MEGATRON_DEFAULTS,
-    ParityError,
-    build_parity,
-    parity_json,
-    parity_markdown,
     parse_hydra_value,
-    parse_miles,
     parse_verl,
 )
+from scripts.benchmark.plan.parity import ParityError, build_parity, parity_json, parity_markdown
 from scripts.benchmark.spec import BACKENDS, LAYOUTS, load_preset, preset_names, with_overrides
-from scripts.benchmark.frameworks.verl.config import compose_overrides
 
 AR = "actor_rollout_ref"
 

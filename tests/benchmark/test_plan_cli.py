@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from scripts.benchmark.runner.preflight import check_can_execute
 from scripts.benchmark.run import build_app
+from scripts.benchmark.runner.preflight import check_can_execute
 from scripts.benchmark.spec import LAYOUTS, load_preset, preset_names
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

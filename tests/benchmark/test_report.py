@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from scripts.benchmark.analysis.document import analyse_run_folder, calibration_view, unexplained_parity
 from scripts.benchmark.commands.report import register, report_impl
-from scripts.benchmark.report.plots import PHASE_BARS_SIZE_PX, ratio_chart_size_px, ratio_rows, step_times_size_px
 from scripts.benchmark.contracts.report import validate_report_file
+from scripts.benchmark.report.plots import PHASE_BARS_SIZE_PX, ratio_chart_size_px, ratio_rows, step_times_size_px
 from tests.benchmark.synthetic_runs import SyntheticCell, matched_parity, write_run_folder
 
 WARMUP_STEPS = 12

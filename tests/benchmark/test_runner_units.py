@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from scripts.benchmark.contracts.manifest import Manifest, new_cell_run
 from scripts.benchmark.runner.cell_command import FrameworkRuntime, build_cell_command, framework_interpreter_argv
 from scripts.benchmark.runner.environment_record import build_environment_record, probe_packages
 from scripts.benchmark.runner.executor import interleaved_order, validate_plan
 from scripts.benchmark.runner.gpu_memory import read_used_mib, wait_until_released
-from scripts.benchmark.contracts.manifest import Manifest, new_cell_run
 from scripts.benchmark.runner.progress import MatrixProgress, format_duration
 from scripts.benchmark.runner.ray_head import RayTarget, build_head_argv, external_target
 from scripts.benchmark.runner.redaction import REDACTED, Redactor, find_plan_secrets, is_secret_name
@@ -326,7 +326,7 @@ def test_a_signal_while_the_end_of_run_report_is_written_stops_it_and_is_recorde
     """In-process, as the harness runs it: the report is cut short, the manifest says so, no exception escapes."""
     import threading
 
-    from scripts.benchmark.runner.executor import report_after_run
+    from scripts.benchmark.runner.end_report import report_after_run
     from tests.benchmark.synthetic_runs import write_run_folder
     from tests.benchmark.test_report import planted_cells
 

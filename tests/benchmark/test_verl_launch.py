@@ -5,9 +5,9 @@ from functools import cache
 
 import pytest
 
+from scripts.benchmark.frameworks.verl.config import compose_overrides, find_verl_root, verl_override_problems
 from scripts.benchmark.frameworks.verl.launch import VerlData, build_verl_launch, overrides_of
 from scripts.benchmark.spec import BACKENDS, LAYOUTS, load_preset, preset_names, with_overrides
-from scripts.benchmark.frameworks.verl.config import compose_overrides, find_verl_root, verl_override_problems
 
 DATA = VerlData("/data/dapo-math-17k.rows-0-2048.parquet", "/data/dapo-math-17k.rows-0-2048.val.parquet")
 CELLS = [(p, b, lay) for p in preset_names() for b in BACKENDS for lay in LAYOUTS]

@@ -30,6 +30,13 @@ from typing import Any
 import numpy as np
 
 from miles.utils.bench_metrics import PHASES
+from scripts.benchmark.analysis.compare import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_REPS,
+    SideSamples,
+    compare_sides,
+    refusal_reason,
+)
 from scripts.benchmark.analysis.run_folder import (
     REPORT_METRICS,
     RESPONSE_LENGTH_RAW_KEYS,
@@ -41,7 +48,6 @@ from scripts.benchmark.analysis.run_folder import (
     raw_value,
     read_run_folder,
 )
-from scripts.benchmark.analysis.compare import DEFAULT_CONFIDENCE, DEFAULT_REPS, SideSamples, compare_sides, refusal_reason
 from scripts.benchmark.analysis.stats import summarise
 from scripts.benchmark.analysis.steady_state import detect_steady_state
 

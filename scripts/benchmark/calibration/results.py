@@ -1,8 +1,8 @@
 # doc-dev: docs/benchmark.md
 """The committed calibration results, read for reports: measured peak, training roofline and weight-sync floors.
 
-- One JSON per GPU model in `scripts/benchmark/calibration/results/<device key>.json`, written by `calibrate.py` on that GPU;
-  the key is the `torch.cuda.get_device_name()` lower-cased with runs of other characters turned into "-"
+- One JSON per GPU model in `calibration/results/<device key>.json`, written by `calibrate.py` on that GPU; the key
+  is the `torch.cuda.get_device_name()` lower-cased with runs of other characters turned into "-"
   ("NVIDIA H200" -> "nvidia-h200"), so a report on that GPU finds it from its environment alone.
 - `load_calibration(device_name)`, `measured_peak_tflops(device_name)`, `measured_copy_gb_per_s(device_name)`,
   `roofline_tflops(device_name, preset, grad_ckpt)` and `weight_sync_floor_s(device_name, model, path)` return None
@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from miles.utils.bench_flops import moe_layer_flags
 from scripts.benchmark.model_config import resolve_model_config
 
 CALIBRATION_DIR = Path(__file__).resolve().parent / "results"
@@ -106,22 +107,16 @@ def parameter_count(config: Mapping[str, Any]) -> int:
     head_dim = int(config.get("head_dim") or h // num_heads)
     attention = h * head_dim * (2 * num_heads + 2 * num_kv) + 2 * head_dim  # q,k,v,o + q_norm, k_norm
     dense_mlp = 3 * h * int(config["intermediate_size"])
-    num_layers = int(config["num_hidden_layers"])
     layers = 0
-    for i in range(num_layers):
+    for is_moe in moe_layer_flags(config):
         mlp = dense_mlp
-        if model_type == "qwen3_moe" and _is_moe_layer(config, i):
+        if is_moe:
             experts = int(config.get("num_experts") or config.get("num_local_experts"))
             mlp = experts * 3 * h * int(config["moe_intermediate_size"]) + experts * h
             mlp += 3 * h * int(config.get("shared_expert_intermediate_size") or 0)
         layers += attention + mlp + 2 * h  # + input and post-attention RMSNorm
     embeddings = vocab * h * (1 if config.get("tie_word_embeddings") else 2)
     return layers + embeddings + h  # + final norm
-
-
-def _is_moe_layer(config: Mapping[str, Any], index: int) -> bool:
-    step = int(config.get("decoder_sparse_step", 1))
-    return index not in set(config.get("mlp_only_layers") or []) and step > 0 and (index + 1) % step == 0
 
 
 def _saturated_algbw_gb_per_s(data: Mapping[str, Any], collective: str) -> float | None:

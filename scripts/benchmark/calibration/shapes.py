@@ -1,8 +1,8 @@
 # doc-dev: docs/benchmark.md
 """The training shapes a preset gives one GPU, for the roofline: its token budget per GPU packed with its lengths.
 
-- `read_preset_shapes(name)` reads `presets/<name>.yaml` with PyYAML alone (the calibration runs on bare GPU images
-  without pydantic) and takes the same values as `spec.BenchmarkSpec`: `model.config`, `lengths.max_prompt`,
+- `read_preset_shapes(name)` reads `presets/<name>.yaml` without spec validation (the calibration runs on bare GPU
+  images without pydantic) and takes the same values as `spec.BenchmarkSpec`: `model.config`, `lengths.max_prompt`,
   `lengths.max_response`, and per backend `megatron|fsdp.max_tokens_per_gpu`, else `batch.max_tokens_per_gpu`
   (tests check the two readings agree on every preset).
 - `pack_sequences(budget, max_prompt, max_response)` fills the budget exactly: sequences of a full prompt plus 3/8,
@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scripts.benchmark.model_config import PRESETS_DIR
+from scripts.benchmark.model_config import BACKENDS, read_preset_yaml
 
-BACKENDS: tuple[str, ...] = ("megatron", "fsdp")
 RESPONSE_FRACTIONS: tuple[float, ...] = (3 / 8, 2 / 8, 1 / 8)
 
 
@@ -72,13 +71,8 @@ def _field(raw: dict[str, Any], path: str, source: Path) -> Any:
 
 def read_preset_shapes(name: str, presets_dir: Path | None = None) -> PresetShapes:
     """Model config, lengths and per-backend token budget of a preset YAML."""
-    import yaml
-
-    path = (presets_dir or PRESETS_DIR) / f"{name}.yaml"
-    if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in (presets_dir or PRESETS_DIR).glob("*.yaml")))
-        raise ValueError(f"no preset {name!r} (known: {known})")
-    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    raw = read_preset_yaml(name, presets_dir)
+    path = Path(f"{name}.yaml")
     default_budget = int(_field(raw, "batch.max_tokens_per_gpu", path))
     budgets = {b: int((raw.get(b) or {}).get("max_tokens_per_gpu") or default_budget) for b in BACKENDS}
     return PresetShapes(
@@ -88,7 +82,3 @@ def read_preset_shapes(name: str, presets_dir: Path | None = None) -> PresetShap
         max_response=int(_field(raw, "lengths.max_response", path)),
         max_tokens_per_gpu=budgets,
     )
-
-
-def preset_names(presets_dir: Path | None = None) -> list[str]:
-    return sorted(p.stem for p in (presets_dir or PRESETS_DIR).glob("*.yaml"))

@@ -1,7 +1,7 @@
 # doc-dev: docs/benchmark.md
 """`run.py execute PLAN.json --output-dir DIR` / `run.py execute --resume DIR`: run a plan's matrix.
 
-- Options are the fields of `executor.ExecuteOptions`; every option left unset on the command line of `--resume`
+- Options are the fields of `runner.options.ExecuteOptions`; every option left unset on the command line of `--resume`
   keeps the value the run was started with (stored in manifest.json), else its default.
 - `--emit-sbatch FILE` writes a Slurm batch script that starts Ray across the allocation and runs this same command,
   then exits without running anything.
@@ -22,17 +22,18 @@ import typer
 
 def execute_impl(plan_path: Path | None, output_dir: Path, overrides: dict[str, Any], *, resume: bool) -> int:
     """Plan + options -> exit status; also what the main command calls after writing the plan."""
-    from scripts.benchmark.runner import executor
     from scripts.benchmark.contracts.manifest import MANIFEST_NAME, Manifest
+    from scripts.benchmark.runner import executor
+    from scripts.benchmark.runner.options import ExecuteOptions, RunError, options_from_manifest
 
     stored: dict[str, Any] = {}
     if resume and (output_dir / MANIFEST_NAME).exists():
-        stored = executor.options_from_manifest(Manifest.load(output_dir / MANIFEST_NAME).options)
+        stored = options_from_manifest(Manifest.load(output_dir / MANIFEST_NAME).options)
     explicit = {k: v for k, v in overrides.items() if v is not None}
-    options = executor.ExecuteOptions(**{**stored, **explicit})
+    options = ExecuteOptions(**{**stored, **explicit})
     try:
         return executor.execute(plan_path, output_dir, options, resume=resume)
-    except executor.RunError as exc:
+    except RunError as exc:
         typer.echo(f"error: {exc}", err=True)
         return 2
 

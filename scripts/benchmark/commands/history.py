@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from scripts.benchmark.history.store import Provenance
+    from scripts.benchmark.contracts.history_record import Provenance
     from scripts.benchmark.history.check import CheckSettings
 
 _STORE_HELP = "history database: a SQLite file path or URL (sqlite:///x.db), or postgresql://user@host/db"
@@ -53,10 +53,10 @@ def _settings(
 
 def check_impl(run_dir: Path, store_url: str, settings: CheckSettings, output: Path | None) -> int:
     """Judge run_dir, write the markdown verdict (and check.json) and return the exit code."""
+    from scripts.benchmark.history.check import exit_code, render_markdown
     from scripts.benchmark.history.gate import check_runs
     from scripts.benchmark.history.report_input import read_report_runs
     from scripts.benchmark.history.store import HistoryStore
-    from scripts.benchmark.history.check import exit_code, render_markdown
 
     runs = read_report_runs(run_dir)
     with HistoryStore(store_url) as store:
@@ -87,10 +87,10 @@ def record_impl(
     settings: CheckSettings,
 ) -> list[int]:
     """Record every cell; trust 'auto' means trusted iff the check passes (0), as in Miles's gate."""
+    from scripts.benchmark.history.check import exit_code
     from scripts.benchmark.history.gate import check_runs
     from scripts.benchmark.history.report_input import read_report_runs
     from scripts.benchmark.history.store import HistoryStore
-    from scripts.benchmark.history.check import exit_code
 
     runs = read_report_runs(run_dir)
     ids = []
@@ -201,10 +201,10 @@ def register(app: typer.Typer) -> None:
         magnitude: Annotated[float, typer.Option(help="Otava's minimum relative change")] = 0.0,
     ) -> None:
         """Change points (E-divisive means + t-test, as Apache Otava) per series, with a trend plot each."""
+        from scripts.benchmark.history.check import DEFAULT_GATES
         from scripts.benchmark.history.gate import render_changes_markdown, series_changes
         from scripts.benchmark.history.plot import plot_trace
         from scripts.benchmark.history.store import HistoryStore
-        from scripts.benchmark.history.check import DEFAULT_GATES
 
         with HistoryStore(store) as db:
             traces = series_changes(

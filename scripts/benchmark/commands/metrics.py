@@ -72,17 +72,16 @@ def flops_impl(model: str, seq_lens: list[int]) -> dict:
 
 def comparison_markdown(models: list[str], seq_lens: list[int]) -> str:
     """The docs table: train FLOPs per token of one sequence, ours, and each framework's own formula against it."""
-    lines = [
-        "| model | seq len | ours: train GFLOP/token | Miles formula / ours | VERL formula / ours |",
-        "|---|---:|---:|---:|---:|",
+    from scripts.benchmark.report.render import markdown_table
+
+    rows = [
+        [model, str(row["seq_len"]), f"{row['train_flops'] / row['seq_len'] / 1e9:.2f}"]
+        + [f"{row['miles_over_ours']:.3f}", f"{row['verl_over_ours']:.3f}"]
+        for model in models
+        for row in flops_impl(model, seq_lens)["per_sequence"]
     ]
-    for model in models:
-        for row in flops_impl(model, seq_lens)["per_sequence"]:
-            lines.append(
-                f"| {model} | {row['seq_len']} | {row['train_flops'] / row['seq_len'] / 1e9:.2f} "
-                f"| {row['miles_over_ours']:.3f} | {row['verl_over_ours']:.3f} |"
-            )
-    return "\n".join(lines)
+    header = ["model", "seq len", "ours: train GFLOP/token", "Miles formula / ours", "VERL formula / ours"]
+    return markdown_table(header, rows, align=["left", "right", "right", "right", "right"])
 
 
 def ingest_impl(
@@ -99,7 +98,7 @@ def ingest_impl(
 ) -> list:
     from miles.utils.bench_flops import ModelArch
     from miles.utils.bench_metrics import RunContext, write_records
-    from miles.utils.bench_readers import build_step_records
+    from scripts.benchmark.frameworks.sinks import build_step_records
 
     ctx = RunContext.build(
         arch=ModelArch.from_hf_config(resolve_model_config(model)),

@@ -40,32 +40,15 @@ def plan_impl(
     skip_prepare: bool = False,
     wandb: bool = False,
 ) -> None:
-    import os
     from pathlib import Path
 
-    from pydantic import ValidationError
-
     from scripts.benchmark.frameworks.miles.launch import MilesPaths
-    from scripts.benchmark.plan.build import PlanError, PlanOptions, build_plan, verl_compose_check, write_plan
-    from scripts.benchmark.spec import BACKENDS, load_preset, load_spec_file, with_overrides
-    from scripts.benchmark.frameworks.verl.config import find_verl_root
+    from scripts.benchmark.plan.build import PlanError, PlanOptions, build_plan, write_plan
+    from scripts.benchmark.spec import BACKENDS
 
-    if (preset is None) == (spec_file is None):
-        _fail(EXIT_BAD_INPUT, "give exactly one of --preset NAME or --spec FILE")
     if backend not in ("fsdp", "megatron", "all"):
         _fail(EXIT_BAD_INPUT, f"--backend must be fsdp, megatron or all, got {backend!r}")
-    if layout not in (None, "colocate", "disaggregated"):
-        _fail(EXIT_BAD_INPUT, f"--layout must be colocate or disaggregated, got {layout!r}")
-    try:
-        spec = load_preset(preset) if preset else load_spec_file(spec_file)
-        spec = with_overrides(
-            spec, layout=layout, num_steps=num_steps, gpus_per_node=gpus_per_node, wandb=True if wandb else None
-        )
-    except ValidationError as exc:
-        details = [f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg']}" for e in exc.errors()]
-        _fail(EXIT_BAD_INPUT, "invalid spec:\n  - " + "\n  - ".join(details))
-    except (ValueError, OSError) as exc:
-        _fail(EXIT_BAD_INPUT, f"invalid spec: {exc}")
+    spec = _load_spec(preset, spec_file, layout, num_steps=num_steps, gpus_per_node=gpus_per_node, wandb=wandb)
     paths = MilesPaths.from_env()
     paths = MilesPaths(miles_root=miles_root or paths.miles_root, megatron_root=megatron_root or paths.megatron_root)
     out = Path(output_dir).resolve()
@@ -89,7 +72,43 @@ def plan_impl(
         _fail(EXIT_PARITY, f"{exc} (see {out / 'parity.md'})")
     written = write_plan(plan, out)
     _print_summary(plan, written, out)
-    compose = verl_compose_check(plan, find_verl_root()) if compare_verl else {}
+    if compare_verl:
+        _check_verl_composition(plan)
+    if dry_run:
+        typer.echo("dry run: nothing executed")
+        return
+    _execute_plan(plan, out, repeats=repeats, skip_prepare=skip_prepare)
+
+
+def _load_spec(preset: str | None, spec_file: str | None, layout: str | None, **overrides):
+    """The validated spec of --preset or --spec with the command-line overrides applied (exit 2 when invalid)."""
+    from pydantic import ValidationError
+
+    from scripts.benchmark.spec import load_preset, load_spec_file, with_overrides
+
+    if (preset is None) == (spec_file is None):
+        _fail(EXIT_BAD_INPUT, "give exactly one of --preset NAME or --spec FILE")
+    if layout not in (None, "colocate", "disaggregated"):
+        _fail(EXIT_BAD_INPUT, f"--layout must be colocate or disaggregated, got {layout!r}")
+    wandb = True if overrides.pop("wandb") else None
+    try:
+        spec = load_preset(preset) if preset else load_spec_file(spec_file)
+        return with_overrides(spec, layout=layout, wandb=wandb, **overrides)
+    except ValidationError as exc:
+        details = [f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg']}" for e in exc.errors()]
+        _fail(EXIT_BAD_INPUT, "invalid spec:\n  - " + "\n  - ".join(details))
+    except (ValueError, OSError) as exc:
+        _fail(EXIT_BAD_INPUT, f"invalid spec: {exc}")
+
+
+def _check_verl_composition(plan) -> None:
+    """Every VERL cell's overrides composed against VERL 0.9.1's real config in strict mode (exit 3 on failure)."""
+    import os
+
+    from scripts.benchmark.frameworks.verl.config import find_verl_root
+    from scripts.benchmark.plan.build import verl_compose_check
+
+    compose = verl_compose_check(plan, find_verl_root())
     if compose is None:
         where = os.environ.get("VERL_ISOLATED_DIR") or ".cache/verl-0.9.1 or an installed verl"
         typer.echo(f"VERL strict compose: skipped (no VERL 0.9.1 config found in {where})")
@@ -98,16 +117,16 @@ def plan_impl(
         if bad:
             _fail(EXIT_PARITY, f"VERL overrides do not compose against VERL 0.9.1: {bad}")
         typer.echo(f"VERL strict compose: ok for {len(compose)} cell(s)")
-    if dry_run:
-        typer.echo("dry run: nothing executed")
-        return
+
+
+def _execute_plan(plan, out, *, repeats: int | None, skip_prepare: bool) -> None:
+    """Preflight (exit 4 naming what is missing), then `run.py execute` of the written plan into the same folder."""
+    from scripts.benchmark.commands.execute import execute_impl
     from scripts.benchmark.runner.preflight import check_can_execute
 
     missing = check_can_execute(plan.data, skip_prepare=skip_prepare)
     if missing:
         _fail(EXIT_CANNOT_EXECUTE, "cannot execute the plan on this machine:\n  - " + "\n  - ".join(missing))
-    from scripts.benchmark.commands.execute import execute_impl
-
     code = execute_impl(out / "plan.json", out, {"repeats": repeats, "skip_prepare": skip_prepare}, resume=False)
     if code:
         raise typer.Exit(code)

@@ -59,7 +59,7 @@ def register(app: typer.Typer) -> None:
             run_dir, reps=reps, confidence=confidence, seed=seed, family_wise=family_wise, calibration=calibration
         )
         if not quiet:
-            from scripts.benchmark.report.write import verdict_markdown
+            from scripts.benchmark.report.sections import verdict_markdown
 
             typer.echo(verdict_markdown(doc))
         typer.echo("wrote:\n" + "\n".join(f"  {p}" for p in written.values()))

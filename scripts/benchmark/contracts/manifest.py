@@ -7,7 +7,8 @@
 - Additional fields (readers may ignore them): steps_completed, num_steps, exit_code, previous_attempts (folders of
   earlier attempts kept by --resume); top level: spec_hash, options (the execute options, reused by --resume),
   prepare (one entry per preparation step), warnings.
-- `read_manifest_json(path)` is the one reader of the file (schema_version and the cells list checked).
+- `ManifestFile` is the typed definition; `read_manifest_json(path)` is the one reader of the file (validated
+  through it), `Manifest.save()` the one writer (also through it).
 - `Manifest.save()` writes tmp + fsync + rename, so a reader never sees a half-written manifest.
 - `set_state` enforces the transitions: pending -> running -> complete | failed | interrupted, and a rerun
   (failed | interrupted | running | complete-but-short) -> running.
@@ -19,10 +20,12 @@ Caveats:
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from miles.utils.bench_metrics import write_text_atomic
 
@@ -47,19 +50,11 @@ def write_json_atomic(path: Path, data: Any) -> None:
     write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n")
 
 
-def read_manifest_json(path: Path) -> dict[str, Any]:
-    """manifest.json as checked JSON: the one reader of the file (Manifest.load here, cells.py for the report)."""
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
-    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
-        found = data.get("schema_version") if isinstance(data, dict) else data
-        raise ValueError(f"{path}: schema_version {found!r}, expected {SCHEMA_VERSION}")
-    if not isinstance(data.get("cells"), list):
-        raise ValueError(f"{path}: field 'cells' must be a list, got {data.get('cells')!r}")
-    return data
+class CellRun(BaseModel):
+    """One cell repeat as the runner tracks it (mutable: the runner updates it and saves the manifest)."""
 
+    model_config = ConfigDict(extra="ignore")
 
-@dataclass(kw_only=True)
-class CellRun:
     id: str
     framework: str
     backend: str
@@ -74,11 +69,42 @@ class CellRun:
     steps_completed: int = 0
     num_steps: int | None = None
     exit_code: int | None = None
-    previous_attempts: list[str] = field(default_factory=list)
+    previous_attempts: list[str] = Field(default_factory=list)
 
     @property
     def key(self) -> tuple[str, int]:
         return (self.id, self.repeat)
+
+
+class ManifestFile(BaseModel):
+    """manifest.json as written: top-level fields, then one entry per cell repeat."""
+
+    model_config = ConfigDict(extra="allow")
+
+    schema_version: Literal[1]
+    plan: str = "plan.json"
+    spec_hash: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+    prepare: list[dict[str, Any]] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+    cells: list[CellRun]
+
+
+def read_manifest_json(path: Path) -> dict[str, Any]:
+    """manifest.json validated through `ManifestFile`: the one reader of the file (Manifest.load, the report)."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
+        found = data.get("schema_version") if isinstance(data, dict) else data
+        raise ValueError(f"{path}: schema_version {found!r}, expected {SCHEMA_VERSION}")
+    if not isinstance(data.get("cells"), list):
+        raise ValueError(f"{path}: field 'cells' must be a list, got {data.get('cells')!r}")
+    try:
+        ManifestFile.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise ValueError(f"{path}: {where}: {first['msg']}") from exc
+    return data
 
 
 @dataclass(kw_only=True)
@@ -95,31 +121,29 @@ class Manifest:
         return self.path.parent
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "plan": "plan.json",
-            "spec_hash": self.spec_hash,
-            "options": self.options,
-            "prepare": self.prepare,
-            "warnings": self.warnings,
-            "cells": [asdict(cell) for cell in self.cells],
-        }
+        document = ManifestFile(
+            schema_version=SCHEMA_VERSION,
+            spec_hash=self.spec_hash,
+            options=self.options,
+            prepare=self.prepare,
+            warnings=self.warnings,
+            cells=self.cells,
+        )
+        return document.model_dump(mode="json")
 
     def save(self) -> None:
         write_json_atomic(self.path, self.to_json())
 
     @classmethod
     def load(cls, path: Path) -> Manifest:
-        data = read_manifest_json(path)
-        known = set(CellRun.__dataclass_fields__)
-        cells = [CellRun(**{k: v for k, v in cell.items() if k in known}) for cell in data["cells"]]
+        document = ManifestFile.model_validate(read_manifest_json(path))
         return cls(
             path=path,
-            cells=cells,
-            spec_hash=data.get("spec_hash"),
-            options=data.get("options") or {},
-            prepare=data.get("prepare") or [],
-            warnings=data.get("warnings") or [],
+            cells=list(document.cells),
+            spec_hash=document.spec_hash,
+            options=document.options,
+            prepare=document.prepare,
+            warnings=document.warnings,
         )
 
     def find(self, cell_id: str, repeat: int) -> CellRun | None:

@@ -28,6 +28,7 @@ import numpy as np
 from scipy import stats
 
 from miles.utils.bench_metrics import METRICS
+from scripts.benchmark.report.render import markdown_table
 
 # The MAD of a normal sample times this is its standard deviation.
 _MAD_TO_SD = 1.4826
@@ -226,10 +227,7 @@ def render_markdown(checks: list[MetricCheck], *, title: str, notes: list[str]) 
     code = exit_code(checks)
     headline = {0: "PASS", 1: "REGRESSION", 2: "COULD NOT JUDGE"}[code]
     lines = [f"### {title}: {headline} (exit {code})", ""]
-    lines += [
-        "| cell | metric | baseline | candidate | change [95% CI] | p | threshold | verdict |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    rows = []
     for c in checks:
         if c.change is None:
             change = "-"
@@ -241,11 +239,9 @@ def render_markdown(checks: list[MetricCheck], *, title: str, notes: list[str]) 
         verdict = f"**{c.verdict.value}**" if c.verdict in (Verdict.REGRESSED, Verdict.DRIFTED) else c.verdict.value
         if c.note:
             verdict += f" ({c.note})"
-        lines.append(
-            f"| {c.cell_id} | {c.metric} | {baseline} | {_fmt(c.candidate)} | {change} | {p} | {threshold} | "
-            f"{verdict} |"
-        )
-    lines.append("")
+        rows.append([c.cell_id, c.metric, baseline, _fmt(c.candidate), change, p, threshold, verdict])
+    header = ["cell", "metric", "baseline", "candidate", "change [95% CI]", "p", "threshold", "verdict"]
+    lines += [markdown_table(header, rows), ""]
     lines += [f"- {n}" for n in notes]
     return "\n".join(lines).rstrip() + "\n"
 

@@ -13,12 +13,14 @@ Caveats:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from miles.utils.bench_metrics import is_finite_number
+from scripts.benchmark.contracts.history_record import RunToRecord, StoredRun
 from scripts.benchmark.history.change_points import ChangePoint, find_change_points
-from scripts.benchmark.history.store import HistoryStore, RunToRecord, StoredRun, baseline_runs
 from scripts.benchmark.history.check import CheckSettings, MetricCheck, Verdict, check_metric
+from scripts.benchmark.history.store import HistoryStore, baseline_runs
+from scripts.benchmark.report.render import markdown_table
 
 
 def check_runs(
@@ -34,9 +36,9 @@ def check_runs(
             notes.append(f"`{run.cell_id}`: cold start, no trusted history for series `{label}`; passes.")
         for metric, gate in settings.gates.items():
             by_id = store.values([r.id for r in trusted], metric)
-            window_runs = [r for r in trusted if _finite(by_id.get(r.id))]
+            window_runs = [r for r in trusted if is_finite_number(by_id.get(r.id))]
             history = [by_id[r.id] for r in window_runs]
-            if not _finite(candidate.get(metric)) and not gate.required and not history:
+            if not is_finite_number(candidate.get(metric)) and not gate.required and not history:
                 continue  # not measured in this series at all (e.g. MFU on a GPU without a peak entry)
             recent = history[-settings.window :]
             anchor_end = len(history) - settings.drift_horizon
@@ -100,9 +102,9 @@ def series_changes(
         runs = store.runs(label)
         for metric in metrics:
             by_id = store.values([r.id for r in runs], metric)
-            if not any(_finite(v) for v in by_id.values()):
+            if not any(is_finite_number(v) for v in by_id.values()):
                 continue
-            trusted = [r for r in runs if r.trusted and _finite(by_id.get(r.id))]
+            trusted = [r for r in runs if r.trusted and is_finite_number(by_id.get(r.id))]
             points = find_change_points(
                 [by_id[r.id] for r in trusted],
                 max_pvalue=max_pvalue,
@@ -131,27 +133,22 @@ def series_changes(
 
 def render_changes_markdown(traces: list[SeriesTrace], *, plots: dict[tuple[str, str], str]) -> str:
     lines = ["### Benchmark history: change points", ""]
-    lines += [
-        "| series | metric | trusted runs | change point (first run) | before -> after | change | p | commit range |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    rows = []
     for t in traces:
         if not t.changes:
-            lines.append(f"| {t.series} | {t.metric} | {len(t.trusted_runs)} | none | - | - | - | - |")
+            rows.append([t.series, t.metric, str(len(t.trusted_runs)), "none", "-", "-", "-", "-"])
         for c in t.changes:
-            lines.append(
-                f"| {t.series} | {t.metric} | {len(t.trusted_runs)} | run {c.first_run_after.id} | "
-                f"{c.point.mean_before:.4g} -> {c.point.mean_after:.4g} | {c.point.change:+.1%} | "
-                f"{c.point.p_value:.2g} | {c.last_run_before.commit or '?'}..{c.first_run_after.commit or '?'} |"
+            rows.append(
+                [t.series, t.metric, str(len(t.trusted_runs)), f"run {c.first_run_after.id}"]
+                + [f"{c.point.mean_before:.4g} -> {c.point.mean_after:.4g}", f"{c.point.change:+.1%}"]
+                + [f"{c.point.p_value:.2g}", f"{c.last_run_before.commit or '?'}..{c.first_run_after.commit or '?'}"]
             )
+    header = ["series", "metric", "trusted runs", "change point (first run)", "before -> after", "change", "p"]
+    lines.append(markdown_table([*header, "commit range"], rows))
     if plots:
         lines += ["", "Trend plots:", ""]
         lines += [f"- {series} {metric}: `{path}`" for (series, metric), path in sorted(plots.items())]
     return "\n".join(lines) + "\n"
-
-
-def _finite(x: float | None) -> bool:
-    return x is not None and math.isfinite(x)
 
 
 def _id_range(runs: list[StoredRun]) -> str:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from scripts.benchmark.history.check import CheckSettings, classify, judge
+from scripts.benchmark.report.render import markdown_table
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -215,30 +216,26 @@ def render_table(result: SimulationResult) -> str:
         f"{s.design_regression:.0%} regression equals (a)'s: (b) {result.last_run_matched_threshold:+.2%}, "
         f"(c) {result.band_matched_threshold:+.2%}.",
         "",
-        "| CV | injected regression | rate | (a) this check | (b) last run +5% | (c) Miles band 5% | "
-        "(b) matched | (c) matched |",
-        "|---|---|---|---|---|---|---|---|",
     ]
-    for r in result.rows:
-        measure = "false alarms" if r.regression == 0 else "detection"
-        lines.append(
-            f"| {r.cv:.0%} | {r.regression:.0%} | {measure} | {r.check:.1%} | {r.last_run:.1%} | {r.band:.1%} | "
-            f"{r.last_run_matched:.1%} | {r.band_matched:.1%} |"
-        )
+    header = ["CV", "injected regression", "rate", "(a) this check", "(b) last run +5%", "(c) Miles band 5%"]
+    rows = [
+        [f"{r.cv:.0%}", f"{r.regression:.0%}", "false alarms" if r.regression == 0 else "detection"]
+        + [f"{x:.1%}" for x in (r.check, r.last_run, r.band, r.last_run_matched, r.band_matched)]
+        for r in result.rows
+    ]
+    lines.append(markdown_table([*header, "(b) matched", "(c) matched"], rows))
     lines += [
         "",
         f"Slow drift: run t is (1 + drift x t) slower, {s.drift_history} trusted runs then the candidate; "
         f"{max(s.trials // 2, 100)} trials per row; (a) with its drift guard (anchor: {s.check.window} runs ending "
         f"{s.check.drift_horizon} runs back) and with the rolling baseline only.",
         "",
-        "| CV | drift per run | rate | (a) this check | (a) rolling baseline only | (b) last run +5% | "
-        "(c) Miles band 5% |",
-        "|---|---|---|---|---|---|---|",
     ]
-    for r in result.drift_rows:
-        measure = "false alarms" if r.drift == 0 else "detection"
-        lines.append(
-            f"| {r.cv:.0%} | {r.drift:.1%} | {measure} | {r.check:.1%} | {r.check_without_anchor:.1%} | "
-            f"{r.last_run:.1%} | {r.band:.1%} |"
-        )
+    header = ["CV", "drift per run", "rate", "(a) this check", "(a) rolling baseline only", "(b) last run +5%"]
+    rows = [
+        [f"{r.cv:.0%}", f"{r.drift:.1%}", "false alarms" if r.drift == 0 else "detection"]
+        + [f"{x:.1%}" for x in (r.check, r.check_without_anchor, r.last_run, r.band)]
+        for r in result.drift_rows
+    ]
+    lines.append(markdown_table([*header, "(c) Miles band 5%"], rows))
     return "\n".join(lines) + "\n"

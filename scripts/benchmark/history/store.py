@@ -19,12 +19,14 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+
+from miles.utils.bench_metrics import finite_or_none
+from scripts.benchmark.contracts.history_record import MetricValue, Provenance, RunToRecord, StoredRun
 
 _metadata = sa.MetaData()
 
@@ -69,73 +71,6 @@ VALUES = sa.Table(
     sa.Column("unit", sa.String(40), nullable=True),
     sa.Column("direction", sa.String(10), nullable=True),
 )
-
-
-@dataclass(frozen=True, kw_only=True)
-class SeriesKey:
-    """What makes two runs comparable: same preset, framework, backend, layout, hardware and resolved spec."""
-
-    preset: str | None
-    framework: str
-    backend: str
-    layout: str
-    hardware: str | None
-    spec_hash: str
-
-    def label(self) -> str:
-        return "/".join(
-            [self.preset or "-", self.framework, self.backend, self.layout, self.hardware or "-", self.spec_hash]
-        )
-
-
-@dataclass(frozen=True, kw_only=True)
-class Provenance:
-    """Where a run came from; every field is optional because a laptop run has none of them."""
-
-    commit: str | None = None
-    pr: int | None = None
-    ci_run_id: str | None = None
-    trigger: str | None = None
-    ref: str | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class MetricValue:
-    """One metric of one run: the run-level value (median of the repeat medians) and what it was built from."""
-
-    metric: str
-    value: float | None
-    repeat_values: list[float] = field(default_factory=list)
-    ci_low: float | None = None
-    ci_high: float | None = None
-    n: int = 0
-    unit: str | None = None
-    direction: str | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunToRecord:
-    series: SeriesKey
-    cell_id: str
-    report_generated_at: str
-    run_dir: str
-    environment: dict[str, Any]
-    values: list[MetricValue]
-
-
-@dataclass(frozen=True, kw_only=True)
-class StoredRun:
-    id: int
-    series: str
-    cell_id: str
-    commit: str | None
-    pr: int | None
-    ci_run_id: str | None
-    trigger: str | None
-    recorded_at: str
-    trusted: bool
-    trust_note: str | None
-    baseline_reset: bool
 
 
 def normalize_url(url: str) -> str:
@@ -275,16 +210,12 @@ def _value_row(run_id: int, v: MetricValue) -> dict[str, Any]:
         "metric": v.metric,
         "value": float(v.value) if finite else None,
         "repeat_values": json.dumps([x if math.isfinite(x) else None for x in v.repeat_values]),
-        "ci_low": _finite_or_none(v.ci_low),
-        "ci_high": _finite_or_none(v.ci_high),
+        "ci_low": finite_or_none(v.ci_low),
+        "ci_high": finite_or_none(v.ci_high),
         "n": v.n,
         "unit": v.unit,
         "direction": v.direction,
     }
-
-
-def _finite_or_none(x: float | None) -> float | None:
-    return float(x) if x is not None and math.isfinite(x) else None
 
 
 def _stored_run(r: Any) -> StoredRun:

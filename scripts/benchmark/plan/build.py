@@ -26,11 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scripts.benchmark.frameworks.verl.data import CONVERT_STEP, converted_paths, prepare_step
-from scripts.benchmark.frameworks.miles.launch import MilesPaths, build_miles_launch
-from scripts.benchmark.frameworks.verl.launch import VerlData, build_verl_launch, overrides_of
+from scripts.benchmark.contracts.plan import plan_json_text
 from scripts.benchmark.frameworks.launch import FrameworkLaunch, quote, render_argv
 from scripts.benchmark.frameworks.miles.flags import flag_problems, load_inventory
+from scripts.benchmark.frameworks.miles.launch import MilesPaths, build_miles_launch
+from scripts.benchmark.frameworks.verl.data import CONVERT_STEP, converted_paths, prepare_step
+from scripts.benchmark.frameworks.verl.launch import VerlData, build_verl_launch, overrides_of
 from scripts.benchmark.plan.parity import ParityError, build_parity, parity_json, parity_markdown
 from scripts.benchmark.runner.redaction import find_plan_secrets
 from scripts.benchmark.spec import Backend, BenchmarkSpec, Layout, spec_hash, spec_json, steady_state_warnings
@@ -203,7 +204,7 @@ def write_plan(plan: Plan, output_dir: Path) -> list[Path]:
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "cells").mkdir(exist_ok=True)
     written = [output_dir / "plan.json", output_dir / "parity.json", output_dir / "parity.md"]
-    written[0].write_text(json.dumps(plan.data, indent=2) + "\n")
+    written[0].write_text(plan_json_text(plan.data))
     written[1].write_text(json.dumps(plan.parity, indent=2, default=str) + "\n")
     written[2].write_text(parity_markdown(plan.parity, plan.title))
     for cell in plan.data["cells"]:

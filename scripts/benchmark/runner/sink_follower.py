@@ -2,7 +2,7 @@
 """Follow a cell's metric sink while it grows and append each completed step to metrics.jsonl at once.
 
 - `read_sink(format, path, context) -> list[StepRecord]`: the one call into the metric readers
-  (`miles.utils.bench_readers.build_step_records`, owned by the metrics helper): "verl-file-logger" is VERL's
+  (`frameworks.sinks.build_step_records`): "verl-file-logger" is VERL's
   FileLogger JSONL file, "miles-event-log" the folder of per-process JSONL files of Miles's --save-debug-event-data.
   The readers' RunContext comes from the plan cell (model_config, gpus) and the cell's environment record (GPU name).
 - `SinkFollower.poll(final=False)` re-reads the sink and appends, via `bench_metrics.append_record` (fsync per line),
@@ -26,33 +26,31 @@ from pathlib import Path
 from typing import Any
 
 from miles.utils.bench_metrics import StepRecord, append_record
+from scripts.benchmark.contracts.plan import SINK_FORMATS
 from scripts.benchmark.runner.redaction import Redactor
-
-SINK_FORMATS = ("verl-file-logger", "miles-event-log")
 
 SinkReader = Callable[[str, Path, Mapping[str, Any]], list[StepRecord]]
 
 
 def read_sink(format: str, path: Path, context: Mapping[str, Any]) -> list[StepRecord]:
-    """Every step record the sink holds so far, in step order (the metrics helper's readers do the parsing).
+    """Every step record the sink holds so far, in step order (the framework readers do the parsing).
 
     While the cell runs (final False) only complete steps are returned: up to, not including, the first record the
     readers flag as incomplete or, for Miles, as lacking the next rollout's record (a Miles step's weight sync is
-    booked in the next rollout, miles.md Gotcha 6, so Miles step k is complete once rollout k+1 trained).
+    booked in the next rollout, so Miles step k is complete once rollout k+1 trained).
     """
     if format not in SINK_FORMATS:
         raise ValueError(f"sink.format {format!r} is not one of {SINK_FORMATS}")
     if not path.exists() or (path.is_dir() and not any(path.rglob("*.jsonl"))):
         return []
-    from miles.utils.bench_readers import build_step_records
+    from scripts.benchmark.frameworks.native_events import NoStepsError
+    from scripts.benchmark.frameworks.sinks import build_step_records
 
     framework = "verl" if format == "verl-file-logger" else "miles"
     try:
         records = build_step_records(framework, [path], build_run_context(context))
-    except ValueError as exc:
-        if "step metrics found" in str(exc):  # the files exist but hold no step yet
-            return []
-        raise
+    except NoStepsError:
+        return []
     if context.get("final"):
         return records
     complete: list[StepRecord] = []

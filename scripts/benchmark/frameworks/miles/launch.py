@@ -29,6 +29,7 @@ import json
 import os
 from dataclasses import dataclass
 
+from miles.utils.bench_flops import moe_layer_flags
 from scripts.benchmark.frameworks.launch import BENCH_CELL_DIR, FrameworkLaunch
 from scripts.benchmark.spec import Backend, BenchmarkSpec, Layout
 
@@ -158,9 +159,7 @@ def megatron_architecture_args(hf: dict) -> list[str]:
 
 
 def _moe_architecture_args(hf: dict) -> list[str]:
-    layers, dense = hf["num_hidden_layers"], set(hf.get("mlp_only_layers") or [])
-    step = hf.get("decoder_sparse_step", 1) or 1
-    freq = [0 if (i in dense or (i + 1) % step) else 1 for i in range(layers)]
+    freq = [int(is_moe) for is_moe in moe_layer_flags(hf)]
     argv = ["--moe-ffn-hidden-size", fmt(hf["moe_intermediate_size"]), "--moe-router-score-function", "softmax"]
     argv += ["--moe-token-dispatcher-type", "alltoall", "--moe-router-topk", fmt(hf["num_experts_per_tok"])]
     argv += ["--moe-layer-freq", "[" + ",".join(map(str, freq)) + "]", "--num-experts", fmt(hf["num_experts"])]

@@ -1,0 +1,81 @@
+"""The history record: what `run.py record` stores per cell of a report and what `check` / `history` read back.
+
+One typed definition for both directions: the store writes `RunToRecord`s (built from report.json by
+history/report_input.py) and returns `StoredRun`s; a series is a `SeriesKey`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SeriesKey(_Record):
+    """What makes two runs comparable: same preset, framework, backend, layout, hardware and resolved spec."""
+
+    preset: str | None
+    framework: str
+    backend: str
+    layout: str
+    hardware: str | None
+    spec_hash: str
+
+    def label(self) -> str:
+        return "/".join(
+            [self.preset or "-", self.framework, self.backend, self.layout, self.hardware or "-", self.spec_hash]
+        )
+
+
+class Provenance(_Record):
+    """Where a run came from; every field is optional because a laptop run has none of them."""
+
+    commit: str | None = None
+    pr: int | None = None
+    ci_run_id: str | None = None
+    trigger: str | None = None
+    ref: str | None = None
+
+
+class MetricValue(_Record):
+    """One metric of one run: the run-level value (median of the repeat medians) and what it was built from."""
+
+    metric: str
+    value: float | None
+    repeat_values: list[float] = Field(default_factory=list)
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n: int = 0
+    unit: str | None = None
+    direction: str | None = None
+
+
+class RunToRecord(_Record):
+    """One cell of one report.json, as `record` stores it: its series, provenance-free identity and values."""
+
+    series: SeriesKey
+    cell_id: str
+    report_generated_at: str
+    run_dir: str
+    environment: dict[str, Any]
+    values: list[MetricValue]
+
+
+class StoredRun(_Record):
+    """A recorded run as the check and `history` read it back."""
+
+    id: int
+    series: str
+    cell_id: str
+    commit: str | None
+    pr: int | None
+    ci_run_id: str | None
+    trigger: str | None
+    recorded_at: str
+    trusted: bool
+    trust_note: str | None
+    baseline_reset: bool

@@ -1,0 +1,167 @@
+"""DIR/plan.json: what `run.py --dry-run` writes and `run.py execute` runs, as one typed definition.
+
+The planner validates the document through `PlanFile` before writing it, and the runner reads it back through
+the same model, so a hand-edited plan with a wrong type, an empty command or a duplicate cell is refused before
+anything starts. `plan_problems(data)` lists every problem as one line naming the field (`cells[0] (<id>): ...`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+PLAN_NAME = "plan.json"
+SCHEMA_VERSION = 1
+SINK_FORMATS: tuple[str, ...] = ("verl-file-logger", "miles-event-log")
+"""VERL's FileLogger JSONL file; the folder of per-process JSONL files of Miles's event log or its stdout."""
+CELL_KEYS: tuple[str, ...] = ("id", "framework", "backend", "layout", "launch_argv", "sink", "num_steps")
+"""The fields a cell cannot run without (the others are descriptive or optional)."""
+
+_Argv = list[str]
+
+
+class CellSink(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    format: str
+    path: str
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, value: str) -> str:
+        if value not in SINK_FORMATS:
+            raise ValueError(f"sink.format {value!r} is not one of {SINK_FORMATS}")
+        return value
+
+
+class PlanCell(BaseModel):
+    """One framework x backend x layout launch of the matrix."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    framework: Literal["miles", "verl"]
+    backend: str
+    layout: str
+    launch_argv: _Argv = Field(min_length=1)
+    argv: _Argv | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    sink: CellSink
+    num_steps: int
+    gpus: dict[str, int] = Field(default_factory=dict)
+    model_config_path: str | None = Field(default=None, alias="model_config")
+    script: str | None = None
+    ray_head_argv: _Argv | None = None
+
+    @field_validator("num_steps")
+    @classmethod
+    def _positive_steps(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(f"num_steps must be a positive integer, got {value!r}")
+        return value
+
+
+class PrepareStep(BaseModel):
+    """Harness work run once before the first cell (downloads, data conversion)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    argv: _Argv = Field(min_length=1)
+    creates: str | None = None
+    skip_if_exists: bool = True
+    needed_by: list[str] = Field(default_factory=list)
+
+
+class PlanFile(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    schema_version: int
+    spec: dict[str, Any] = Field(default_factory=dict)
+    spec_hash: str | None = None
+    preset: str | None = None
+    prepare: list[PrepareStep] = Field(default_factory=list)
+    cells: list[PlanCell] = Field(min_length=1)
+    warnings: list[str] = Field(default_factory=list)
+
+
+def _where(data: dict[str, Any], loc: tuple) -> str:
+    """`cells[2] (<id>)` / `prepare[0] (<name>)` / a top-level field name, from a pydantic error location."""
+    if len(loc) >= 2 and loc[0] in ("cells", "prepare") and isinstance(loc[1], int):
+        entries = data.get(loc[0]) if isinstance(data.get(loc[0]), list) else []
+        entry = entries[loc[1]] if loc[1] < len(entries) and isinstance(entries[loc[1]], dict) else {}
+        label = entry.get("id") if loc[0] == "cells" else entry.get("name")
+        return f"{loc[0]}[{loc[1]}]" + (f" ({label})" if isinstance(label, str) else "")
+    return str(loc[0]) if loc else "plan"
+
+
+def _field_message(loc: tuple, error: dict[str, Any]) -> str:
+    inner = [str(part) for part in loc[2:]] if len(loc) >= 2 and isinstance(loc[1], int) else [str(p) for p in loc]
+    name = ".".join(inner)
+    message = error["msg"].removeprefix("Value error, ")
+    if name in ("launch_argv", "argv") or name.startswith(("launch_argv.", "argv.")):
+        return f"{name.split('.')[0]} must be a non-empty list of strings"
+    if name in ("num_steps", "sink.format") and error["type"] == "value_error":
+        return message
+    return f"{name}: {message}" if name else message
+
+
+def _validation_lines(data: dict[str, Any], exc: ValidationError) -> list[str]:
+    lines: list[str] = []
+    missing: dict[str, list[str]] = {}
+    for error in exc.errors():
+        loc = tuple(error["loc"])
+        where = _where(data, loc)
+        if error["type"] == "missing" and len(loc) == 3 and loc[0] == "cells":
+            missing.setdefault(f"cells[{loc[1]}]", []).append(str(loc[2]))
+            continue
+        if loc == ("cells",) and error["type"] in ("too_short", "list_type", "missing"):
+            lines.append("cells must be a non-empty list")
+            continue
+        lines.append(f"{where}: {_field_message(loc, error)}")
+    lines += [f"{where} lacks {', '.join(fields)}" for where, fields in missing.items()]
+    return list(dict.fromkeys(lines))
+
+
+def plan_problems(data: Any) -> list[str]:
+    """Every reason this document cannot be executed, one line each naming the field; [] when it can."""
+    if not isinstance(data, dict):
+        return ["the plan is not a JSON object"]
+    problems: list[str] = []
+    if data.get("schema_version") != SCHEMA_VERSION:
+        problems.append(f"schema_version is {data.get('schema_version')!r}, expected {SCHEMA_VERSION}")
+    try:
+        PlanFile.model_validate(data)
+    except ValidationError as exc:
+        problems += [line for line in _validation_lines(data, exc) if not line.startswith("schema_version")]
+    cells = data.get("cells") if isinstance(data.get("cells"), list) else []
+    seen: set[str] = set()
+    for index, cell in enumerate(cells):
+        cell_id = cell.get("id") if isinstance(cell, dict) else None
+        if isinstance(cell_id, str) and cell_id in seen:
+            problems.append(f"cells[{index}] ({cell_id}): duplicate id")
+        seen.add(cell_id)
+    return problems
+
+
+def read_plan_json(path: Path) -> dict[str, Any]:
+    """plan.json as checked JSON; ValueError naming the file and every problem."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"plan {path} is not valid JSON: {exc}") from exc
+    problems = plan_problems(data)
+    if problems:
+        raise ValueError(f"plan {path} cannot be executed:\n  " + "\n  ".join(problems))
+    return data
+
+
+def plan_json_text(data: dict[str, Any]) -> str:
+    """The plan document as the planner writes it, after checking it against `PlanFile` (a bug if it fails)."""
+    problems = plan_problems(data)
+    if problems:
+        raise AssertionError("the planner built an invalid plan: " + "; ".join(problems))
+    return json.dumps(data, indent=2) + "\n"

@@ -1,0 +1,208 @@
+"""Miles's sinks -> schema records: the event log of `--save-debug-event-data` (one JSONL per process; every
+`tracking.log` call is a `{"type": "metric", "metrics": {...}, "source", ...}` line) or the `perf N:` /
+`rollout N:` dict lines of a Miles job's stdout; the kind is detected per file. The RolloutManager's and the train
+rank's records of one rollout are merged.
+
+`normalize_miles_steps` moves the work Miles books into the next step's `train_wait` (weight update, trainer
+offload, checkpoint save) back into the step that caused it, as VERL books it. Miles's time after its last training
+block (the final weight update) is in no record, so the last Miles step has step_time_s and phases_s.weight_sync
+None (`miles_shift:no_next_step`). Token counts come from per-step means and totals (`_miles_tokens`).
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from miles.utils.bench_metrics import PHASES, RunContext, StepRecord
+from scripts.benchmark.frameworks.native_events import (
+    FILE_ORDER_STRIDE,
+    NativeEvent,
+    NativeStep,
+    SinkIssue,
+    metric_value,
+    read_json_lines,
+    reconcile_samples,
+    residual_other,
+    scan_values,
+)
+
+MILES_STEP_KEY = "rollout/step"
+MILES_PHASE_KEYS: dict[str, str] = {
+    "generate": "perf/rollout_time",
+    "old_logprob": "perf/log_probs_time",
+    "ref_logprob": "perf/ref_log_probs_time",
+    "train": "perf/actor_train_time",
+    "weight_sync": "perf/update_weights_time",
+}
+# Timers of work done after training N that Miles books into record N+1 (its train_wait). Nested timers
+# (update_weights_implementation, finalize_and_resume_engines) are inside update_weights and are not added again.
+MILES_CARRIED_KEYS: tuple[str, ...] = (MILES_PHASE_KEYS["weight_sync"], "perf/sleep_time", "perf/save_model_time")
+MILES_REQUIRED_KEYS: tuple[str, ...] = (
+    "perf/train_wait_time",
+    "perf/train_time",
+    *(MILES_PHASE_KEYS[p] for p in ("train", "old_logprob", "generate")),
+    "perf/actor_train_tok_per_s",
+    "rollout/total_lengths",
+    "rollout/response_lengths",
+)
+COMPLETE_ANCHORS: tuple[str, ...] = ("perf/train_time", "perf/rollout_time")
+"""A process's record of a step is complete once its anchor is there (the train rank's timers, or the
+RolloutManager's rollout perf)."""
+
+
+_STDOUT_DICT_LINE = re.compile(
+    r"(?:\[(?P<prefix>[^\]]*)\][^\n]*? - )?\b(?P<kind>perf|rollout) (?P<id>\d+): (?P<d>\{.*\})"
+)
+_NUMPY_SCALAR = re.compile(r"\bnp\.\w+\(([^()]*)\)")
+_BARE_NONFINITE = re.compile(r"(?<![\w'\"])(-?)(nan|inf)(?![\w'\"])")
+_NONFINITE_SENTINEL = "__bench_nonfinite__"
+
+
+def _literal_dict(text: str) -> dict[str, Any]:
+    """A Python dict repr as Miles prints it; nan/inf and numpy scalar reprs are accepted, nothing is eval'd."""
+    text = _NUMPY_SCALAR.sub(r"\1", text)
+    text = _BARE_NONFINITE.sub(lambda m: f"'{_NONFINITE_SENTINEL}{m.group(1)}{m.group(2)}'", text)
+    value = ast.literal_eval(text)
+    if not isinstance(value, dict):
+        raise ValueError("not a dict")
+    return {
+        k: float(v[len(_NONFINITE_SENTINEL) :]) if isinstance(v, str) and v.startswith(_NONFINITE_SENTINEL) else v
+        for k, v in value.items()
+    }
+
+
+def miles_events(paths: Iterable[Path], issues: list[SinkIssue]) -> list[NativeEvent]:
+    events: list[NativeEvent] = []
+    for file_index, path in enumerate(paths):
+        head = path.read_text(encoding="utf-8", errors="replace").lstrip()[:1]
+        offset = file_index * FILE_ORDER_STRIDE
+        if head == "{":
+            events.extend(_miles_jsonl_events(path, issues, offset))
+        else:
+            events.extend(_miles_stdout_events(path, issues, offset))
+    return events
+
+
+def _process_name(identity: Any) -> str | None:
+    """Miles's ProcessIdentity.to_name(): `rollout_manager`, `main`, or `actor_cell<i>_rank<j>`."""
+    if not isinstance(identity, dict) or "component" not in identity:
+        return None
+    if "cell_index" in identity:
+        return f"{identity['component']}_cell{identity['cell_index']}_rank{identity.get('rank_within_cell')}"
+    return str(identity["component"])
+
+
+def _miles_jsonl_events(path: Path, issues: list[SinkIssue], offset: int) -> list[NativeEvent]:
+    """An event-log file (one process).
+
+    The process is the event's `source` identity (else the file name), so a process whose events are
+    spread over several files (a restart writing elsewhere) is still one process; other event types (weight
+    checksums, witness ids) are skipped.
+    """
+    first_issue = len(issues)
+    lines = read_json_lines(path, path.stem, issues, offset=offset)
+    source = next((_process_name(obj.get("source")) for _, obj in lines if isinstance(obj, dict)), None) or path.stem
+    for issue in issues[first_issue:]:
+        issue.source = source
+    events = []
+    for line, obj in lines:
+        if not isinstance(obj, dict):
+            raise ValueError(f"{path}:{line}: expected a JSON object per line")
+        if obj.get("type") != "metric":
+            continue
+        metrics = obj.get("metrics") or {}
+        step = metrics.get(MILES_STEP_KEY)
+        if isinstance(step, (int, float)) and not isinstance(step, bool):
+            events.append(NativeEvent(source=source, order=offset + line, step=int(step), metrics=metrics))
+    return events
+
+
+def _miles_stdout_events(path: Path, issues: list[SinkIssue], offset: int) -> list[NativeEvent]:
+    """`perf N: {...}` / `rollout N: {...}` lines; the process is the last word of the `[<time> <process>]` prefix."""
+    events = []
+    for index, line in enumerate(path.read_text(encoding="utf-8", errors="replace").split("\n"), start=1):
+        match = _STDOUT_DICT_LINE.search(line)
+        if match is None:
+            continue
+        source = (match.group("prefix") or "stdout").split()[-1] if match.group("prefix") else "stdout"
+        try:
+            metrics = _literal_dict(match.group("d"))
+        except (ValueError, SyntaxError):
+            issues.append(SinkIssue(source=source, order=offset + index, flag=f"corrupt_line:{path.name}:{index}"))
+            continue
+        events.append(NativeEvent(source=source, order=offset + index, step=int(match.group("id")), metrics=metrics))
+    return events
+
+
+def _carried_seconds(metrics: dict[str, Any]) -> float:
+    """Seconds of MILES_CARRIED_KEYS work in a record (absent timer = that work did not run)."""
+    values = [metrics.get(k) for k in MILES_CARRIED_KEYS if k in metrics]
+    return sum(math.nan if v is None else float(v) for v in values)
+
+
+def _miles_tokens(metrics: dict[str, Any], flags: list[str], ctx: RunContext) -> tuple[int | None, dict]:
+    """Train side: sum(seq_lens) = perf/actor_train_tok_per_s x perf/actor_train_time; samples = that / the mean
+    rollout/total_lengths; response = samples x mean rollout/response_lengths; prompt = the rest."""
+    tok_per_s = metric_value(metrics, "perf/actor_train_tok_per_s", flags, required=True)
+    train_s = metric_value(metrics, "perf/actor_train_time", flags, required=False)
+    total_mean = metric_value(metrics, "rollout/total_lengths", flags, required=True)
+    response_mean = metric_value(metrics, "rollout/response_lengths", flags, required=True)
+    usable = all(v is not None and math.isfinite(v) for v in (tok_per_s, train_s, total_mean, response_mean))
+    if not usable or total_mean <= 0:
+        return reconcile_samples(None, ctx, flags), {"prompt": None, "response": None}
+    total = tok_per_s * train_s
+    samples = reconcile_samples(round(total / total_mean), ctx, flags)
+    response = round(response_mean * samples)
+    flags.append("tokens:from_means")
+    return samples, {"prompt": round(total) - response, "response": response}
+
+
+def normalize_miles_steps(steps: dict[int, NativeStep], ctx: RunContext) -> list[StepRecord]:
+    """Rollout k -> schema step k+1 (VERL counts from 1), with the work done after training k moved into it.
+
+    Miles's record k holds, in train_wait, the weight update / trainer offload / save that followed training k-1;
+    record k+1 holds those that followed training k. So:
+    step_time(k) = train_wait(k) + train(k) - carried(k) + carried(k+1), weight_sync(k) = update_weights(k+1),
+    where carried = update_weights + sleep + save_model. Rollout 0's carried work is the initial weight sync and
+    offload, which VERL also leaves out of its steps.
+    """
+    records = []
+    for rollout_id in sorted(steps):
+        native, following = steps[rollout_id], steps.get(rollout_id + 1)
+        metrics, flags = native.metrics, [*native.flags, *scan_values(native.metrics)]
+        train_wait = metric_value(metrics, "perf/train_wait_time", flags, required=True)
+        train_block = metric_value(metrics, "perf/train_time", flags, required=True)
+        phases = {
+            phase: metric_value(metrics, key, flags, required=key in MILES_REQUIRED_KEYS)
+            for phase, key in MILES_PHASE_KEYS.items()
+            if phase != "weight_sync"
+        }
+        step_time = weight_sync = None
+        if following is None or "perf/train_wait_time" not in following.metrics:
+            flags.append("miles_shift:no_next_step")
+        else:
+            weight_sync = metric_value(following.metrics, "perf/update_weights_time", flags, required=True)
+            if train_wait is not None and train_block is not None:
+                carried_in, carried_out = _carried_seconds(metrics), _carried_seconds(following.metrics)
+                step_time = train_wait + train_block - carried_in + carried_out
+        phases["weight_sync"] = weight_sync
+        phases["other"] = residual_other(step_time, phases, flags)
+        samples, tokens = _miles_tokens(metrics, flags, ctx)
+        records.append(
+            StepRecord(
+                framework="miles",
+                step=rollout_id + 1,
+                step_time_s=step_time,
+                phases_s={p: phases.get(p) for p in PHASES},
+                tokens=tokens,
+                samples=samples,
+                flags=list(dict.fromkeys(flags)),
+                raw=metrics,
+            )
+        )
+    return records

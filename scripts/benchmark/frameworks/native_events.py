@@ -1,0 +1,205 @@
+"""Native sink lines -> per-step native metrics, shared by both frameworks' readers.
+
+A framework's reader turns its files into `NativeEvent`s (one log call each: process, position, step, metrics);
+`merge_native_events` groups them per step across processes and restarts. Real-run defects become `SinkIssue`s
+and flags on the step they belong to, never exceptions: a truncated or corrupt line, a line recovered from a
+fragment, NaN/Inf or null values, missing keys, a step logged again after a restart (the last complete attempt
+wins), two processes giving one key different values.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from miles.utils.bench_metrics import RunContext
+
+FILE_ORDER_STRIDE = 1_000_000_000
+"""Event order = file index * stride + line: restarts are told apart and file defects attached to their step."""
+STEP_KEYS = frozenset({"rollout/step", "training/global_step"})
+"""Keys that name the step in every log call of Miles and VERL: logging them again does not mean a re-run."""
+
+
+class NoStepsError(ValueError):
+    """The sink's files exist but hold no step metrics yet."""
+
+
+@dataclass(kw_only=True)
+class NativeEvent:
+    """One native log call: which process wrote it, at which native step, with which metrics."""
+
+    source: str
+    order: int
+    """Position in its source (file index * FILE_ORDER_STRIDE + line), to tell restarts apart."""
+    step: int
+    metrics: dict[str, Any]
+
+
+@dataclass(kw_only=True)
+class NativeStep:
+    """The merged native metrics of one step, with flags about how they were assembled."""
+
+    step: int
+    metrics: dict[str, Any] = field(default_factory=dict)
+    flags: list[str] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class SinkIssue:
+    """A defect of a source file, attached to the record of the step that process was writing when it happened."""
+
+    source: str
+    order: int
+    flag: str
+
+
+def read_json_lines(path: Path, source: str, issues: list[SinkIssue], *, offset: int = 0) -> list[tuple[int, Any]]:
+    """(line number, parsed object) per line; a truncated or corrupt line becomes an issue, never an exception.
+
+    A killed writer leaves a last line without its end; Miles's event logger reopens the file in append mode after
+    a restart, so the next event can be glued to that fragment: the trailing complete object is recovered.
+    """
+    lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
+    parsed: list[tuple[int, Any]] = []
+    for index, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            parsed.append((index, json.loads(line)))
+            continue
+        except json.JSONDecodeError:
+            pass
+        recovered = _recover_trailing_object(line)
+        if recovered is not None:
+            issues.append(SinkIssue(source=source, order=offset + index, flag=f"recovered_line:{path.name}:{index}"))
+            parsed.append((index, recovered))
+        else:
+            kind = "truncated_last_line" if index == len(lines) else "corrupt_line"
+            issues.append(SinkIssue(source=source, order=offset + index, flag=f"{kind}:{path.name}:{index}"))
+    return parsed
+
+
+def _recover_trailing_object(line: str) -> dict[str, Any] | None:
+    for match in reversed(list(re.finditer(r"\{\"", line))):
+        if match.start() == 0:
+            return None
+        try:
+            obj = json.loads(line[match.start() :])
+        except json.JSONDecodeError:
+            continue
+        return obj if isinstance(obj, dict) else None
+    return None
+
+
+def merge_native_events(
+    events: list[NativeEvent],
+    issues: list[SinkIssue] = (),
+    *,
+    complete_anchors: tuple[str, ...],
+) -> dict[int, NativeStep]:
+    """Per process: group by step, start a new attempt when the step goes backwards (a restart), keep the last
+    complete attempt (one holding a `complete_anchors` key). Across processes: union of metrics (a key two
+    processes give different values is flagged).
+    """
+    by_source: dict[str, list[NativeEvent]] = defaultdict(list)
+    for event in events:
+        by_source[event.source].append(event)
+    steps: dict[int, NativeStep] = {}
+    for source in sorted(by_source):
+        source_events = sorted(by_source[source], key=lambda e: e.order)
+        attempts: dict[int, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
+        epoch, max_seen = 0, None
+        for event in source_events:
+            step_attempts = attempts[event.step]
+            # One process logs each metric of a step once; the same key again means the step is being re-run.
+            relogged = bool(step_attempts) and any(
+                k in step_attempts[-1][1] for k in event.metrics if k not in STEP_KEYS
+            )
+            if relogged or (max_seen is not None and event.step < max_seen):
+                epoch += 1  # the process restarted and logs this step again
+            max_seen = event.step if max_seen is None or event.step < max_seen else max(max_seen, event.step)
+            if not step_attempts or step_attempts[-1][0] != epoch:
+                step_attempts.append((epoch, {}))
+            step_attempts[-1][1].update(event.metrics)
+        for step, step_attempts in attempts.items():
+            merged = steps.setdefault(step, NativeStep(step=step))
+            chosen_index = max(
+                (i for i, (_, m) in enumerate(step_attempts) if any(k in m for k in complete_anchors)),
+                default=len(step_attempts) - 1,
+            )
+            chosen = step_attempts[chosen_index][1]
+            if len(step_attempts) > 1:
+                merged.flags.append(f"duplicate_step:{source}:kept_attempt_{chosen_index + 1}_of_{len(step_attempts)}")
+            if not any(k in chosen for k in complete_anchors):
+                merged.flags.append(f"incomplete:{source}")
+            for key, value in chosen.items():
+                if key in merged.metrics and not _same_value(merged.metrics[key], value):
+                    merged.flags.append(f"conflict:{key}")
+                    continue
+                merged.metrics[key] = value
+        for issue in (i for i in issues if i.source == source):
+            before = [e.step for e in source_events if e.order < issue.order]
+            step = before[-1] if before else (source_events[0].step if source_events else None)
+            if step is None and steps:
+                step = min(steps)
+            if step is not None:
+                steps.setdefault(step, NativeStep(step=step)).flags.append(issue.flag)
+    return steps
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return a == b
+
+
+def scan_values(metrics: dict[str, Any]) -> list[str]:
+    """Flags for values that are there but unusable: NaN/Inf kept as they are, null (how orjson and pydantic write
+    NaN/Inf) kept as None."""
+    flags = []
+    for key, value in metrics.items():
+        if value is None:
+            flags.append(f"null:{key}")
+        elif isinstance(value, float) and not math.isfinite(value):
+            flags.append(f"nonfinite:{key}")
+    return flags
+
+
+def metric_value(metrics: dict[str, Any] | None, key: str, flags: list[str], *, required: bool) -> float | None:
+    if metrics is None or key not in metrics:
+        if required:
+            flags.append(f"missing:{key}")
+        return None
+    value = metrics[key]
+    if value is None:
+        return math.nan  # reported, but the sink wrote NaN/Inf as null: unusable, not absent
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        flags.append(f"non_numeric:{key}")
+        return None
+    return float(value)
+
+
+def residual_other(step_time: float | None, phases: dict[str, float | None], flags: list[str]) -> float | None:
+    """phases_s.other: the step minus every reported phase (a phase that is None counts as not there)."""
+    known = [v for p, v in phases.items() if p != "other" and v is not None]
+    if step_time is None or not math.isfinite(step_time) or not all(math.isfinite(v) for v in known):
+        return None
+    other = step_time - sum(known)
+    if other < -0.01 * step_time:
+        flags.append("negative_other:phases overlap or exceed the step")
+    return other
+
+
+def reconcile_samples(from_sink: int | None, ctx: RunContext, flags: list[str]) -> int | None:
+    if from_sink is None:
+        if ctx.samples_per_step is not None:
+            flags.append("samples:from_spec")
+        return ctx.samples_per_step
+    if ctx.samples_per_step is not None and from_sink != ctx.samples_per_step:
+        flags.append(f"samples_mismatch:sink={from_sink},spec={ctx.samples_per_step}")
+    return from_sink

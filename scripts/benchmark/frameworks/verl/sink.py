@@ -1,0 +1,99 @@
+"""VERL 0.9.1's FileLogger sink (`trainer.logger=[file]`) -> schema records: one `{"step", "data"}` line per step.
+
+The step-0 validation line (only `val-*` keys) is skipped. All files are one driver process: FileLogger truncates
+on start, so a restart gives a new file. Token counts come from per-step means and totals (`_verl_tokens`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from miles.utils.bench_metrics import PHASES, RunContext, StepRecord
+from scripts.benchmark.frameworks.native_events import (
+    FILE_ORDER_STRIDE,
+    NativeEvent,
+    NativeStep,
+    SinkIssue,
+    metric_value,
+    read_json_lines,
+    reconcile_samples,
+    residual_other,
+    scan_values,
+)
+
+VERL_STEP_TIME_KEY = "timing_s/step"
+VERL_PHASE_KEYS: dict[str, str] = {
+    "generate": "timing_s/gen",
+    "old_logprob": "timing_s/old_log_prob",
+    "ref_logprob": "timing_s/ref",
+    "train": "timing_s/update_actor",
+    "weight_sync": "timing_s/update_weights",
+}
+VERL_REQUIRED_KEYS: tuple[str, ...] = (
+    VERL_STEP_TIME_KEY,
+    *(VERL_PHASE_KEYS[p] for p in ("generate", "old_logprob", "train", "weight_sync")),
+    "perf/total_num_tokens",
+    "prompt_length/mean",
+    "response_length/mean",
+)
+
+COMPLETE_ANCHORS: tuple[str, ...] = (VERL_STEP_TIME_KEY,)
+"""A step's record is complete once VERL's step timer is there."""
+
+
+def verl_events(paths: Iterable[Path], issues: list[SinkIssue]) -> list[NativeEvent]:
+    """All files are one driver process (FileLogger truncates on start, so a restart gives a new file)."""
+    events: list[NativeEvent] = []
+    for file_index, path in enumerate(paths):
+        offset = file_index * FILE_ORDER_STRIDE
+        for line, obj in read_json_lines(path, "verl-driver", issues, offset=offset):
+            if not (isinstance(obj, dict) and isinstance(obj.get("data"), dict) and isinstance(obj.get("step"), int)):
+                raise ValueError(f"{path}:{line}: not a VERL FileLogger line (expected {{'step': int, 'data': {{}}}})")
+            data = obj["data"]
+            if all(k.startswith("val-") or k == "timing_s/testing" for k in data):
+                continue  # validation-only line (step 0 before training, or a final validation)
+            events.append(NativeEvent(source="verl-driver", order=offset + line, step=obj["step"], metrics=data))
+    return events
+
+
+def _verl_tokens(metrics: dict[str, Any], flags: list[str], ctx: RunContext) -> tuple[int | None, dict]:
+    """Samples from perf/total_num_tokens / (prompt_length/mean + response_length/mean); totals from the means."""
+    total = metric_value(metrics, "perf/total_num_tokens", flags, required=True)
+    prompt_mean = metric_value(metrics, "prompt_length/mean", flags, required=True)
+    response_mean = metric_value(metrics, "response_length/mean", flags, required=True)
+    if not all(v is not None and math.isfinite(v) for v in (prompt_mean, response_mean)):
+        return None, {"prompt": None, "response": None}
+    samples = None
+    if total is not None and math.isfinite(total) and prompt_mean + response_mean > 0:
+        samples = round(total / (prompt_mean + response_mean))
+    samples = reconcile_samples(samples, ctx, flags)
+    if not samples:
+        return samples, {"prompt": None, "response": None}
+    prompt = round(prompt_mean * samples)
+    response = round(total) - prompt if total is not None and math.isfinite(total) else round(response_mean * samples)
+    flags.append("tokens:from_means")
+    return samples, {"prompt": prompt, "response": response}
+
+
+def verl_record(native: NativeStep, ctx: RunContext) -> StepRecord:
+    metrics, flags = native.metrics, [*native.flags, *scan_values(native.metrics)]
+    step_time = metric_value(metrics, VERL_STEP_TIME_KEY, flags, required=True)
+    phases = {
+        phase: metric_value(metrics, key, flags, required=key in VERL_REQUIRED_KEYS)
+        for phase, key in VERL_PHASE_KEYS.items()
+    }
+    phases["other"] = residual_other(step_time, phases, flags)
+    samples, tokens = _verl_tokens(metrics, flags, ctx)
+    return StepRecord(
+        framework="verl",
+        step=native.step,
+        step_time_s=step_time,
+        phases_s={p: phases.get(p) for p in PHASES},
+        tokens=tokens,
+        samples=samples,
+        flags=list(dict.fromkeys(flags)),
+        raw=metrics,
+    )

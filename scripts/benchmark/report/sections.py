@@ -1,0 +1,386 @@
+"""The report's sections, from the report document (analysis/document.py) to text blocks, in reading order:
+verdict, Miles/VERL comparison, per-cell summaries, steady state, calibration, incomplete cells, plots, context.
+
+A null number is printed "n/a", never 0. Fractions (MFU, wait ratio) are printed as percentages.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from scripts.benchmark.analysis.document import parity_tables
+from scripts.benchmark.analysis.run_folder import REPORT_METRICS
+from scripts.benchmark.report.render import Bullets, Code, Details, Heading, Image, Paragraph, Table, render_markdown
+
+
+def format_number(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return "n/a"
+    if unit == "fraction":
+        return f"{value * 100:.1f}%"
+    magnitude = abs(value)
+    if magnitude >= 1000:
+        return f"{value:,.0f}"
+    if magnitude >= 100:
+        return f"{value:.1f}"
+    if magnitude >= 10:
+        return f"{value:.2f}"
+    return f"{value:.3g}"
+
+
+def format_interval(low: float | None, high: float | None, unit: str = "") -> str:
+    if low is None or high is None:
+        return "n/a"
+    return f"[{format_number(low, unit)}, {format_number(high, unit)}]"
+
+
+def _ordered_metrics(names: list[str]) -> list[str]:
+    known = [m for m in REPORT_METRICS if m in names]
+    return known + sorted(m for m in names if m not in known)
+
+
+def format_ratio_interval(low: float | None, high: float | None) -> str:
+    return "n/a" if low is None or high is None else f"[{low:.3f}, {high:.3f}]"
+
+
+def format_gap(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.2f}"
+
+
+def _better_side(row: dict[str, Any]) -> str:
+    if row["ratio"] is None:
+        return "n/a: " + row["method"].removeprefix("not compared: ")
+    if not row["significant"]:
+        return "no significant difference"
+    miles_higher = row["ratio"] > 1
+    miles_better = miles_higher == (row["direction"] == "higher")
+    return "Miles better" if miles_better else "VERL better"
+
+
+def _pair_verdict(doc: dict[str, Any], backend: str, layout: str) -> str:
+    rows = [c for c in doc["comparisons"] if (c["backend"], c["layout"]) == (backend, layout)]
+    step = next((c for c in rows if c["metric"] == "step_time_s"), None)
+    name = f"**{backend} / {layout}**"
+    if step is None or step["ratio"] is None:
+        why = step["method"].removeprefix("not compared: ") if step else "no step time"
+        return f"{name}: step time could not be compared ({why})."
+    ci = format_ratio_interval(step["ci_low"], step["ci_high"])
+    change = (step["ratio"] - 1) * 100
+    if not step["significant"]:
+        return f"{name}: no significant step-time difference (Miles/VERL {step['ratio']:.3f}, CI {ci})."
+    slower = "slower" if change > 0 else "faster"
+    text = (
+        f"{name}: Miles is {abs(change):.1f}% {slower} per step than VERL (Miles/VERL {step['ratio']:.3f}, CI {ci})."
+    )
+    parts = []
+    for a in doc["attribution"]:
+        if (a["backend"], a["layout"]) != (backend, layout) or a["component"] == "step_time_s":
+            continue
+        if a["gap_s"] is None or a["ci_low"] is None or (a["ci_low"] <= 0 <= a["ci_high"]):
+            continue
+        share = "" if a["share_of_gap"] is None else f" ({a['share_of_gap'] * 100:.0f}% of the gap)"
+        parts.append((abs(a["gap_s"]), f"{a['component'].removeprefix('phases_s.')} {a['gap_s']:+.2f} s{share}"))
+    if parts:
+        text += " The gap is in: " + "; ".join(p for _, p in sorted(parts, reverse=True)) + "."
+    return text
+
+
+def _verdict_blocks(doc: dict[str, Any]) -> list[Any]:
+    items = []
+    pairs = sorted({(c["backend"], c["layout"]) for c in doc["comparisons"]})
+    items += [_pair_verdict(doc, backend, layout) for backend, layout in pairs]
+    items += [f"**{r['backend']} / {r['layout']}**: comparison refused: {r['reason']}." for r in doc["refused"]]
+    unsteady = [c["id"] for c in doc["cells"] if not c["steady_state"]["reached"]]
+    if unsteady:
+        items.append(
+            "Never reached a steady state: " + ", ".join(f"`{c}`" for c in unsteady) + " (their numbers describe the "
+            "last half of the run and include drift; see Steady state)."
+        )
+    if doc["incomplete"]:
+        items.append(f"{len(doc['incomplete'])} cell repeat(s) did not complete; see Incomplete cells.")
+    if not items:
+        items.append("No Miles/VERL pair to compare in this run (one framework only).")
+    return [Heading(2, "Verdict"), Bullets(items)]
+
+
+def _comparison_blocks(doc: dict[str, Any]) -> list[Any]:
+    blocks: list[Any] = []
+    pct = f"{doc.get('confidence', 0.95):.0%}"
+    for backend, layout in sorted({(c["backend"], c["layout"]) for c in doc["comparisons"]}):
+        rows = {c["metric"]: c for c in doc["comparisons"] if (c["backend"], c["layout"]) == (backend, layout)}
+        blocks.append(Heading(2, f"Miles vs VERL: {backend} / {layout}"))
+        table = []
+        for metric in _ordered_metrics(list(rows)):
+            c = rows[metric]
+            p = "n/a" if c.get("p_value") is None else f"{c['p_value']:.3f}"
+            ratio = "n/a" if c["ratio"] is None else f"{c['ratio']:.3f}"
+            table.append(
+                [
+                    f"`{metric}`",
+                    c["unit"],
+                    c["direction"],
+                    format_number(c["miles"], c["unit"]),
+                    format_number(c["verl"], c["unit"]),
+                    ratio,
+                    format_ratio_interval(c["ci_low"], c["ci_high"]),
+                    p,
+                    _better_side(c),
+                ]
+            )
+        header = ["metric", "unit", "better", "Miles", "VERL", "Miles/VERL", f"{pct} CI", "p", "verdict"]
+        blocks.append(Table(header, table))
+        blocks.append(Heading(3, f"Where the step-time gap goes ({backend} / {layout})"))
+        attribution = []
+        rows_ab = [a for a in doc["attribution"] if (a["backend"], a["layout"]) == (backend, layout)]
+        step = next((a for a in rows_ab if a["component"] == "step_time_s"), None)
+        gap_significant = (
+            step is not None and step["ci_low"] is not None and not step["ci_low"] <= 0 <= step["ci_high"]
+        )
+        for a in rows_ab:
+            share = "n/a" if a["share_of_gap"] is None or not gap_significant else f"{a['share_of_gap'] * 100:.0f}%"
+            gap_ci = "n/a" if a["ci_low"] is None else f"[{format_gap(a['ci_low'])}, {format_gap(a['ci_high'])}]"
+            attribution.append(
+                [
+                    f"`{a['component']}`",
+                    format_number(a["miles_s"], "s"),
+                    format_number(a["verl_s"], "s"),
+                    format_gap(a["gap_s"]),
+                    gap_ci,
+                    share,
+                    a["note"],
+                ]
+            )
+        header = ["component", "Miles mean (s)", "VERL mean (s)", "gap Miles-VERL (s)", f"{pct} CI", "share", "note"]
+        blocks.append(Table(header, attribution))
+    compared = [c for c in doc["comparisons"] if c["ratio"] is not None]
+    if compared:
+        example = compared[0]["method"]
+        blocks.append(
+            Paragraph(
+                f"Method: {example.split('; ', 1)[-1]}. Ratios are of means (harmonic means for rates); "
+                "shares of the gap are shown only when the step-time gap itself is significant."
+            )
+        )
+    return blocks
+
+
+def _cell_blocks(doc: dict[str, Any]) -> list[Any]:
+    cells = doc["cells"]
+    if not cells:
+        return [Heading(2, "Per-cell summaries"), Paragraph("No complete cell in this run.")]
+    names = _ordered_metrics(list(cells[0]["summaries"]))
+    rows = []
+    for name in names:
+        unit = cells[0]["summaries"][name]["unit"]
+        row = [f"`{name}`", unit]
+        for cell in cells:
+            s = cell["summaries"][name]
+            if s["median"] is None:
+                row.append("n/a")
+            elif s["ci_low"] is None:
+                row.append(f"{format_number(s['median'], unit)} (no CI)")
+            else:
+                row.append(f"{format_number(s['median'], unit)} {format_interval(s['ci_low'], s['ci_high'], unit)}")
+        rows.append(row)
+    blocks: list[Any] = [
+        Heading(2, "Per-cell summaries"),
+        Paragraph(
+            "Median of the steady-state steps with its confidence interval; n/a = not reported by the framework."
+        ),
+        Table(["metric", "unit", *[f"`{c['id']}`" for c in cells]], rows),
+        Heading(3, "Response lengths"),
+        Table(
+            ["cell", "mean (tokens)", "std of step means", "median per-step min", "median per-step max"],
+            [
+                [
+                    f"`{c['id']}`",
+                    *[
+                        format_number(c["response_length"].get(k))
+                        for k in ("mean", "std_of_step_means", "median_step_min", "median_step_max")
+                    ],
+                ]
+                for c in cells
+            ],
+        ),
+    ]
+    return blocks
+
+
+def _steady_blocks(doc: dict[str, Any]) -> list[Any]:
+    rows = []
+    for cell in doc["cells"]:
+        for r in cell["steady_state"]["repeats"]:
+            rows.append(
+                [
+                    f"`{cell['id']}`",
+                    str(r["repeat"]),
+                    str(r["steps"]),
+                    "n/a" if r["start_step"] is None else str(r["start_step"]),
+                    str(r["steady_steps"]),
+                    "yes" if r["reached"] else "**never reached**",
+                    r["method"],
+                ]
+            )
+    methods = [[f"`{c['id']}`", c["hardware"] or "n/a", c["summaries"]["step_time_s"]["method"]] for c in doc["cells"]]
+    return [
+        Heading(2, "Steady state"),
+        Table(["cell", "repeat", "steps", "steady from step", "steady steps", "reached", "rule"], rows),
+        Table(["cell", "hardware", "summary method (step time)"], methods),
+    ]
+
+
+def _calibration_blocks(doc: dict[str, Any]) -> list[Any]:
+    blocks: list[Any] = [Heading(2, "Calibration: measured peak and roofline")]
+    calibration = doc.get("calibration")
+    if not calibration:
+        note = doc.get("calibration_note") or "no calibration data for this run"
+        return blocks + [Paragraph(f"Not shown: {note}. MFU above is against the datasheet peak.")]
+    rows = [
+        [
+            f"`{r['id']}`",
+            r["device"] or "n/a",
+            format_number(r["train_tflops_per_gpu"]),
+            format_number(r["mfu_datasheet"], "fraction"),
+            format_number(r["measured_peak_tflops"]),
+            format_number(r["mfu_measured_peak"], "fraction"),
+            format_number(r["roofline_tflops"]),
+            format_number(r["fraction_of_roofline"], "fraction"),
+        ]
+        for r in calibration
+    ]
+    header = [
+        "cell",
+        "device",
+        "train TFLOP/s/GPU",
+        "MFU (datasheet)",
+        "measured peak TFLOP/s",
+        "MFU (measured peak)",
+        "roofline TFLOP/s",
+        "of roofline",
+    ]
+    blocks.append(Table(header, rows))
+    blocks.append(Heading(3, "Weight sync against its floor"))
+    blocks.append(
+        Table(
+            ["cell", "weight sync (s, median)", "floor (s)", "floor path", "x floor"],
+            [
+                [
+                    f"`{r['id']}`",
+                    format_number(r.get("weight_sync_s")),
+                    format_number(r.get("weight_sync_floor_s")),
+                    r.get("weight_sync_floor_path") or "n/a",
+                    format_number(r.get("weight_sync_over_floor")),
+                ]
+                for r in calibration
+            ],
+        )
+    )
+    blocks.append(
+        Paragraph(
+            "The floor is the time to move every bf16 weight once at the bandwidth measured on this GPU model: "
+            "`d2d_copy` (colocated: one on-GPU copy, read + write) or `broadcast` (disaggregated: one NCCL broadcast, "
+            "which needs a multi-GPU calibration; n/a until one is committed)."
+        )
+    )
+    uncalibrated = sorted({r["device"] for r in calibration if r["device"] and r["measured_peak_tflops"] is None})
+    if uncalibrated:
+        blocks.append(
+            Paragraph(
+                "n/a: no committed calibration for "
+                + ", ".join(uncalibrated)
+                + " (scripts/benchmark/calibration/results/; "
+                "run scripts/benchmark/calibrate.py on that GPU and commit its JSON)."
+            )
+        )
+    return blocks
+
+
+def _packages(packages: Any) -> str:
+    """'torch 2.7.1, miles 0.1 (abc12345)' from {name: version} or the runner's {name: {version, commit}}."""
+    if not isinstance(packages, dict) or not packages:
+        return "n/a"
+    parts = []
+    for name, entry in sorted(packages.items()):
+        if isinstance(entry, dict):
+            if entry.get("version") is None and entry.get("commit") is None:
+                continue
+            commit = f" ({entry['commit'][:8]})" if entry.get("commit") else ""
+            parts.append(f"{name} {entry.get('version') or '?'}{commit}")
+        else:
+            parts.append(f"{name} {entry}")
+    return ", ".join(parts) or "n/a"
+
+
+def _compact(value: Any) -> str:
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {_compact(v)}" for k, v in value.items())
+    return json.dumps(value) if not isinstance(value, str) else value
+
+
+def _context_blocks(doc: dict[str, Any], *, environment_json: bool) -> list[Any]:
+    blocks: list[Any] = [Heading(2, "Parity table")]
+    tables = parity_tables(doc["parity"])
+    if doc["parity"] is None:
+        blocks.append(Paragraph("No parity.json in this run folder: Miles and VERL cells are not proven matched."))
+    elif not tables:
+        blocks.append(Details("parity.json (unrecognised layout, shown verbatim)", [Code(json.dumps(doc["parity"]))]))
+    for table in tables:
+        statuses = [r["status"] for r in table["rows"]]
+        counts = ", ".join(f"{statuses.count(s)} {s}" for s in sorted(set(statuses)))
+        summary = f"{table['title']}: {len(statuses)} knobs ({counts})"
+        rows = [[f"`{r['knob']}`", r["status"], _compact(r["values"]), r["note"]] for r in table["rows"]]
+        inner: list[Any] = [Paragraph(f"**Parity error**: {table['error']}")] if table["error"] else []
+        blocks.append(Details(summary, inner + [Table(["knob", "status", "values", "note"], rows)]))
+    blocks.append(Heading(2, "Environments"))
+    env_rows = []
+    for cell in doc["cells"]:
+        env = cell["environment"]
+        cuda = env.get("cuda_runtime") or env.get("cuda") or env.get("cuda_driver")
+        env_rows.append(
+            [
+                f"`{cell['id']}`",
+                cell["hardware"] or "n/a",
+                str(env.get("driver") or "n/a"),
+                str(cuda or "n/a"),
+                str(env.get("nccl") or "n/a"),
+                _packages(env.get("packages")),
+                str(env.get("hostname") or "n/a"),
+            ]
+        )
+    blocks.append(Table(["cell", "hardware", "driver", "CUDA", "NCCL", "packages", "host"], env_rows))
+    if environment_json:
+        for cell in doc["cells"]:
+            blocks.append(
+                Details(f"environment.json of {cell['id']}", [Code(json.dumps(cell["environment"], indent=1))])
+            )
+    else:
+        blocks.append(Paragraph("Full environment records: report.json and report.html (too long for this page)."))
+    return blocks
+
+
+def build_blocks(doc: dict[str, Any], images: dict[str, str], *, environment_json: bool = True) -> list[Any]:
+    """All report sections, in reading order; `images` maps a plot title to its path relative to the report."""
+    header = (
+        f"Run `{doc['run_dir']}`, preset `{doc['preset'] or 'n/a'}`, spec `{doc['spec_hash'] or 'n/a'}`, "
+        f"generated {doc['generated_at']}; {doc.get('confidence', 0.95):.0%} confidence intervals."
+    )
+    blocks: list[Any] = [Heading(1, "Miles vs VERL throughput report"), Paragraph(header)]
+    blocks += _verdict_blocks(doc)
+    blocks += _comparison_blocks(doc)
+    blocks += _cell_blocks(doc)
+    blocks += _steady_blocks(doc)
+    blocks += _calibration_blocks(doc)
+    if doc["incomplete"]:
+        rows = [[f"`{r['cell_id']}`", str(r["repeat"]), r["state"], r["reason"] or ""] for r in doc["incomplete"]]
+        blocks += [Heading(2, "Incomplete cells"), Table(["cell", "repeat", "state", "reason"], rows)]
+    if images:
+        blocks.append(Heading(2, "Plots"))
+        blocks += [Image(path, alt) for alt, path in images.items()]
+    blocks += _context_blocks(doc, environment_json=environment_json)
+    return blocks
+
+
+def verdict_markdown(doc: dict[str, Any]) -> str:
+    """The Verdict section alone: what `run.py report` and the end of every run print."""
+    return render_markdown(_verdict_blocks(doc))

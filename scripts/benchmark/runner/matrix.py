@@ -1,0 +1,304 @@
+"""One execution of a plan into a run folder: preparation steps once, then each cell repeat started, watched,
+followed into metrics.jsonl and stopped cleanly; SIGINT/SIGTERM stop the running cell and leave the rest pending."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from scripts.benchmark.contracts.manifest import CellRun, Manifest, write_json_atomic
+from scripts.benchmark.runner import cell_records, gpu_memory
+from scripts.benchmark.runner.cell_command import CellCommand, build_cell_command, substitute_cell_dir
+from scripts.benchmark.runner.end_report import report_after_run
+from scripts.benchmark.runner.options import ExecuteOptions, harness_argv, needs_private_head
+from scripts.benchmark.runner.process import ManagedProcess, capture_output, run_to_completion
+from scripts.benchmark.runner.progress import MatrixProgress
+from scripts.benchmark.runner.ray_head import PrivateRayHead, RayTarget, external_target, start_private_head
+from scripts.benchmark.runner.redaction import Redactor
+from scripts.benchmark.runner.sink_follower import SinkFollower
+from scripts.benchmark.runner.watchdog import Verdict, Watchdog
+
+
+@dataclass
+class _StopRequest:
+    signal_name: str | None = None
+
+    def install(self) -> dict[int, Any]:
+        previous = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, self._handle)
+        return previous
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        self.signal_name = signal.Signals(signum).name
+
+
+class MatrixRunner:
+    """One execution of a plan into a run folder (see the module docstring)."""
+
+    def __init__(self, plan: dict[str, Any], manifest: Manifest, options: ExecuteOptions, progress: MatrixProgress):
+        self.plan = plan
+        self.manifest = manifest
+        self.options = options
+        self.progress = progress
+        self.run_dir = manifest.run_dir
+        self.redactor = Redactor.from_environ(os.environ)
+        self.stop = _StopRequest()
+        self._packages: dict[tuple, dict[str, Any]] = {}
+        self._gpu_baseline: dict[int, float] | None = None
+        self._cells_by_id = {cell["id"]: cell for cell in plan["cells"]}
+
+    def run(self, todo: list[CellRun]) -> int:
+        """The matrix, then its report; the harness's own signal handlers stay installed throughout (no gap)."""
+        previous = self.stop.install()
+        try:
+            code = self._run_matrix(todo)
+            self.progress.close()
+            report_after_run(self.manifest, self.progress)
+            return code
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self.progress.close()
+
+    def _run_matrix(self, todo: list[CellRun]) -> int:
+        if not self.options.skip_prepare and not self._prepare():
+            return 130 if self.stop.signal_name else 1
+        self._gpu_baseline = gpu_memory.read_used_mib()
+        for cell_run in todo:
+            if self.stop.signal_name:
+                break
+            try:
+                state = self._run_cell(self._cells_by_id[cell_run.id], cell_run)
+            except Exception as exc:  # a runner bug or an I/O error: recorded on the cell, the matrix goes on
+                if cell_run.state != "running":
+                    self.manifest.set_state(cell_run, "running")
+                verdict = Verdict("failed", f"runner error: {exc!r}")
+                state = self._finish(cell_run, verdict, steps=cell_run.steps_completed)
+            if state != "complete" and self.options.fail_fast and not self.stop.signal_name:
+                self.progress.message(f"--fail-fast: stopping after {cell_run.id} rep {cell_run.repeat}")
+                break
+        if self.stop.signal_name:
+            return 130
+        return 0 if all(c.state == "complete" for c in self.manifest.cells) else 1
+
+    def _stop_requested(self) -> bool:
+        return self.stop.signal_name is not None
+
+    def _prepare(self) -> bool:
+        """Run the plan's preparation steps once (download, convert); False (recorded) when one fails."""
+        self.manifest.prepare = []
+        for step in self.plan.get("prepare") or []:
+            entry = {"name": step["name"], "state": "skipped", "reason": None, "log": f"prepare/{step['name']}.log"}
+            self.manifest.prepare.append(entry)
+            creates = step.get("creates")
+            if creates and step.get("skip_if_exists", True) and Path(creates).exists():
+                entry["reason"] = f"{creates} exists"
+                self.manifest.save()
+                continue
+            self.progress.message(f"prepare {step['name']}: {shlex.join(self.redactor.redact_argv(step['argv']))}")
+            code = run_to_completion(
+                harness_argv(step["argv"]),
+                env=os.environ,
+                cwd=Path.cwd(),
+                log_path=self.run_dir / entry["log"],
+                redactor=self.redactor,
+                timeout_s=self.options.prepare_timeout_s,
+                should_stop=self._stop_requested,
+            )
+            if self.stop.signal_name:
+                entry["state"], entry["reason"] = "interrupted", f"interrupted by {self.stop.signal_name}"
+            elif code != 0:
+                entry["state"], entry["reason"] = "failed", f"exited with code {code}; see {entry['log']}"
+            else:
+                entry["state"] = "complete"
+            self.manifest.save()
+            if entry["state"] != "complete":
+                self.progress.message(f"prepare {step['name']} {entry['state']}: {entry['reason']}")
+                return False
+        return True
+
+    def _ray_target_for(self, cell: dict[str, Any]) -> tuple[RayTarget | None, bool]:
+        """(target, start a private head?) for this cell under the --ray mode."""
+        if self.options.ray == "none":
+            return None, False
+        if needs_private_head(cell, self.options):
+            return None, True
+        if self.options.ray_address:
+            return external_target(self.options.ray_address, self.options.ray_dashboard_url), False
+        return None, False
+
+    def _run_cell(self, cell: dict[str, Any], cell_run: CellRun) -> str:
+        cell_dir = self.run_dir / cell_run.dir
+        self._archive_previous_attempt(cell_run, cell_dir)
+        (cell_dir / "sink").mkdir(parents=True, exist_ok=True)
+        runtime = self.options.runtime(cell["framework"])
+        label = f"{cell_run.id} rep {cell_run.repeat}"
+        self.manifest.set_state(cell_run, "running")
+        cell_run.steps_completed = 0
+        self.progress.cell_started(label, cell.get("num_steps"))
+        target, start_head = self._ray_target_for(cell)
+        head: PrivateRayHead | None = None
+        try:
+            if start_head:
+                head = start_private_head(
+                    runtime.ray_argv(),
+                    num_gpus=int((cell.get("gpus") or {}).get("per_node") or 0),
+                    env=os.environ,
+                    log_path=cell_dir / "ray-head.log",
+                    redactor=self.redactor,
+                    should_stop=self._stop_requested,
+                )
+                target = head.target
+                write_json_atomic(cell_dir / "ray.json", head.describe())
+            elif target is not None:
+                write_json_atomic(cell_dir / "ray.json", asdict(target))
+        except RuntimeError as exc:
+            if self._stop_requested():
+                return self._finish(
+                    cell_run, Verdict("interrupted", f"interrupted by {self.stop.signal_name}"), steps=0
+                )
+            return self._finish(cell_run, Verdict("failed", f"Ray head: {exc}"), steps=0)
+        submission_id = f"bench-{cell_run.id}-rep{cell_run.repeat}-{int(time.time())}"
+        command = build_cell_command(
+            cell, cell_dir=cell_dir, runtime=runtime, ray=target, submission_id=submission_id, base_env=os.environ
+        )
+        cell_records.write_command_record(cell_dir, command, self.redactor)
+        cell_records.write_environment(cell, cell_dir, runtime, command, self.redactor, self._packages)
+        try:
+            verdict, steps = self._watch(cell, cell_run, cell_dir, command, target)
+        finally:
+            if head is not None:
+                head.stop(self.options.grace_s)
+        cell_records.copy_outside_sink(cell, cell_dir)
+        release = gpu_memory.wait_until_released(
+            self._gpu_baseline, timeout_s=self.options.gpu_release_timeout_s, should_stop=self._stop_requested
+        )
+        if release is not None:
+            self.manifest.warnings.append(f"after {label}: {release}")
+        return self._finish(cell_run, verdict, steps=steps)
+
+    def _watch(
+        self,
+        cell: dict[str, Any],
+        cell_run: CellRun,
+        cell_dir: Path,
+        command: CellCommand,
+        target: RayTarget | None,
+    ) -> tuple[Verdict, int]:
+        follower = SinkFollower(
+            format=cell["sink"]["format"],
+            path=Path(substitute_cell_dir(cell["sink"]["path"], cell_dir)),
+            metrics_path=self.run_dir / cell_run.metrics,
+            context={"cell": cell, "cell_dir": str(cell_dir), "device_name": self._device_name(cell_dir)},
+            redactor=self.redactor,
+        )
+        process = ManagedProcess(
+            argv=command.argv,
+            env=command.process_env,
+            cwd=cell_dir,
+            log_path=cell_dir / "log.txt",
+            redactor=self.redactor,
+        )
+        started = time.monotonic()
+        watchdog = Watchdog(limits=self.options.limits(), started_at=started, num_steps=cell.get("num_steps"))
+        process.start()
+        try:
+            return self._watch_started(process, follower, watchdog, cell_run, command, target)
+        except BaseException:
+            if process.poll() is None or process.live_tracked():
+                process.stop(self.options.grace_s)  # never leave a cell running behind a runner error
+            raise
+
+    def _watch_started(
+        self,
+        process: ManagedProcess,
+        follower: SinkFollower,
+        watchdog: Watchdog,
+        cell_run: CellRun,
+        command: CellCommand,
+        target: RayTarget | None,
+    ) -> tuple[Verdict, int]:
+        verdict: Verdict | None = None
+        exited = False
+        while verdict is None:
+            time.sleep(self.options.poll_interval_s)
+            process.track()
+            exit_code = process.poll()
+            try:
+                self._follow(follower, watchdog, cell_run, final=False)
+            except Exception as exc:  # an unreadable sink ends the cell with the reader's message
+                verdict = Verdict("failed", f"metric sink unreadable: {exc}")
+                break
+            if self.stop.signal_name:
+                verdict = Verdict("interrupted", f"interrupted by {self.stop.signal_name}")
+                break
+            verdict = watchdog.check(time.monotonic(), exit_code)
+            exited = exit_code is not None
+        if exited:
+            outcome = process.finish(self.options.grace_s)
+        else:
+            self._stop_ray_job(command, target)
+            outcome = process.stop(self.options.grace_s)
+            cell_run.exit_code = outcome.exit_code
+        try:
+            self._follow(follower, watchdog, cell_run, final=True)
+        except Exception as exc:
+            if verdict.state == "complete":
+                verdict = Verdict("failed", f"metric sink unreadable: {exc}")
+        if exited:
+            cell_run.exit_code = outcome.exit_code
+            verdict = watchdog.check(time.monotonic(), outcome.exit_code) or verdict
+        if outcome.survivors:
+            self.manifest.warnings.append(
+                f"{cell_run.id} rep {cell_run.repeat}: pids {outcome.survivors} survived SIGKILL"
+            )
+        return verdict, follower.steps_written
+
+    @staticmethod
+    def _device_name(cell_dir: Path) -> str | None:
+        try:
+            return json.loads((cell_dir / "environment.json").read_text(encoding="utf-8")).get("gpu_model")
+        except (OSError, json.JSONDecodeError):
+            return None
+
+    def _follow(self, follower: SinkFollower, watchdog: Watchdog, cell_run: CellRun, *, final: bool) -> None:
+        fresh = follower.poll(final=final)
+        if not fresh:
+            return
+        watchdog.on_step(time.monotonic(), follower.steps_written)
+        cell_run.steps_completed = follower.steps_written
+        self.manifest.save()
+        self.progress.step(follower.steps_written, fresh[-1].step_time_s)
+
+    def _stop_ray_job(self, command: CellCommand, target: RayTarget | None) -> None:
+        """A Ray job outlives its `ray job submit` client: stop it by its submission id (before any private head)."""
+        if command.submission_id is None or target is None:
+            return
+        ray_argv = [w for w in command.argv[: command.argv.index("job")]]
+        capture_output(
+            [*ray_argv, "job", "stop", f"--address={target.dashboard_url}", command.submission_id],
+            timeout_s=max(self.options.grace_s, 10.0),
+            env=command.process_env,
+        )
+
+    def _finish(self, cell_run: CellRun, verdict: Verdict, *, steps: int) -> str:
+        cell_run.steps_completed = steps
+        self.manifest.set_state(cell_run, verdict.state, reason=verdict.reason)  # type: ignore[arg-type]
+        self.progress.cell_ended(verdict.state, verdict.reason)
+        return verdict.state
+
+    def _archive_previous_attempt(self, cell_run: CellRun, cell_dir: Path) -> None:
+        if not cell_dir.exists():
+            return
+        attempt = len(cell_run.previous_attempts) + 1
+        while (kept := cell_dir.with_name(f"{cell_dir.name}.attempt-{attempt}")).exists():
+            attempt += 1
+        cell_dir.rename(kept)
+        cell_run.previous_attempts.append(str(kept.relative_to(self.run_dir)))

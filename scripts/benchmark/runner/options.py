@@ -1,0 +1,69 @@
+"""How a plan is executed on this machine: the execute options (stored in the manifest, reused by --resume),
+and the decisions that follow from them alone (a private Ray head per cell, the interpreter of harness steps)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from scripts.benchmark.runner.cell_command import FrameworkRuntime, uses_ray_job_submit
+from scripts.benchmark.runner.watchdog import WatchdogLimits
+
+RayMode = Literal["auto", "private", "external", "none"]
+
+
+class RunError(ValueError):
+    """Bad input found before anything was started."""
+
+
+@dataclass(kw_only=True)
+class ExecuteOptions:
+    repeats: int = 1
+    fail_fast: bool = False
+    skip_prepare: bool = False
+    miles_python: str | None = None
+    verl_python: str | None = None
+    miles_prefix: str | None = None
+    verl_prefix: str | None = None
+    cell_timeout_s: float = WatchdogLimits.cell_timeout_s
+    first_step_timeout_s: float = WatchdogLimits.first_step_timeout_s
+    stall_timeout_s: float = WatchdogLimits.stall_timeout_s
+    grace_s: float = 30.0
+    ray: RayMode = "auto"
+    ray_address: str | None = None
+    ray_dashboard_url: str | None = None
+    gpu_release_timeout_s: float = 120.0
+    prepare_timeout_s: float = 4 * 3600.0
+    poll_interval_s: float = 0.2
+
+    def runtime(self, framework: str) -> FrameworkRuntime:
+        if framework == "miles":
+            return FrameworkRuntime.from_options(self.miles_python, self.miles_prefix)
+        return FrameworkRuntime.from_options(self.verl_python, self.verl_prefix)
+
+    def limits(self) -> WatchdogLimits:
+        return WatchdogLimits(
+            cell_timeout_s=self.cell_timeout_s,
+            first_step_timeout_s=self.first_step_timeout_s,
+            stall_timeout_s=self.stall_timeout_s,
+        )
+
+
+def needs_private_head(cell: Mapping[str, Any], options: ExecuteOptions) -> bool:
+    """--ray private: every cell; --ray auto without RAY_ADDRESS: cells that submit a Ray job (Miles)."""
+    if options.ray == "private":
+        return True
+    return options.ray == "auto" and not options.ray_address and uses_ray_job_submit(cell["launch_argv"])
+
+
+def harness_argv(argv: list[str]) -> list[str]:
+    """A preparation step is harness work (download, data conversion): a bare python runs as this interpreter."""
+    return [sys.executable if word in ("python", "python3") else word for word in argv]
+
+
+def options_from_manifest(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """The options a run was started with (what --resume reuses unless overridden on the command line)."""
+    known = set(ExecuteOptions.__dataclass_fields__)
+    return {k: v for k, v in stored.items() if k in known and v != "<redacted>"}
