@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 from datetime import datetime
@@ -108,6 +109,8 @@ class TestPrivateHead:
             assert "standin done" in (stopped / "log.txt").read_text()
         finally:
             stop_marked(marked_processes(mark[MARK_VAR]), grace_s=10)
+            for ray_json in run_dir.glob("cells/*/rep-*/ray.json"):  # the heads' temp dirs (logs) outside tmp_path
+                shutil.rmtree(json.loads(ray_json.read_text())["temp_dir"], ignore_errors=True)
         assert wait_until_none(mark[MARK_VAR], 10) == {}
 
 
@@ -194,6 +197,7 @@ class _LocalCluster:
         for node in self.nodes.values():
             if node.poll() is None:
                 node.wait(timeout=10)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
 class TestExistingCluster:

@@ -7,6 +7,7 @@ Ray head inside the allocation, runs the cells (stand-in trainers as Ray jobs) t
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 from tests.benchmark.process_marks import MARK_VAR, marked_processes, new_mark, stop_marked, wait_until_none
 from tests.benchmark.ray_cells import (
     RAY,
+    SMALL_NODE,
     free_ports,
     harness,
     marked_env,
@@ -73,9 +75,11 @@ class TestSbatch:
         require_ray()
         mark = new_mark()
         gcs_port, dashboard_port = free_ports(2)
+        ray_temp = Path(f"/tmp/bench-slurm-ray-{os.getpid()}")  # short: Ray's socket paths are limited
         env = marked_env(
             mark, SLURM_CONF=slurm_conf, BENCH_RAY=str(RAY), BENCH_RAY_PORT=str(gcs_port),
             BENCH_RAY_DASHBOARD_PORT=str(dashboard_port),
+            BENCH_RAY_START_ARGS=" ".join([*SMALL_NODE, f"--temp-dir={ray_temp}"]),
         )  # fmt: skip
         cells = [
             ray_cell("fsdp", tmp_path, steps=3, extra=[], gpus_per_node=1),
@@ -116,4 +120,5 @@ class TestSbatch:
             for job in jobs:
                 subprocess.run(["scancel", job], env=env, capture_output=True, timeout=30)
             stop_marked(marked_processes(mark[MARK_VAR]), grace_s=10)
+            shutil.rmtree(ray_temp, ignore_errors=True)
         assert wait_until_none(mark[MARK_VAR], 30) == {}

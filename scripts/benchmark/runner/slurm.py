@@ -93,7 +93,10 @@ srun --overlap --nodes=1 --ntasks=1{gres} -w "$head_node" $RAY start --head --bl
 step_pids+=($!)
 port_open() {{ (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }}
 # The head is up when its GCS and its job server (the dashboard port) accept connections.
-for _ in $(seq 300); do port_open "$head_ip" "$RAY_PORT" && port_open "$head_ip" "$DASHBOARD_PORT" && break; sleep 1; done
+for _ in $(seq 300); do
+    port_open "$head_ip" "$RAY_PORT" && port_open "$head_ip" "$DASHBOARD_PORT" && break
+    sleep 1
+done
 for node in "${{nodes[@]:1}}"; do
     srun --overlap --nodes=1 --ntasks=1{gres} -w "$node" $RAY start --block --disable-usage-stats \\
         --address="$head_ip:$RAY_PORT" --num-gpus={per_node} "${{start_args[@]}}" &
