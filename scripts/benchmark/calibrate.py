@@ -77,6 +77,9 @@ class CalibrationPlan:
     copy_bytes: int
     repeats: int
     step_repeats: int
+    """Profiled (kernel-time) steps per shape and mode in one roofline run."""
+    wall_repeats: int
+    roofline_runs: int
     eager_seq_lens: list[int]
     interconnect: dict[str, Any]
     parts: list[str] = field(default_factory=lambda: list(PARTS))
@@ -96,8 +99,11 @@ class CalibrationPlan:
                     raise ValueError(
                         f"preset {preset!r} shape {name!r} needs positive sequence lengths, got {seq_lens}"
                     )
-        if self.repeats < 3 or self.step_repeats < 1:
-            raise ValueError(f"repeats must be >= 3 and step_repeats >= 1, got {self.repeats}, {self.step_repeats}")
+        if self.repeats < 3 or min(self.step_repeats, self.wall_repeats, self.roofline_runs) < 1:
+            raise ValueError(
+                f"repeats must be >= 3 and step_repeats, wall_repeats, roofline_runs >= 1, got {self.repeats}, "
+                f"{self.step_repeats}, {self.wall_repeats}, {self.roofline_runs}"
+            )
 
 
 def describe_environment(device: str) -> dict[str, Any]:
@@ -154,17 +160,23 @@ def _run_part(result: dict, name: str, fn: Callable[[], Any], write: Callable[[]
     write()
 
 
-def _roofline(plan: CalibrationPlan, torch_device: Any) -> dict[str, Any]:
+def _roofline_run(plan: CalibrationPlan, torch_device: Any, run: int) -> dict[str, Any]:
     from scripts.benchmark.calibration.roofline import measure_roofline
 
     entries = {}
     for preset, spec in plan.rooflines.items():
         config = spec["config"]
         num_layers = plan.moe_num_layers if config["model_type"] == "qwen3_moe" else None
-        print(f"[calibrate]   roofline {preset} (layers {num_layers or config['num_hidden_layers']})", flush=True)
+        layers = num_layers or config["num_hidden_layers"]
+        print(f"[calibrate]   roofline run {run + 1}/{plan.roofline_runs}: {preset} (layers {layers})", flush=True)
         try:
             measured = measure_roofline(
-                config, spec["shapes"], device=torch_device, num_layers=num_layers, repeats=plan.step_repeats
+                config,
+                spec["shapes"],
+                device=torch_device,
+                num_layers=num_layers,
+                wall_repeats=plan.wall_repeats,
+                kernel_repeats=plan.step_repeats,
             )
         except Exception as exc:  # noqa: BLE001 - one model failing (e.g. out of memory) keeps the others
             measured = {"error": f"{type(exc).__name__}: {exc}"}
@@ -173,8 +185,16 @@ def _roofline(plan: CalibrationPlan, torch_device: Any) -> dict[str, Any]:
     return entries
 
 
+def _roofline(plan: CalibrationPlan, torch_device: Any) -> dict[str, Any]:
+    """Every preset measured `roofline_runs` times back to back, pooled with the run-to-run spread."""
+    from scripts.benchmark.calibration.spread import merge_runs
+
+    return merge_runs([_roofline_run(plan, torch_device, run) for run in range(plan.roofline_runs)])
+
+
 def _crosscheck(plan: CalibrationPlan, torch_device: Any) -> list[dict[str, Any]]:
-    """Counter vs FLOPs model: the timed (SDPA) step of the largest dense model on a GPU, and eager attention."""
+    """Counter vs FLOPs model: the timed (packed) step of the largest dense model on a GPU, and eager attention."""
+    from scripts.benchmark.calibration.packed import PACKED_ATTENTION
     from scripts.benchmark.calibration.roofline import crosscheck_flops
 
     def size(preset: str) -> int:
@@ -190,7 +210,7 @@ def _crosscheck(plan: CalibrationPlan, torch_device: Any) -> list[dict[str, Any]
         if plan.device == "cuda":
             shapes = plan.rooflines[largest]["shapes"]
             unique = {tuple(v): k for k, v in reversed(list(shapes.items()))}
-            runs += [(largest, "sdpa", name, list(seq_lens)) for seq_lens, name in unique.items()]
+            runs += [(largest, PACKED_ATTENTION, name, list(seq_lens)) for seq_lens, name in unique.items()]
         runs.append((largest, "eager", "eager", plan.eager_seq_lens))
     if moe:
         runs.append((moe[0], "eager", "eager", plan.eager_seq_lens))
@@ -247,6 +267,8 @@ def calibrate_impl(plan: CalibrationPlan) -> dict[str, Any]:
             "copy_bytes": plan.copy_bytes,
             "repeats": plan.repeats,
             "step_repeats": plan.step_repeats,
+            "wall_repeats": plan.wall_repeats,
+            "roofline_runs": plan.roofline_runs,
         },
     }
     plan.output_dir.mkdir(parents=True, exist_ok=True)
@@ -293,6 +315,7 @@ def build_plan(
     presets: Sequence[str],
     moe_num_layers: int,
     parts: Sequence[str],
+    roofline_runs: int = 2,
 ) -> CalibrationPlan:
     """The full GPU plan, or with `tiny` the CPU path CI runs (tiny GEMMs, a 2-layer Qwen3, gloo collectives)."""
     from scripts.benchmark.calibration.interconnect import GPU_MESSAGE_BYTES
@@ -308,6 +331,8 @@ def build_plan(
             copy_bytes=1 << 20,
             repeats=5,
             step_repeats=1,
+            wall_repeats=1,
+            roofline_runs=roofline_runs,
             eager_seq_lens=[64, 32],
             interconnect={"message_bytes": [1 << 12, 1 << 16], "rounds": 2, "budget_bytes": 1 << 18},
             parts=list(parts),
@@ -321,6 +346,8 @@ def build_plan(
         copy_bytes=GPU_COPY_BYTES,
         repeats=50,
         step_repeats=5,
+        wall_repeats=3,
+        roofline_runs=roofline_runs,
         eager_seq_lens=list(EAGER_CROSSCHECK_SEQ_LENS),
         interconnect={"message_bytes": list(GPU_MESSAGE_BYTES)},
         parts=list(parts),
@@ -334,6 +361,7 @@ def main(
     presets: Annotated[str, typer.Option(help="comma-separated preset names (default: every preset)")] = "",
     moe_num_layers: Annotated[int, typer.Option(help="decoder layers kept for a MoE model (all need >1 GPU)")] = 16,
     parts: Annotated[str, typer.Option(help="comma-separated parts to measure")] = ",".join(PARTS),
+    roofline_runs: Annotated[int, typer.Option(help="back-to-back roofline runs, pooled with their spread")] = 2,
 ) -> None:
     plan = build_plan(
         output_dir=output_dir,
@@ -342,6 +370,7 @@ def main(
         presets=[p for p in presets.split(",") if p] or preset_names(),
         moe_num_layers=moe_num_layers,
         parts=[p for p in parts.split(",") if p],
+        roofline_runs=roofline_runs,
     )
     result = calibrate_impl(plan)
     print(f"[calibrate] wrote {result['output_path']}")

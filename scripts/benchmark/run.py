@@ -31,6 +31,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "report",
     "history",
     "simulate_check",
+    "calibrate",
 )
 
 

@@ -340,6 +340,30 @@ class TestCalibrationHook:
         assert seen[0] == ("NVIDIA H200", "qwen3-1.7b-base", False, doc["cells"][0]["backend"]) and seen[2][2] is True
         assert [call[3] for call in seen] == [cell["backend"] for cell in doc["cells"]]
 
+    def test_roofline_fraction_carries_the_roofline_spread(self, planted_run):
+        """The fraction is also given at the roofline's p90 and p10 (low, high) with the run-to-run spread."""
+        _, doc = planted_run
+        rows = calibration_view(
+            doc["cells"],
+            measured_peak_tflops=lambda device: None,
+            roofline_tflops=lambda *a, **k: 400.0,
+            preset="qwen3-1.7b-base",
+            grad_ckpt_by_backend={},
+            roofline_spread=lambda *a, **k: {"p10": 380.0, "p90": 420.0, "run_to_run_pct": 1.5},
+        )
+        tflops = rows[0]["train_tflops_per_gpu"]
+        assert rows[0]["fraction_of_roofline_range"] == [pytest.approx(tflops / 420.0), pytest.approx(tflops / 380.0)]
+        assert rows[0]["roofline_run_to_run_pct"] == 1.5
+        unspread = calibration_view(
+            doc["cells"],
+            measured_peak_tflops=lambda device: None,
+            roofline_tflops=lambda *a, **k: None,
+            preset="qwen3-1.7b-base",
+            grad_ckpt_by_backend={},
+            roofline_spread=lambda *a, **k: {"p10": 380.0, "p90": 420.0, "run_to_run_pct": 1.5},
+        )
+        assert unspread[0]["fraction_of_roofline_range"] is None
+
     def test_weight_sync_is_set_against_its_floor_for_the_cell_layout(self, planted_run):
         """Colocated cells are held against one on-GPU copy of all weights; the ratio is phase median / floor."""
         _, doc = planted_run
@@ -386,6 +410,17 @@ class TestCalibrationHook:
         if peak is None:
             assert row["mfu_measured_peak"] is None
         assert "## Calibration: measured peak and roofline" in (run_dir / "report.md").read_text()
+
+    def test_report_shows_the_roofline_fraction_with_its_spread(self, planted_run):
+        """With the committed H200 roofline, every calibration row carries the fraction's range and run spread."""
+        run_dir, doc = planted_run
+        rows = [r for r in doc["calibration"] if r["roofline_tflops"] is not None]
+        assert rows, "the planted cells' model has a committed roofline"
+        for row in rows:
+            low, high = row["fraction_of_roofline_range"]
+            assert low <= row["fraction_of_roofline"] <= high and 0 <= row["roofline_run_to_run_pct"] <= 5
+        markdown = (run_dir / "report.md").read_text()
+        assert "of roofline (at roofline p90 - p10; runs apart)" in markdown
 
 
 class TestCommand:

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from scripts.benchmark.contracts.manifest import Manifest, new_cell_run
+from scripts.benchmark.contracts.plan import plan_problems
 from scripts.benchmark.runner.cell_command import FrameworkRuntime, build_cell_command, framework_interpreter_argv
 from scripts.benchmark.runner.environment_record import build_environment_record, probe_packages
-from scripts.benchmark.runner.executor import interleaved_order, validate_plan
+from scripts.benchmark.runner.executor import interleaved_order
 from scripts.benchmark.runner.gpu_memory import read_used_mib, wait_until_released
 from scripts.benchmark.runner.progress import MatrixProgress, format_duration
 from scripts.benchmark.runner.ray_head import RayTarget, build_head_argv, external_target, extra_start_args
@@ -72,7 +73,7 @@ class TestRedaction:
         for preset in preset_names():
             options = PlanOptions(backends=BACKENDS, layout="colocate", compare_verl=True, output_dir=tmp_path)
             plan = build_plan(load_preset(preset), preset, options).data
-            assert find_plan_secrets(plan) == [] and validate_plan(plan) == []
+            assert find_plan_secrets(plan) == [] and plan_problems(plan) == []
             for cell in plan["cells"]:
                 assert Redactor(values=("hf_secret_value",)).redact_argv(cell["launch_argv"]) == cell["launch_argv"]
         miles = next(c for c in plan["cells"] if c["framework"] == "miles")["argv"]
@@ -85,12 +86,12 @@ class TestPlanChecks:
         cell["num_steps"] = 0
         cell["sink"]["format"] = "tensorboard"
         twin = standin_cell("verl")
-        problems = validate_plan({"schema_version": 1, "cells": [cell, twin, {"id": "x"}]})
+        problems = plan_problems({"schema_version": 1, "cells": [cell, twin, {"id": "x"}]})
         assert "cells[0] (verl-fsdp-colocate): num_steps must be a positive integer, got 0" in problems
         assert any("sink.format 'tensorboard' is not one of" in p for p in problems)
         assert "cells[1] (verl-fsdp-colocate): duplicate id" in problems
         assert any(p.startswith("cells[2] lacks framework, backend") for p in problems)
-        assert validate_plan({"schema_version": 2, "cells": []}) == [
+        assert plan_problems({"schema_version": 2, "cells": []}) == [
             "schema_version is 2, expected 1",
             "cells must be a non-empty list",
         ]

@@ -58,6 +58,7 @@ PARITY_ASYMMETRY_STATUSES = frozenset({"asymmetry", "declared_asymmetry", "decla
 MeasuredPeak = Callable[[str], "float | None"]
 Roofline = Callable[..., "float | None"]  # (device, model key, grad_ckpt, *, backend) -> TFLOP/s or None
 WeightSyncFloor = Callable[[str, str, str], "float | None"]  # (device, model key, path) -> seconds or None
+RooflineSpread = Callable[..., "dict | None"]  # as Roofline -> {"p10", "p90", "run_to_run_pct"} or None
 WEIGHT_SYNC_FLOOR_PATH = {"colocate": "d2d_copy", "disaggregated": "broadcast"}
 
 
@@ -274,6 +275,7 @@ def calibration_view(
     preset: str | None,
     grad_ckpt_by_backend: dict[str, bool],
     weight_sync_floor_s: WeightSyncFloor | None = None,
+    roofline_spread: RooflineSpread | None = None,
 ) -> list[dict[str, Any]]:
     """Per cell: MFU against the datasheet (from the records) and the measured peak; TFLOPs/GPU vs the roofline;
     the weight-sync phase against the time to move every weight once at the measured bandwidth."""
@@ -285,6 +287,9 @@ def calibration_view(
         grad_ckpt = grad_ckpt_by_backend.get(cell["backend"], True)
         # The roofline's shape is that backend's token budget per GPU (Megatron and FSDP presets pack differently).
         roof = roofline_tflops(device, preset, grad_ckpt, backend=cell["backend"]) if device and preset else None
+        spread = (
+            roofline_spread(device, preset, grad_ckpt, backend=cell["backend"]) if roof and roofline_spread else None
+        )
         sync = cell["summaries"]["phases_s.weight_sync"]["median"]
         floor_path = WEIGHT_SYNC_FLOOR_PATH.get(cell["layout"])
         floor = (
@@ -303,6 +308,7 @@ def calibration_view(
                 "roofline_tflops": roof,
                 "grad_ckpt": grad_ckpt,
                 "fraction_of_roofline": tflops / roof if tflops is not None and roof else None,
+                **_roofline_spread_fields(tflops, spread),
                 "weight_sync_s": sync,
                 "weight_sync_floor_s": floor,
                 "weight_sync_floor_path": floor_path,
@@ -310,6 +316,16 @@ def calibration_view(
             }
         )
     return rows
+
+
+def _roofline_spread_fields(tflops: float | None, spread: dict[str, Any] | None) -> dict[str, Any]:
+    """The fraction of the roofline at the roofline's p90 and p10 (low, high), and its run-to-run spread."""
+    if tflops is None or not spread or not spread.get("p10") or not spread.get("p90"):
+        return {"fraction_of_roofline_range": None, "roofline_run_to_run_pct": None}
+    return {
+        "fraction_of_roofline_range": [tflops / spread["p90"], tflops / spread["p10"]],
+        "roofline_run_to_run_pct": spread.get("run_to_run_pct"),
+    }
 
 
 def grad_ckpt_by_backend(plan: dict[str, Any] | None) -> dict[str, bool]:
@@ -341,6 +357,7 @@ def analyse_run_folder(
     measured_peak_tflops: MeasuredPeak | None = None,
     roofline_tflops: Roofline | None = None,
     weight_sync_floor_s: WeightSyncFloor | None = None,
+    roofline_spread: RooflineSpread | None = None,
 ) -> dict[str, Any]:
     """The report.json document for one run folder."""
     folder = read_run_folder(run_dir)
@@ -367,6 +384,7 @@ def analyse_run_folder(
             preset=roofline_model_key(plan),
             grad_ckpt_by_backend=grad_ckpt_by_backend(plan),
             weight_sync_floor_s=weight_sync_floor_s,
+            roofline_spread=roofline_spread,
         )
     return {
         "schema_version": REPORT_SCHEMA_VERSION,

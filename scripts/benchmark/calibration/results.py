@@ -5,8 +5,9 @@
   is the `torch.cuda.get_device_name()` lower-cased with runs of other characters turned into "-"
   ("NVIDIA H200" -> "nvidia-h200"), so a report on that GPU finds it from its environment alone.
 - `load_calibration(device_name)`, `measured_peak_tflops(device_name)`, `measured_copy_gb_per_s(device_name)`,
-  `roofline_tflops(device_name, preset, grad_ckpt)` and `weight_sync_floor_s(device_name, model, path)` return None
-  (never 0 or inf) when the GPU or the number was not measured.
+  `roofline_tflops(device_name, preset, grad_ckpt)`, `roofline_spread(...)` (its p10/p90 and run-to-run spread) and
+  `weight_sync_floor_s(device_name, model, path)` return None (never 0 or inf) when the GPU or the number was not
+  measured.
 - `parameter_count(config)` counts a Qwen3 / Qwen3 MoE model's parameters from its HF config.json (checked in the
   tests against the real transformers model); weight-sync floors move `bf16 bytes = 2 * parameter_count`.
 
@@ -70,6 +71,21 @@ def _roofline_entry(data: Mapping[str, Any], preset: str) -> Mapping[str, Any] |
     return next((e for e in entries.values() if e.get("config") == preset), None)
 
 
+def _roofline_mode(
+    device_name: str, preset: str, grad_ckpt: bool, backend: str, shape: str | None, directory: Path | None
+) -> Mapping[str, Any] | None:
+    data = load_calibration(device_name, directory)
+    entry = None if data is None else _roofline_entry(data, preset)
+    if entry is None or "shapes" not in entry:
+        return None
+    if shape is None:
+        if backend not in entry["headline_shape"]:
+            raise ValueError(f"backend must be one of {sorted(entry['headline_shape'])}, got {backend!r}")
+        shape = entry["headline_shape"][backend]
+    mode = entry["shapes"].get(shape, {}).get("grad_ckpt", {}).get("on" if grad_ckpt else "off")
+    return None if not mode or "tflops" not in mode else mode
+
+
 def roofline_tflops(
     device_name: str,
     preset: str,
@@ -84,16 +100,32 @@ def roofline_tflops(
     The shape is that backend's token budget per GPU packed with the preset's lengths, unless `shape` names another
     ("max_len": one prompt plus the longest response). `preset` may also be a model config name.
     """
-    data = load_calibration(device_name, directory)
-    entry = None if data is None else _roofline_entry(data, preset)
-    if entry is None or "shapes" not in entry:
+    mode = _roofline_mode(device_name, preset, grad_ckpt, backend, shape, directory)
+    return None if mode is None else float(mode["tflops"]["median"])
+
+
+def roofline_spread(
+    device_name: str,
+    preset: str,
+    grad_ckpt: bool,
+    *,
+    backend: str = "megatron",
+    shape: str | None = None,
+    directory: Path | None = None,
+) -> dict[str, float | None] | None:
+    """The spread of `roofline_tflops`: p10 and p90 over repeats, and the run-to-run spread in percent.
+
+    `run_to_run_pct` is None for a calibration written before back-to-back runs were recorded.
+    """
+    mode = _roofline_mode(device_name, preset, grad_ckpt, backend, shape, directory)
+    if mode is None:
         return None
-    if shape is None:
-        if backend not in entry["headline_shape"]:
-            raise ValueError(f"backend must be one of {sorted(entry['headline_shape'])}, got {backend!r}")
-        shape = entry["headline_shape"][backend]
-    mode = entry["shapes"].get(shape, {}).get("grad_ckpt", {}).get("on" if grad_ckpt else "off")
-    return None if not mode or "tflops" not in mode else float(mode["tflops"]["median"])
+    runs = mode.get("run_to_run_pct") or {}
+    return {
+        "p10": float(mode["tflops"]["p10"]),
+        "p90": float(mode["tflops"]["p90"]),
+        "run_to_run_pct": None if runs.get("tflops") is None else float(runs["tflops"]),
+    }
 
 
 def parameter_count(config: Mapping[str, Any]) -> int:

@@ -1,34 +1,39 @@
-# doc-dev: docs/benchmark.md
+# doc-dev: docs/benchmark/calibration.md
 """Training-step roofline of a preset model on one device, and the check of the FLOPs model against PyTorch's counter.
 
 - `build_causal_lm(config, ...)` random-initialises the real transformers model class of an HF config.json dict
   (Qwen3 dense or Qwen3 MoE; nothing is downloaded), optionally cut to fewer decoder layers, directly on the device.
-- `train_step(model, sequences)` is forward + backward (no optimizer) over one pack of sequences. Each sequence is its
-  own batch-of-one call with causal SDPA, gradients accumulating across them: the same matmuls and causal attention
-  as a varlen (packed) kernel, without relying on flash-attn being installed.
-- `measure_roofline(...)` times that step with and without gradient checkpointing and converts it to TFLOP/s with the
-  project's one FLOPs model (`miles.utils.bench_flops.batch_train_flops`, model FLOPs: recompute is not counted).
-- `count_step_flops(...)` runs the same step under `torch.utils.flop_counter.FlopCounterMode`;
+- `packed_train_step(model, batch)` is forward + backward (no optimizer) over one packed row of sequences
+  (`packed.pack_batch`), as both Miles backends run a micro-batch; `train_step(model, sequences)` is the same pack as
+  one batch-of-one call per sequence (kept for the counter check with eager attention).
+- `measure_roofline(...)` times the packed step with and without gradient checkpointing (`step_timing.time_step`:
+  GPU kernel time as the headline, wall time beside it) and converts it to TFLOP/s with the project's one FLOPs
+  model (`miles.utils.bench_flops.batch_train_flops`, model FLOPs: recompute is not counted).
+- `count_step_flops(...)` runs a step under `torch.utils.flop_counter.FlopCounterMode`;
   `compare_with_counter(...)` sets it against the FLOPs model counted as the counter counts: attention in full
-  (non-causal) for every kernel, plus the score recompute the counter charges to the fused SDPA backward.
+  (non-causal) for every kernel, plus the score recompute the counter charges to the fused attention backward.
 
 Caveats:
-- Per-sequence calls pay one kernel launch series per sequence; on packs of a few long sequences this is negligible,
-  on many short sequences it understates what a varlen kernel reaches.
 - The counter does not see the CPU SDPA kernel or grouped-mm experts (see the research note `measured.md`), so the
-  CPU check runs attention "eager" and MoE experts "eager"; on a GPU the timed SDPA step itself is counted too.
+  CPU check runs attention "eager" and MoE experts "eager"; on a GPU the timed packed step itself is counted too.
 - A MoE model cut to fewer layers is timed as cut: its rate is that of the cut model (its LM-head share is larger).
+- A packed row keeps every sequence's activations at once: without checkpointing the largest budgets do not fit
+  one GPU and record "out of memory" for that mode.
 """
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from miles.utils.bench_flops import ModelArch, batch_train_flops, flops_breakdown
-from scripts.benchmark.calibration.peak import summarize
+from scripts.benchmark.calibration.packed import PACKED_ATTENTION, pack_batch, register_packed_attention
+from scripts.benchmark.calibration.peak import read_gpu_state
+from scripts.benchmark.calibration.spread import mode_figures
+from scripts.benchmark.calibration.step_timing import time_step
+
+ATTENTION_DESCRIPTION = "packed row, PyTorch varlen flash attention (causal per sequence)"
+TIMING_DESCRIPTION = "GPU kernel time per step (profiler), wall time per step (CUDA events) beside it"
 
 _CONFIG_KEYS_NOT_FOR_CONSTRUCTOR = ("model_type", "architectures", "torch_dtype", "dtype")
 
@@ -99,32 +104,15 @@ def train_step(model: Any, sequences: Sequence[Any]) -> None:
         out.loss.backward()
 
 
-def _time_steps(model: Any, sequences: Sequence[Any], device: Any, *, warmup: int, repeats: int) -> list[float]:
-    import torch
-
-    seconds = []
-    for i in range(warmup + repeats):
-        model.zero_grad(set_to_none=False)
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            train_step(model, sequences)
-            end.record()
-            torch.cuda.synchronize(device)
-            elapsed = start.elapsed_time(end) / 1e3
-        else:
-            begin = time.perf_counter()
-            train_step(model, sequences)
-            elapsed = time.perf_counter() - begin
-        if i >= warmup:
-            seconds.append(elapsed)
-    return seconds
+def packed_train_step(model: Any, batch: Mapping[str, Any]) -> None:
+    """Forward + backward over one packed row (see `packed.pack_batch`); gradients accumulate, nothing is stepped."""
+    model(**batch).loss.backward()
 
 
 def _measure_shape(model: Any, arch: ModelArch, seq_lens: Sequence[int], device: Any, **timing: Any) -> dict:
     import torch
 
-    sequences = make_sequences(seq_lens, arch.vocab_size, device)
+    batch = pack_batch(seq_lens, arch.vocab_size, device)
     step_flops = batch_train_flops(arch, seq_lens)
     modes = {}
     for grad_ckpt in timing.pop("grad_ckpt_modes"):
@@ -133,18 +121,23 @@ def _measure_shape(model: Any, arch: ModelArch, seq_lens: Sequence[int], device:
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
         try:
-            seconds = _time_steps(model, sequences, device, **timing)
+            times = time_step(lambda: packed_train_step(model, batch), device, **timing)
         except torch.cuda.OutOfMemoryError as exc:
             modes["on" if grad_ckpt else "off"] = {"error": f"out of memory: {str(exc).splitlines()[0]}"}
             model.zero_grad(set_to_none=True)
             continue
-        modes["on" if grad_ckpt else "off"] = {
-            "step_s": summarize(seconds),
-            "tflops": summarize([step_flops / s / 1e12 for s in seconds]),
-            "tokens_per_s": statistics.median(sum(seq_lens) / s for s in seconds),
-            "peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
-        }
+        memory = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+        modes["on" if grad_ckpt else "off"] = mode_figures(
+            step_flops,
+            sum(seq_lens),
+            times["kernel_s"],
+            times["wall_s"],
+            kernels_per_step=times["kernels"],
+            peak_memory_gib=memory,
+            gpu_state_after=read_gpu_state(device),
+        )
     set_activation_checkpointing(model, False)
+    model.zero_grad(set_to_none=True)
     return {
         "seq_lens": list(seq_lens),
         "tokens": sum(seq_lens),
@@ -160,10 +153,11 @@ def measure_roofline(
     device: Any,
     num_layers: int | None = None,
     warmup: int = 2,
-    repeats: int = 5,
+    wall_repeats: int = 3,
+    kernel_repeats: int = 5,
     grad_ckpt_modes: Sequence[bool] = (False, True),
 ) -> dict[str, Any]:
-    """Median step time and model TFLOP/s of forward + backward on one device, per shape and grad-ckpt mode."""
+    """Kernel time (headline) and wall time of forward + backward of one packed row, per shape and grad-ckpt mode."""
     import torch
 
     for name, seq_lens in shapes.items():
@@ -171,23 +165,27 @@ def measure_roofline(
             raise ValueError(f"shape {name!r}: seq_lens must be positive token counts, got {list(seq_lens)}")
     run_config = cut_config(config, num_layers)
     arch = ModelArch.from_hf_config(run_config)
-    model = build_causal_lm(run_config, device=device)
+    model = build_causal_lm(run_config, device=device, attn_implementation=register_packed_attention())
     result = {
         "model_type": run_config["model_type"],
         "num_layers_run": arch.num_layers,
         "num_layers_full": int(config["num_hidden_layers"]),
         "layers_cut": arch.num_layers != int(config["num_hidden_layers"]),
         "num_params_run": sum(p.numel() for p in model.parameters()),
-        "attention": f"{model.config._attn_implementation}, one causal call per sequence",
+        "attention": (
+            ATTENTION_DESCRIPTION if device.type == "cuda" else "packed row, one causal SDPA call per sequence"
+        ),
+        "timing": TIMING_DESCRIPTION if device.type == "cuda" else "host clock (no kernel time off a GPU)",
         "experts_implementation": getattr(model.config, "_experts_implementation", None) if arch.is_moe else None,
         "dtype": str(model.dtype).removeprefix("torch."),
         "shapes": {},
     }
+    timing = {"warmup": warmup, "wall_repeats": wall_repeats, "kernel_repeats": kernel_repeats}
     measured: dict[tuple[int, ...], dict[str, Any]] = {}
     for name, seq_lens in shapes.items():
         if tuple(seq_lens) not in measured:  # two backends with one budget share one measurement
             measured[tuple(seq_lens)] = _measure_shape(
-                model, arch, seq_lens, device, warmup=warmup, repeats=repeats, grad_ckpt_modes=grad_ckpt_modes
+                model, arch, seq_lens, device, grad_ckpt_modes=grad_ckpt_modes, **timing
             )
         result["shapes"][name] = measured[tuple(seq_lens)]
     del model
@@ -202,7 +200,7 @@ def _expand_kv_heads(query_shape: Sequence[int], kv_shape: Sequence[int]) -> tup
 
 
 def gqa_sdpa_flop_formulas() -> dict[Any, Any]:
-    """FlopCounterMode formulas for the SDPA kernels that accept grouped K/V heads (GQA, `enable_gqa=True`).
+    """FlopCounterMode formulas for the SDPA and varlen flash kernels with grouped K/V heads (GQA).
 
     The counter of torch < 2.12 asserts equal query and key heads; grouped heads cost what the query heads cost
     (each query head attends over its group's keys), so the shapes are counted with K/V expanded to the query heads.
@@ -220,20 +218,37 @@ def gqa_sdpa_flop_formulas() -> dict[Any, Any]:
         k, v = _expand_kv_heads(query_shape, key_shape), _expand_kv_heads(query_shape, value_shape)
         return sdpa_backward_flop_count(grad_out_shape, query_shape, k, v)
 
+    def varlen_shapes(query, key, value, cum_seq_q, cum_seq_k):  # one (q, k, v) shape per packed sequence
+        heads, lens_q, lens_k = query.shape[1], cum_seq_q.diff().tolist(), cum_seq_k.diff().tolist()
+        for s_q, s_k in zip(lens_q, lens_k, strict=True):
+            yield (1, heads, s_q, query.shape[2]), (1, heads, s_k, key.shape[2]), (1, heads, s_k, value.shape[2])
+
+    def varlen_forward(query, key, value, cum_seq_q, cum_seq_k, *args, **kwargs) -> int:
+        return sum(sdpa_flop_count(*shapes) for shapes in varlen_shapes(query, key, value, cum_seq_q, cum_seq_k))
+
+    def varlen_backward(grad_out, query, key, value, out, lse, cum_seq_q, cum_seq_k, *args, **kwargs) -> int:
+        shapes = varlen_shapes(query, key, value, cum_seq_q, cum_seq_k)
+        return sum(sdpa_backward_flop_count(q, q, k, v) for q, k, v in shapes)
+
+    varlen_forward._get_raw = varlen_backward._get_raw = True  # the counter passes tensors: lengths are values
     kernels = ("flash", "efficient", "cudnn")
     formulas = {getattr(aten, f"_scaled_dot_product_{k}_attention"): forward for k in kernels}
     formulas.update({getattr(aten, f"_scaled_dot_product_{k}_attention_backward"): backward for k in kernels})
+    formulas.update({aten._flash_attention_forward: varlen_forward, aten._flash_attention_backward: varlen_backward})
     return formulas
 
 
-def count_step_flops(model: Any, sequences: Sequence[Any]) -> dict[str, Any]:
-    """FLOPs PyTorch's FlopCounterMode sees over one train_step, in total and per aten op."""
+def count_step_flops(model: Any, sequences: Sequence[Any], packed: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """FLOPs PyTorch's FlopCounterMode sees over one train_step (one packed step when `packed` is the batch)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     model.zero_grad(set_to_none=True)
     counter = FlopCounterMode(display=False, custom_mapping=gqa_sdpa_flop_formulas())
     with counter:
-        train_step(model, sequences)
+        if packed is None:
+            train_step(model, sequences)
+        else:
+            packed_train_step(model, packed)
     by_op = {str(op).removeprefix("aten."): int(n) for op, n in counter.get_flop_counts()["Global"].items()}
     return {"total": int(counter.get_total_flops()), "by_op": by_op}
 
@@ -274,6 +289,8 @@ def crosscheck_flops(
     dtype: Any = None,
 ) -> dict[str, Any]:
     """Build the model with a counter-visible attention (and eager experts for MoE), count one step, compare."""
+    if attn_implementation == PACKED_ATTENTION:
+        register_packed_attention()
     run_config = cut_config(config, num_layers)
     arch = ModelArch.from_hf_config(run_config)
     model = build_causal_lm(
@@ -283,14 +300,17 @@ def crosscheck_flops(
         experts_implementation="eager" if arch.is_moe else None,
         dtype=dtype,
     )
-    counted = count_step_flops(model, make_sequences(seq_lens, arch.vocab_size, device))
+    packed = pack_batch(seq_lens, arch.vocab_size, device) if attn_implementation == PACKED_ATTENTION else None
+    counted = count_step_flops(model, make_sequences(seq_lens, arch.vocab_size, device), packed)
     result = {
         "device": str(device),
         "attention": attn_implementation,
         "num_layers_run": arch.num_layers,
         "seq_lens": list(seq_lens),
         "counter_by_op": counted["by_op"],
-        **compare_with_counter(arch, seq_lens, counted["total"], sdpa_kernel=attn_implementation == "sdpa"),
+        **compare_with_counter(
+            arch, seq_lens, counted["total"], sdpa_kernel=attn_implementation in ("sdpa", PACKED_ATTENTION)
+        ),
     }
     del model
     return result

@@ -13,7 +13,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-PLAN_NAME = "plan.json"
 SCHEMA_VERSION = 1
 SINK_FORMATS: tuple[str, ...] = ("verl-file-logger", "miles-event-log")
 """VERL's FileLogger JSONL file; the folder of per-process JSONL files of Miles's event log or its stdout."""

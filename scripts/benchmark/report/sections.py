@@ -230,6 +230,16 @@ def _steady_blocks(doc: dict[str, Any]) -> list[Any]:
     ]
 
 
+def _fraction_with_spread(row: dict[str, Any]) -> str:
+    """The roofline fraction, with the fraction at the roofline's p90 and p10 and its run-to-run spread."""
+    low_high, runs = row.get("fraction_of_roofline_range"), row.get("roofline_run_to_run_pct")
+    text = format_number(row["fraction_of_roofline"], "fraction")
+    if low_high:
+        text += f" ({format_number(low_high[0], 'fraction')} - {format_number(low_high[1], 'fraction')}"
+        text += f"; {runs:.1f}%)" if runs is not None else ")"
+    return text
+
+
 def _calibration_blocks(doc: dict[str, Any]) -> list[Any]:
     blocks: list[Any] = [Heading(2, "Calibration: measured peak and roofline")]
     calibration = doc.get("calibration")
@@ -245,7 +255,7 @@ def _calibration_blocks(doc: dict[str, Any]) -> list[Any]:
             format_number(r["measured_peak_tflops"]),
             format_number(r["mfu_measured_peak"], "fraction"),
             format_number(r["roofline_tflops"]),
-            format_number(r["fraction_of_roofline"], "fraction"),
+            _fraction_with_spread(r),
         ]
         for r in calibration
     ]
@@ -257,25 +267,26 @@ def _calibration_blocks(doc: dict[str, Any]) -> list[Any]:
         "measured peak TFLOP/s",
         "MFU (measured peak)",
         "roofline TFLOP/s",
-        "of roofline",
+        "of roofline (at roofline p90 - p10; runs apart)",
     ]
     blocks.append(Table(header, rows))
-    blocks.append(Heading(3, "Weight sync against its floor"))
-    blocks.append(
-        Table(
-            ["cell", "weight sync (s, median)", "floor (s)", "floor path", "x floor"],
-            [
-                [
-                    f"`{r['id']}`",
-                    format_number(r.get("weight_sync_s")),
-                    format_number(r.get("weight_sync_floor_s")),
-                    r.get("weight_sync_floor_path") or "n/a",
-                    format_number(r.get("weight_sync_over_floor")),
-                ]
-                for r in calibration
-            ],
-        )
-    )
+    return blocks + _weight_sync_blocks(calibration)
+
+
+def _weight_sync_blocks(calibration: list[dict[str, Any]]) -> list[Any]:
+    """Each cell's weight sync against the floor the calibration measured for its path."""
+    rows = [
+        [
+            f"`{r['id']}`",
+            format_number(r.get("weight_sync_s")),
+            format_number(r.get("weight_sync_floor_s")),
+            r.get("weight_sync_floor_path") or "n/a",
+            format_number(r.get("weight_sync_over_floor")),
+        ]
+        for r in calibration
+    ]
+    header = ["cell", "weight sync (s, median)", "floor (s)", "floor path", "x floor"]
+    blocks: list[Any] = [Heading(3, "Weight sync against its floor"), Table(header, rows)]
     blocks.append(
         Paragraph(
             "The floor is the time to move every bf16 weight once at the bandwidth measured on this GPU model: "

@@ -49,6 +49,8 @@ def analyse_and_write(
     """Analyse a run folder and write the report; returns the report document and the written files."""
     from scripts.benchmark.analysis.document import analyse_run_folder
 
+    from scripts.benchmark.calibration.results import roofline_spread
+
     measured_peak, roofline, sync_floor = calibration_readers() if calibration else (None, None, None)
     doc = analyse_run_folder(
         run_dir,
@@ -59,6 +61,7 @@ def analyse_and_write(
         measured_peak_tflops=measured_peak,
         roofline_tflops=roofline,
         weight_sync_floor_s=sync_floor,
+        roofline_spread=roofline_spread if calibration else None,
     )
     if not calibration:
         doc["calibration_note"] = "disabled by --no-calibration"

@@ -34,7 +34,7 @@ from typing import Any
 
 from miles.utils.bench_metrics import read_records
 from scripts.benchmark.contracts.manifest import MANIFEST_NAME, CellRun, Manifest, new_cell_run
-from scripts.benchmark.contracts.plan import plan_problems, read_plan_json
+from scripts.benchmark.contracts.plan import read_plan_json
 from scripts.benchmark.runner.cell_command import find_executable_problem
 from scripts.benchmark.runner.matrix import MatrixRunner
 from scripts.benchmark.runner.options import ExecuteOptions, RunError, harness_argv, needs_private_head
@@ -65,14 +65,6 @@ def load_plan(path: Path) -> dict[str, Any]:
     if secrets:
         raise RunError(f"plan {path} cannot be executed:\n  " + "\n  ".join(secrets))
     return plan
-
-
-def validate_plan(plan: Any) -> list[str]:
-    """Every problem of a plan document: its typed definition (contracts/plan.py), then literal secrets."""
-    problems = plan_problems(plan)
-    if isinstance(plan, dict) and not problems:
-        problems += [f"a literal secret in {where}" for where in find_plan_secrets(plan)]
-    return problems
 
 
 def interleaved_order(cells: list[dict[str, Any]], repeats: int) -> list[tuple[dict[str, Any], int]]:

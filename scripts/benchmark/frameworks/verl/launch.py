@@ -31,7 +31,6 @@ from scripts.benchmark.spec import Backend, BenchmarkSpec, Layout
 AR = "actor_rollout_ref"
 SINK_FILE = f"{BENCH_CELL_DIR}/sink/verl.jsonl"
 NEUTRAL_DUAL_CLIP = 1.0e9
-DATA_SOURCE = "math_dapo"
 
 
 @dataclass(frozen=True)
@@ -44,10 +43,6 @@ def fmt(value: float | int | bool | str) -> str:
     if isinstance(value, bool):
         return "True" if value else "False"
     return str(value)
-
-
-def _kv(**pairs) -> list[str]:
-    return [f"{key.replace('__', '.')}={fmt(value)}" for key, value in pairs.items()]
 
 
 def _data(spec: BenchmarkSpec, data: VerlData) -> list[str]:
