@@ -41,7 +41,10 @@ def _interrupt_when_stepping(popen: subprocess.Popen, run_dir: Path, cell_id: st
     try:
         wait_for_step(run_dir, cell_id, still_running=lambda: popen.poll() is None)
     except AssertionError as exc:
-        raise AssertionError(f"{exc}; harness exit status {popen.poll()}:\n{log.read_text()}") from None
+        cell_dir = run_dir / "cells" / cell_id / "rep-0"
+        logs = [cell_dir / "log.txt", cell_dir / "ray-head.log"]
+        tails = "\n".join(f"--- {path.name}:\n{path.read_text()[-3000:]}" for path in logs if path.is_file())
+        raise AssertionError(f"{exc}; harness exit status {popen.poll()}:\n{log.read_text()}\n{tails}") from None
     popen.send_signal(signal.SIGINT)
     return popen.wait(timeout=120)
 
