@@ -1,4 +1,4 @@
-"""Shared fixtures: where the real upstream artifacts live (the isolated VERL 0.9.1 wheel)."""
+"""Shared fixtures: where the real upstream artifacts live (the isolated VERL 0.9.1 wheel, the Miles release)."""
 
 import os
 from pathlib import Path
@@ -16,5 +16,19 @@ def verl_root() -> Path:
         pytest.fail(
             f"VERL 0.9.1 is not installed at {root}: run "
             "`pip install --no-deps --target .cache/verl-0.9.1 verl==0.9.1` (or set VERL_ISOLATED_DIR)"
+        )
+    return root
+
+
+@pytest.fixture(scope="session")
+def miles_release() -> Path:
+    """Folder holding the miles-rl release (and what its parser imports), installed with `pip install --no-deps
+    --target` as the README's test command does; never on this process's sys.path (its `miles` would shadow ours)."""
+    from scripts.benchmark.frameworks.miles.parser_check import release_dir
+
+    root = release_dir()
+    if not (root / "miles" / "utils" / "arguments.py").is_file():
+        pytest.fail(
+            f"the Miles release is not installed at {root}: run the README's test command (or set MILES_RELEASE_DIR)"
         )
     return root

@@ -86,25 +86,44 @@ class TestChangePoints:
 
 class TestCheckSimulation:
     def test_defaults_meet_the_targets_and_beat_last_run_and_band_gates(self):
-        """Small run of the docs table: at CV 2% <= 5% false alarms and >= 90% detection of a 5% regression; at
-        (a)'s detection power the last-run and band gates raise more false alarms at every CV."""
-        result = run_simulation(SimulationSettings(trials=3000, seed=11, drift_cvs=()))
+        """Small run of the docs table, at the per-cell level of a night of 8 cells: at CV 2% <= 4% false alarms per
+        cell and about 90% detection of a 5% regression; at (a)'s detection power the last-run and band gates raise
+        at least as many false alarms at CV 2% and many more at CV 5-10%."""
+        result = run_simulation(SimulationSettings(trials=3000, seed=11, drift_cvs=(), night_cvs=()))
         rows = {(r.cv, r.regression): r for r in result.rows}
         assert rows[(0.02, 0.0)].check <= 0.04
-        assert rows[(0.02, 0.05)].check >= 0.92
+        assert rows[(0.02, 0.05)].check >= 0.87
         assert rows[(0.02, 0.05)].check >= max(rows[(0.02, 0.05)].last_run, rows[(0.02, 0.05)].band) + 0.3
-        for cv in (0.02, 0.05, 0.10):
-            null = rows[(cv, 0.0)]
-            assert null.check <= 0.06
-            assert null.check < null.last_run_matched - 0.02 and null.check < null.band_matched - 0.005
+        null = rows[(0.02, 0.0)]
+        assert null.check <= min(null.last_run_matched, null.band_matched)
         for cv in (0.05, 0.10):
-            assert rows[(cv, 0.0)].check < min(rows[(cv, 0.0)].last_run, rows[(cv, 0.0)].band)
+            null = rows[(cv, 0.0)]
+            assert null.check <= 0.04
+            assert null.check < null.last_run_matched - 0.1 and null.check < null.band_matched - 0.1
+            assert null.check < min(null.last_run, null.band)
         assert "| 2% | 5% | detection |" in render_table(result)
+
+    def test_a_night_of_eight_cells_is_one_family(self):
+        """Unchanged nights of 8 cells (CV 2%, run and step noise): at most 5% raise any alarm, and a 5% step-time
+        regression in one cell is caught at least 90% of the time (3 repeats, 20 nights of history)."""
+        settings = SimulationSettings(
+            trials=200, nights=2000, seed=13, cvs=(0.02,), regressions=(0.0, 0.05), drift_cvs=(), night_cvs=(0.02,)
+        )
+        result = run_simulation(settings)
+        clean = next(r for r in result.night_rows if not r.outliers)
+        assert clean.false_alarms_per_night <= 0.05
+        assert clean.detection >= 0.90
+        assert clean.false_alarms_per_night > clean.false_alarms_per_cell  # a night is more than one cell
+        noisy = next(r for r in result.night_rows if r.outliers)
+        # 1% of runs per cell are 10-40% slow: 8% of nights hold one, and the check flags it (a slow run is slow).
+        assert noisy.false_alarms_per_night > clean.false_alarms_per_night
 
     def test_drift_guard_catches_a_slow_drift_that_rolling_baselines_absorb(self):
         """0.2% slower per night for 60 nights: every rolling gate misses it, the anchored check does not."""
         result = run_simulation(
-            SimulationSettings(trials=1000, seed=12, cvs=(0.02,), regressions=(0.0, 0.05), drift_cvs=(0.02,))
+            SimulationSettings(
+                trials=1000, seed=12, cvs=(0.02,), regressions=(0.0, 0.05), drift_cvs=(0.02,), night_cvs=()
+            )
         )
         rows = {(r.cv, r.drift): r for r in result.drift_rows}
         assert rows[(0.02, 0.0)].check <= 0.05
@@ -114,7 +133,8 @@ class TestCheckSimulation:
 
     def test_cli_prints_the_table(self):
         result = subprocess.run(
-            [sys.executable, str(REPO_ROOT / "scripts/benchmark/run.py"), "simulate-check", "--trials", "200"],
+            [sys.executable, str(REPO_ROOT / "scripts/benchmark/run.py"), "simulate-check", "--trials", "200",
+             "--nights", "50"],
             capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         assert result.returncode == 0, result.stderr

@@ -321,6 +321,7 @@ class TestReportInput:
 class TestWithTheRealReport:
     def test_nightly_reports_from_run_report_are_recorded_and_a_slower_run_fails(self, tmp_path):
         """End to end on SQLite: runner-layout folders -> the real `run.py report` -> record -> check."""
+        from scripts.benchmark.analysis.settings import AnalysisSettings
         from scripts.benchmark.commands.report import report_impl
         from tests.benchmark.synthetic_runs import SyntheticCell, write_run_folder
 
@@ -330,7 +331,7 @@ class TestWithTheRealReport:
             phases = {"generate": 60.0 * slowdown, "old_logprob": 8.0, "ref_logprob": 0.0, "train": 30.0 * slowdown}
             cell = SyntheticCell(framework="miles", phase_means=phases, num_steps=24, repeats=2, cv=0.02, seed=seed)
             run_dir = write_run_folder(tmp_path / name, [cell])
-            report_impl(run_dir, reps=200, confidence=0.95, seed=0, calibration=False)
+            report_impl(run_dir, AnalysisSettings(reps=200), calibration=False)
             return run_dir
 
         for i in range(5):

@@ -1,11 +1,13 @@
-"""The report's statistics on series whose truth is known: MSER warm-up, summaries with CIs, bootstrap helpers."""
+"""The report's statistics on series whose truth is known: warm-up, summaries with CIs, bootstrap helpers."""
 
 import math
 
 import numpy as np
 import pytest
 
-from scripts.benchmark.analysis.compare import SideSamples, block_length, compare_sides, small_sample_factor
+from scripts.benchmark.analysis.compare import SideSamples, compare_sides
+from scripts.benchmark.analysis.intervals import block_length, small_sample_factor
+from scripts.benchmark.analysis.settings import AnalysisSettings
 from scripts.benchmark.analysis.stats import summarise
 from scripts.benchmark.analysis.steady_state import detect_steady_state
 from tests.benchmark.synthetic_runs import SyntheticCell, ar1_noise, build_records
@@ -28,16 +30,16 @@ class TestSteadyState:
         result = detect_steady_state(step_times(warmup_steps=0, seed=3))
         assert result.reached
         assert result.start_index <= 5
-        assert result.method.startswith("MSER")
+        assert result.method.startswith("threshold rule")
 
     def test_series_that_keeps_drifting_never_reaches_steady_state(self):
-        """A step time falling by a third over the whole run is reported as never steady, with the last half kept."""
+        """A step time falling by a third over the whole run is reported as not steady, with more steps asked for."""
         rng = np.random.default_rng(0)
         series = list(100 * np.linspace(1.5, 1.0, 80) * ar1_noise(rng, 80, 0.03, 0.5))
         result = detect_steady_state(series)
         assert not result.reached
-        assert "never reached" in result.method
-        assert result.start_index == 40
+        assert "no steady state" in result.method
+        assert result.more_steps and "more steps" in result.method
 
     def test_too_short_a_run_is_not_called_steady(self):
         result = detect_steady_state([10.0, 9.0, 9.1, 9.0, 9.2, 9.1])
@@ -115,7 +117,9 @@ class TestBootstrapHelpers:
             matrix = np.column_stack([scale * 10 * ar1_noise(rng, 60, 0.03, 0.5), 5 * ar1_noise(rng, 60, 0.03, 0.5)])
             return SideSamples(metrics=("step_time_s", "phases_s.train"), repeats=(matrix,))
 
-        rows, attribution = compare_sides(side(1.2), side(1.0), phases=("train",), reps=300, seed=1)
+        rows, attribution = compare_sides(
+            side(1.2), side(1.0), phases=("train",), settings=AnalysisSettings(reps=300, seed=1)
+        )
         step, train = rows
         assert step.significant and step.ci_low < 1.2 < step.ci_high
         assert not train.significant and train.ci_low < 1.0 < train.ci_high

@@ -1,41 +1,48 @@
 # doc-dev: docs/benchmark.md
-"""Miles vs VERL for one backend and layout: ratios with block-bootstrap CIs, and the step-time gap by phase.
+"""Miles vs VERL for one backend and layout: ratios with intervals, and the step-time gap by phase.
 
 - Input per framework: `SideSamples`, one matrix per repeat (steady-state steps x metrics, NaN where missing).
 - `compare_sides` returns one `MetricComparison` per metric (ratio Miles/VERL of means, harmonic means for rates,
   as Hoefler & Belli's rule 3 asks) and one `PhaseAttribution` per phase (seconds of the step-time gap it explains).
-- Uncertainty: a bootstrap that keeps the autocorrelation of steps. Within a run, arch's CircularBlockBootstrap
-  resamples blocks of steps (block length: arch's `optimal_block_length`, Politis & White 2004, at least sqrt(n))
-  and every metric of a step moves together. With several repeats the repeats are resampled too (two-level
-  bootstrap), so run-to-run variance enters the interval. The spread is widened by `small_sample_factor` (few
-  blocks behave like a small sample). Percentile CI; two-sided bootstrap p-value.
-- Family-wise: by default the intervals of one pair are Bonferroni-adjusted over the metrics compared (each at
-  1 - 0.05/k), so that the whole table has a 5% chance of one false "significant"; significant = CI excludes 1
-  (for a gap: excludes 0).
+- Uncertainty, by where the variance is:
+  - both sides with 2+ repeats (the default, 3 interleaved repeats): each repeat's mean is one unit; Welch's t over
+    the repeats (intervals.welch_ratio), so run-to-run variation is in the interval;
+  - a side with one repeat: a circular block bootstrap of the steps (intervals.block_bootstrap_means), widened by
+    `small_sample_factor`; it sees step-to-step noise only, never run-to-run variation, and the method says so.
+- Family: the step-time family (step time, then the throughputs computed from the same steps, `STEP_TIME_FAMILY`)
+  is tested in a fixed sequence with `family_wise`: a member is called significant only if its interval excludes 1
+  and every member before it is significant too. That keeps the family's chance of any false claim at
+  1 - confidence without widening an interval (a Bonferroni over 15 metrics made them 3x too wide to see a 5% gap).
+  The other metrics (phases, per-token costs, wait ratio, response length) are per-metric diagnostics of where a
+  gap goes, read once the step time says there is one. Significant = the interval excludes 1 (a gap: excludes 0).
 - `refusal_reason(...)` says why two cells must not be compared (unexplained parity rows, different hardware).
 
 Caveats:
 - A metric with no finite value on either side gives a comparison of nulls with the reason in `method`.
 - The attribution is additive in means, not in medians: phase gaps plus the unattributed rest equal the step gap.
-- Bonferroni is conservative for metrics as correlated as step time, tokens/s and MFU; a change just past the
-  unadjusted 95% level can show as not significant. The p-value column is unadjusted.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from scripts.benchmark.analysis import intervals
+from scripts.benchmark.analysis.settings import AnalysisSettings
+
 RATE_METRICS = frozenset({"train_tflops_per_gpu", "train_mfu", "train_tokens_per_s", "rollout_tokens_per_gpu_s"})
 """Rates are averaged harmonically (the rate of the total work over the total time), costs arithmetically."""
-
-DEFAULT_REPS = 4000
-"""Enough for the tails of a Bonferroni-adjusted 95% interval over ~15 metrics (0.17% each side: ~7 resamples)."""
-DEFAULT_CONFIDENCE = 0.95
+STEP_TIME_FAMILY = (
+    "step_time_s",
+    "train_tokens_per_s",
+    "rollout_tokens_per_gpu_s",
+    "train_tflops_per_gpu",
+    "train_mfu",
+)
+"""The headline question (is one framework faster per step?) and the throughputs measured on the same steps."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,209 +80,177 @@ class PhaseAttribution:
     note: str
 
 
-def block_length(series: np.ndarray) -> int:
-    """Circular-bootstrap block length: arch's optimal_block_length, at least sqrt(n), at most n/3.
+@dataclass(frozen=True, kw_only=True)
+class _Intervals:
+    """Ratio intervals of every metric and a gap interval for any linear combination of the metrics."""
 
-    The sqrt(n) floor keeps short autocorrelated series from being cut into blocks shorter than their memory (the
-    plug-in estimate is noisy below ~100 steps and errs short)."""
-    from arch.bootstrap import optimal_block_length
-
-    finite = series[np.isfinite(series)]
-    n = len(finite)
-    if n < 4:
-        return 1
-    length = math.sqrt(n)
-    if n >= 8 and np.ptp(finite) > 0:
-        optimal = float(optimal_block_length(finite)["circular"].iloc[0])
-        length = max(length, optimal) if math.isfinite(optimal) else length
-    return int(min(max(1, math.ceil(length)), max(1, n // 3)))
+    low: np.ndarray
+    high: np.ndarray
+    p: np.ndarray
+    gap: Callable[[np.ndarray, float], tuple[float | None, float | None]]
+    method: str
 
 
-def small_sample_factor(num_blocks: float, num_repeats: int, confidence: float) -> float:
-    """Widening of the bootstrap spread for few independent units (t quantile over normal, and R/(R-1) for repeats).
-
-    A block bootstrap over k blocks behaves like a sample of k; its percentile interval uses normal quantiles and is
-    too narrow for small k (measured on simulated AR(1) runs of 40 steps: 78% coverage at 95%, 93% with this)."""
-    from scipy import stats as scipy_stats
-
-    q = 0.5 + confidence / 2
-    factor = float(scipy_stats.t.ppf(q, max(1.0, num_blocks - 1)) / scipy_stats.norm.ppf(q))
-    # The resampling variance of a mean over k blocks divides by k, the unbiased estimate by k - 1.
-    factor *= math.sqrt(num_blocks / max(1.0, num_blocks - 1))
-    if num_repeats > 1:
-        factor *= math.sqrt(num_repeats / (num_repeats - 1))
-    return factor
+def _repeat_units(side: SideSamples, harmonic: np.ndarray) -> np.ndarray:
+    """(repeats x metrics): each repeat's (harmonic) mean over its steady steps; repeats without steps left out."""
+    rows = [intervals.column_means(m, harmonic) for m in side.repeats if len(m)]
+    return np.vstack(rows) if rows else np.full((0, len(harmonic)), np.nan)
 
 
-def _column_stats(matrix: np.ndarray, harmonic: np.ndarray) -> np.ndarray:
-    """Per-column mean of a (steps x metrics) matrix, harmonic for the `harmonic` columns; NaN when empty."""
-    with warnings.catch_warnings(), np.errstate(divide="ignore", invalid="ignore"):
-        warnings.simplefilter("ignore", RuntimeWarning)
-        arithmetic = np.nanmean(matrix, axis=0)
-        harmonic_means = 1.0 / np.nanmean(1.0 / matrix, axis=0)
-    return np.where(harmonic, harmonic_means, arithmetic)
-
-
-def _side_statistic(matrices: Sequence[np.ndarray], harmonic: np.ndarray) -> np.ndarray:
+def _side_statistic(units: np.ndarray) -> np.ndarray:
     """Statistic of a side = mean over its repeats of each repeat's (harmonic) mean; repeats weigh equally."""
-    if not any(len(m) for m in matrices):
-        return np.full(len(harmonic), np.nan)
-    per_repeat = np.vstack([_column_stats(m, harmonic) for m in matrices if len(m)])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return np.nanmean(per_repeat, axis=0)
+    if not len(units):
+        return np.full(units.shape[1], np.nan)
+    with np.errstate(invalid="ignore"):
+        finite = np.isfinite(units)
+        return np.where(finite.any(axis=0), np.nansum(units, axis=0) / np.maximum(finite.sum(axis=0), 1), np.nan)
 
 
-def _bootstrap_side(
-    side: SideSamples, harmonic: np.ndarray, reps: int, rng: np.random.Generator
-) -> tuple[np.ndarray, float, int]:
-    """(reps x metrics) bootstrap distribution of one side's statistic, its number of blocks and of repeats."""
-    from arch.bootstrap import CircularBlockBootstrap
+def _welch_intervals(units_m: np.ndarray, units_v: np.ndarray, levels: np.ndarray) -> _Intervals:
+    low, high, p = intervals.welch_ratio(units_m, units_v, levels)
 
+    def gap(weights: np.ndarray, level: float) -> tuple[float | None, float | None]:
+        a, b = np.nan_to_num(units_m) @ weights, np.nan_to_num(units_v) @ weights
+        result = intervals.welch_difference(a, b, level)
+        return (None, None) if not all(math.isfinite(x) for x in result) else result
+
+    method = f"Welch t over the repeats ({len(units_m)} Miles, {len(units_v)} VERL; run-to-run variation included)"
+    return _Intervals(low=low, high=high, p=p, gap=gap, method=method)
+
+
+def _bootstrap_side(side: SideSamples, harmonic: np.ndarray, settings: AnalysisSettings, rng) -> tuple:
+    """(reps x metrics) bootstrap distribution of a side's statistic and its number of blocks."""
     ref = side.metrics.index(side.reference_metric) if side.reference_metric in side.metrics else 0
-    matrices = [m for m in side.repeats if len(m)]
-    if not matrices:
-        return np.full((reps, len(side.metrics)), np.nan), 1.0, 0
-    num_repeats = len(matrices)
-    draws = reps * num_repeats if num_repeats > 1 else reps
-    generators, num_blocks = [], 0.0
-    for matrix in matrices:
-        length = block_length(matrix[:, ref])
-        num_blocks += len(matrix) / length
-        generators.append(CircularBlockBootstrap(length, np.arange(len(matrix)), seed=rng).bootstrap(draws))
-    out = np.empty((reps, len(side.metrics)))
-    for b in range(reps):
-        chosen = rng.integers(0, num_repeats, size=num_repeats) if num_repeats > 1 else [0]
-        resampled = [matrices[r][next(generators[r])[0][0]] for r in chosen]
-        out[b] = _side_statistic(resampled, harmonic)
-    return out, num_blocks, num_repeats
+    draws, blocks = [], 0.0
+    for matrix in (m for m in side.repeats if len(m)):
+        length = intervals.block_length(matrix[:, ref])
+        blocks += len(matrix) / length
+        draws.append(intervals.block_bootstrap_means(matrix, harmonic, settings.reps, rng, length))
+    if not draws:
+        return np.full((settings.reps, len(harmonic)), np.nan), 1.0
+    return np.nanmean(np.stack(draws), axis=0) if len(draws) > 1 else draws[0], blocks
 
 
-def _percentile_ci(values: np.ndarray, confidence: float) -> tuple[float | None, float | None]:
-    finite = values[np.isfinite(values)]
-    if len(finite) < 2 / (1 - confidence):  # fewer resamples than it takes to put one in each tail
-        return None, None
-    tail = (1 - confidence) / 2 * 100
-    low, high = np.percentile(finite, [tail, 100 - tail])
-    return float(low), float(high)
+def _bootstrap_intervals(miles, verl, harmonic, point_m, point_v, levels, settings: AnalysisSettings) -> _Intervals:
+    rng = np.random.default_rng(settings.seed)
+    boot_m, blocks_m = _bootstrap_side(miles, harmonic, settings, rng)
+    boot_v, blocks_v = _bootstrap_side(verl, harmonic, settings, rng)
+    widen = intervals.small_sample_factor(min(blocks_m, blocks_v), 1, float(levels.max()))
+    boot_m = point_m + widen * (boot_m - point_m)
+    boot_v = point_v + widen * (boot_v - point_v)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = boot_m / boot_v
+    bounds = [intervals.percentile_ci(ratio[:, i], float(levels[i])) for i in range(len(levels))]
+    low = np.asarray([np.nan if b[0] is None else b[0] for b in bounds])
+    high = np.asarray([np.nan if b[1] is None else b[1] for b in bounds])
+    p = np.asarray([intervals.bootstrap_p_value(ratio[:, i], 1.0) or np.nan for i in range(len(levels))])
 
+    def gap(weights: np.ndarray, level: float) -> tuple[float | None, float | None]:
+        return intervals.percentile_ci(np.nan_to_num(boot_m) @ weights - np.nan_to_num(boot_v) @ weights, level)
 
-def _p_value(values: np.ndarray, null: float) -> float | None:
-    finite = values[np.isfinite(values)]
-    if len(finite) < 10:
-        return None
-    return float(min(1.0, 2 * min(np.mean(finite <= null), np.mean(finite >= null))))
-
-
-def _metric_comparison(
-    name: str,
-    m: float,
-    v: float,
-    boot: np.ndarray,
-    *,
-    harmonic: bool,
-    confidence: float,
-    level: float,
-    num_compared: int,
-    reps: int,
-    widen: float,
-    num_blocks: float,
-) -> MetricComparison:
-    average = "harmonic means" if harmonic else "means"
-    if not math.isfinite(m) or not math.isfinite(v):
-        missing = " and ".join(s for s, x in (("miles", m), ("verl", v)) if not math.isfinite(x))
-        return MetricComparison(
-            metric=name,
-            miles=m if math.isfinite(m) else None,
-            verl=v if math.isfinite(v) else None,
-            ratio=None,
-            ci_low=None,
-            ci_high=None,
-            p_value=None,
-            significant=False,
-            method=f"not compared: not reported by {missing}",
-        )
-    if v == 0:
-        return MetricComparison(
-            metric=name,
-            miles=m,
-            verl=v,
-            ratio=None,
-            ci_low=None,
-            ci_high=None,
-            p_value=None,
-            significant=False,
-            method="not compared: the VERL value is 0",
-        )
-    low, high = _percentile_ci(boot, level)
-    significant = low is not None and (low > 1 or high < 1)
-    interval = f"{confidence:.0%} percentile CI"
-    if level != confidence:
-        interval = (
-            f"{confidence:.0%} family-wise percentile CI (Bonferroni over {num_compared} metrics: {level:.2%} each)"
-        )
-    return MetricComparison(
-        metric=name,
-        miles=m,
-        verl=v,
-        ratio=m / v,
-        ci_low=low,
-        ci_high=high,
-        p_value=_p_value(boot, 1.0),
-        significant=bool(significant),
-        method=(
-            f"ratio of {average}; {interval}, circular block bootstrap ({reps} resamples), "
-            f"spread widened x{widen:.2f} for {num_blocks:.0f} blocks"
-        ),
+    method = (
+        f"circular block bootstrap within one run ({settings.reps} resamples, spread widened x{widen:.2f} for "
+        f"{min(blocks_m, blocks_v):.0f} blocks); one repeat: run-to-run variation NOT included, run 3+ repeats"
     )
+    return _Intervals(low=low, high=high, p=p, gap=gap, method=method)
+
+
+def _fixed_sequence(rows: list[MetricComparison]) -> list[MetricComparison]:
+    """Fixed-sequence test of the step-time family: each member is claimed only if every member before it in
+    `STEP_TIME_FAMILY` order is (Maurer et al. 1995); the family's error rate stays at 1 - confidence and no
+    interval is widened."""
+    by_name = {r.metric: r for r in rows}
+    open_gate = True
+    for name in STEP_TIME_FAMILY:
+        row = by_name.get(name)
+        if row is None or row.ratio is None:
+            continue
+        if open_gate and row.significant:
+            continue
+        if row.significant:
+            note = "; not claimed: an earlier member of the step-time family (tested in order) is not significant"
+            by_name[name] = replace(row, significant=False, method=row.method + note)
+        open_gate = False
+    return [by_name[r.metric] for r in rows]
 
 
 def compare_sides(
-    miles: SideSamples,
-    verl: SideSamples,
-    *,
-    phases: Sequence[str],
-    reps: int = DEFAULT_REPS,
-    confidence: float = DEFAULT_CONFIDENCE,
-    seed: int = 0,
-    family_wise: bool = True,
+    miles: SideSamples, verl: SideSamples, *, phases: Sequence[str], settings: AnalysisSettings | None = None
 ) -> tuple[list[MetricComparison], list[PhaseAttribution]]:
     """All metric ratios and the phase attribution of the step-time gap for one Miles/VERL pair."""
+    settings = settings or AnalysisSettings()
     if miles.metrics != verl.metrics:
         raise ValueError(f"metric columns differ: miles {miles.metrics} vs verl {verl.metrics}")
     metrics = miles.metrics
     harmonic = np.asarray([m in RATE_METRICS for m in metrics])
-    rng = np.random.default_rng(seed)
-    point_m = _side_statistic(miles.repeats, harmonic)
-    point_v = _side_statistic(verl.repeats, harmonic)
-    boot_m, blocks_m, repeats_m = _bootstrap_side(miles, harmonic, reps, rng)
-    boot_v, blocks_v, repeats_v = _bootstrap_side(verl, harmonic, reps, rng)
-    num_compared = int(np.sum(np.isfinite(point_m) & np.isfinite(point_v) & (point_v != 0)))
-    # Bonferroni over the metrics of this pair: a table of ~15 ratios at 95% each would flag one by chance.
-    level = 1 - (1 - confidence) / max(1, num_compared) if family_wise else confidence
-    widen = small_sample_factor(min(blocks_m, blocks_v), min(repeats_m, repeats_v), level)
-    boot_m = point_m + widen * (boot_m - point_m)
-    boot_v = point_v + widen * (boot_v - point_v)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        boot_ratio = boot_m / boot_v
+    units_m, units_v = _repeat_units(miles, harmonic), _repeat_units(verl, harmonic)
+    point_m, point_v = _side_statistic(units_m), _side_statistic(units_v)
+    levels = np.full(len(metrics), settings.confidence)
+    if len(units_m) >= 2 and len(units_v) >= 2:
+        found = _welch_intervals(units_m, units_v, levels)
+    else:
+        found = _bootstrap_intervals(miles, verl, harmonic, point_m, point_v, levels, settings)
+    family = set(STEP_TIME_FAMILY) if settings.family_wise else set()
     comparisons = [
         _metric_comparison(
             name,
             point_m[i],
             point_v[i],
-            boot_ratio[:, i],
-            harmonic=bool(harmonic[i]),
-            confidence=confidence,
-            level=level,
-            num_compared=num_compared,
-            reps=reps,
-            widen=widen,
-            num_blocks=min(blocks_m, blocks_v),
+            found,
+            i,
+            average="harmonic means" if harmonic[i] else "means",
+            level_text=f"{settings.confidence:.0%} CI"
+            + (" (step-time family, tested in order)" if name in family else ""),
         )
         for i, name in enumerate(metrics)
     ]
-    attribution = _attribution(metrics, phases, point_m, point_v, boot_m - boot_v, level)
-    return comparisons, attribution
+    if settings.family_wise:
+        comparisons = _fixed_sequence(comparisons)
+    return comparisons, _attribution(metrics, phases, point_m, point_v, found.gap, settings.confidence)
+
+
+def _not_compared(name: str, m: float, v: float) -> MetricComparison | None:
+    """The comparison of a metric that cannot be compared (missing on a side, or VERL at 0); None when it can."""
+    reason = None
+    if not math.isfinite(m) or not math.isfinite(v):
+        reason = "not reported by " + " and ".join(s for s, x in (("miles", m), ("verl", v)) if not math.isfinite(x))
+    elif v == 0:
+        reason = "the VERL value is 0"
+    if reason is None:
+        return None
+    return MetricComparison(
+        metric=name,
+        miles=m if math.isfinite(m) else None,
+        verl=v if math.isfinite(v) else None,
+        ratio=None,
+        ci_low=None,
+        ci_high=None,
+        p_value=None,
+        significant=False,
+        method=f"not compared: {reason}",
+    )
+
+
+def _metric_comparison(
+    name: str, m: float, v: float, found: _Intervals, i: int, *, average: str, level_text: str
+) -> MetricComparison:
+    refused = _not_compared(name, m, v)
+    if refused is not None:
+        return refused
+    low, high = float(found.low[i]), float(found.high[i])
+    known = math.isfinite(low) and math.isfinite(high)
+    p = float(found.p[i])
+    return MetricComparison(
+        metric=name,
+        miles=m,
+        verl=v,
+        ratio=m / v,
+        ci_low=low if known else None,
+        ci_high=high if known else None,
+        p_value=p if math.isfinite(p) else None,
+        significant=bool(known and (low > 1 or high < 1)),
+        method=f"ratio of {average}; {level_text}; {found.method}",
+    )
 
 
 def _attribution(
@@ -283,16 +258,16 @@ def _attribution(
     phases: Sequence[str],
     point_m: np.ndarray,
     point_v: np.ndarray,
-    boot_gap: np.ndarray,
+    gap_interval: Callable[[np.ndarray, float], tuple[float | None, float | None]],
     confidence: float,
 ) -> list[PhaseAttribution]:
     """Seconds of the mean step-time gap (Miles - VERL) carried by each phase, plus what no phase explains."""
     step = metrics.index("step_time_s")
     step_gap = point_m[step] - point_v[step]
 
-    def row(component: str, m: float, v: float, gap: float, boot: np.ndarray, note: str) -> PhaseAttribution:
+    def row(component: str, m: float, v: float, gap: float, weights: np.ndarray, note: str) -> PhaseAttribution:
         known = math.isfinite(gap)
-        low, high = _percentile_ci(boot, confidence) if known else (None, None)
+        low, high = gap_interval(weights, confidence) if known else (None, None)
         share = gap / step_gap if known and math.isfinite(step_gap) and step_gap != 0 else None
         return PhaseAttribution(
             component=component,
@@ -305,30 +280,27 @@ def _attribution(
             note=note,
         )
 
-    rows = [row("step_time_s", point_m[step], point_v[step], step_gap, boot_gap[:, step], "the gap to explain")]
-    explained = np.zeros(len(boot_gap))
+    def unit(i: int) -> np.ndarray:
+        weights = np.zeros(len(metrics))
+        weights[i] = 1.0
+        return weights
+
+    rows = [row("step_time_s", point_m[step], point_v[step], step_gap, unit(step), "the gap to explain")]
+    rest = unit(step)
     explained_point = 0.0
     for phase in phases:
         i = metrics.index(f"phases_s.{phase}")
         m, v = point_m[i], point_v[i]
         if math.isfinite(m) and math.isfinite(v):
             explained_point += m - v
-            explained = explained + np.nan_to_num(boot_gap[:, i])
-            rows.append(row(f"phases_s.{phase}", m, v, m - v, boot_gap[:, i], ""))
+            rest[i] = -1.0
+            rows.append(row(f"phases_s.{phase}", m, v, m - v, unit(i), ""))
         else:
             missing = " and ".join(s for s, x in (("miles", m), ("verl", v)) if not math.isfinite(x))
             note = f"not reported by {missing}; its time falls in 'unattributed'"
-            rows.append(row(f"phases_s.{phase}", m, v, math.nan, boot_gap[:, i], note))
-    rows.append(
-        row(
-            "unattributed",
-            math.nan,
-            math.nan,
-            step_gap - explained_point,
-            boot_gap[:, step] - explained,
-            "step gap minus the phases reported by both frameworks (overlap, unreported phases, scheduling)",
-        )
-    )
+            rows.append(row(f"phases_s.{phase}", m, v, math.nan, unit(i), note))
+    note = "step gap minus the phases reported by both frameworks (overlap, unreported phases, scheduling)"
+    rows.append(row("unattributed", math.nan, math.nan, step_gap - explained_point, rest, note))
     return rows
 
 

@@ -1,5 +1,5 @@
 # doc-dev: docs/benchmark.md
-"""A run folder in, the report.json document (contract 3) out: steady state, summaries, comparisons, attribution.
+"""A run folder in, the report.json document out: steady state, summaries, comparisons, attribution.
 
 - `analyse_run_folder(run_dir, ...)` reads the folder (cells.py), detects each repeat's steady state on step time
   (steady_state.py), summarises every report metric per cell (stats.py), compares Miles with VERL per backend and
@@ -15,13 +15,15 @@
   copy of all weights; disaggregated: one NCCL broadcast of them).
 
 Caveats:
-- A cell's steady state starts at the latest start among its repeats; "reached" needs every repeat to reach it.
+- A cell's steady state starts at the latest start among its repeats (every repeat is cut there); "reached" needs
+  every repeat to reach it. Each cell states what its intervals cover (`interval_policy`: repeats or one run).
 - Only repeats in state "complete" are analysed; the others are listed under "incomplete" with their reason.
 """
 
 from __future__ import annotations
 
 import datetime
+import json
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -30,26 +32,20 @@ from typing import Any
 import numpy as np
 
 from miles.utils.bench_metrics import PHASES
-from scripts.benchmark.analysis.compare import (
-    DEFAULT_CONFIDENCE,
-    DEFAULT_REPS,
-    SideSamples,
-    compare_sides,
-    refusal_reason,
-)
+from scripts.benchmark.analysis.compare import SideSamples, compare_sides, refusal_reason
 from scripts.benchmark.analysis.run_folder import (
     REPORT_METRICS,
-    RESPONSE_LENGTH_RAW_KEYS,
+    RESPONSE_LENGTH_EXTREMES,
     Cell,
-    Repeat,
     gpu_of,
     hardware_of,
-    metric_value,
-    raw_value,
     read_run_folder,
+    stat_column,
 )
+from scripts.benchmark.analysis.settings import AnalysisSettings
 from scripts.benchmark.analysis.stats import summarise
 from scripts.benchmark.analysis.steady_state import detect_steady_state
+from scripts.benchmark.analysis.step_columns import StepColumns
 
 REPORT_SCHEMA_VERSION = 1
 PARITY_OK_STATUSES = frozenset({"matched", "match", "equal", "ok"})
@@ -123,46 +119,75 @@ def unexplained_parity(parity: Any, backend: str, layout: str) -> list[str]:
     return problems
 
 
-def _steady_repeat(repeat: Repeat) -> dict[str, Any]:
-    series = [metric_value(r, "step_time_s") for r in repeat.records]
-    steady = detect_steady_state(series)
-    start = None if steady.start_index is None else repeat.records[steady.start_index].step
+def _steady_repeat(repeat_number: int, columns: StepColumns) -> dict[str, Any]:
+    steady = detect_steady_state(columns.values["step_time_s"])
+    start = None if steady.start_index is None else int(columns.steps[steady.start_index])
     return {
-        "repeat": repeat.repeat,
+        "repeat": repeat_number,
         "start_step": start,
         "start_index": steady.start_index,
         "reached": steady.reached,
         "method": steady.method,
-        "steps": len(repeat.records),
+        "more_steps": steady.more_steps,
+        "steps": len(columns.steps),
         "steady_steps": steady.n_steady,
     }
 
 
-def _response_length(steady_records: list[list[Any]]) -> dict[str, float | None]:
+def _cell_steady_state(repeats: list[dict[str, Any]]) -> dict[str, Any]:
+    """The cell's steady state starts at the latest start among its repeats; reached only if every repeat is."""
+    starts = [info["start_step"] for info in repeats if info["start_step"] is not None]
+    reached = all(info["reached"] for info in repeats)
+    more = [info["more_steps"] for info in repeats if not info["reached"] and info["more_steps"]]
+    method = ", ".join(sorted({info["method"].split(":")[0] for info in repeats}))
+    if not reached:
+        method += "; no steady state in at least one repeat" + (
+            f": the spec needs at least {max(more)} more steps" if more else ""
+        )
+    return {
+        "start_step": max(starts) if starts else None,
+        "reached": reached,
+        "more_steps": max(more) if more else None,
+        "method": method,
+        "repeats": repeats,
+    }
+
+
+def _response_length(steady: list[StepColumns]) -> dict[str, float | None]:
     """Mean response length and its spread: across steady steps (std of step means) and within steps (min/max)."""
-    records = [r for rs in steady_records for r in rs]
-    means = np.asarray([v for v in (metric_value(r, "response_length_mean") for r in records) if v is not None])
+
+    def finite(name: str) -> np.ndarray:
+        values = np.concatenate([c.values[name] for c in steady]) if steady else np.zeros(0)
+        return values[np.isfinite(values)]
+
+    means = finite("response_length_mean")
     out: dict[str, float | None] = {
         "mean": float(means.mean()) if len(means) else None,
         "std_of_step_means": float(means.std(ddof=1)) if len(means) > 1 else None,
     }
-    for stat, keys in RESPONSE_LENGTH_RAW_KEYS.items():
-        values = [v for v in (raw_value(r, keys) for r in records) if v is not None]
-        out[f"median_step_{stat}"] = float(np.median(values)) if values else None
+    for stat in RESPONSE_LENGTH_EXTREMES:
+        values = finite(stat_column(stat))
+        out[f"median_step_{stat}"] = float(np.median(values)) if len(values) else None
     return out
 
 
-def _analyse_cell(cell: Cell, confidence: float) -> tuple[dict[str, Any], SideSamples]:
-    repeats = [_steady_repeat(r) for r in cell.repeats]
-    steady_records = [rep.records[info["start_index"] or 0 :] for rep, info in zip(cell.repeats, repeats, strict=True)]
-    starts = [info["start_step"] for info in repeats if info["start_step"] is not None]
-    reached = all(info["reached"] for info in repeats)
-    methods = sorted({info["method"].split(":")[0] for info in repeats})
-    summaries, samples, columns = {}, {}, []
+def interval_policy(repeats: int) -> str:
+    """What a cell's intervals cover, by its number of complete repeats (the report states it per cell)."""
+    if repeats >= 2:
+        return f"{repeats} repeats: intervals over the repeats, run-to-run variation included"
+    return (
+        "1 repeat: intervals from this run's steps only, run-to-run variation NOT included (they cover this run, "
+        "not the next one); run 3 or more repeats (--repeats, the default 3) for intervals that do"
+    )
+
+
+def _metric_entries(
+    steady: list[StepColumns], settings: AnalysisSettings
+) -> tuple[dict[str, Any], dict[str, list[list[float]]]]:
+    """Per report metric: the summary with its interval, and the steady-state samples of each repeat."""
+    summaries, samples = {}, {}
     for name, spec in REPORT_METRICS.items():
-        per_repeat = [[metric_value(r, name) for r in rs] for rs in steady_records]
-        columns.append([[math.nan if v is None else v for v in values] for values in per_repeat])
-        summary = summarise(per_repeat, confidence)
+        summary = summarise([c.values[name] for c in steady], settings.confidence)
         summaries[name] = {
             "median": summary.median,
             "ci_low": summary.ci_low,
@@ -176,13 +201,31 @@ def _analyse_cell(cell: Cell, confidence: float) -> tuple[dict[str, Any], SideSa
         # it; a step the framework did not measure (null: the last Miles step's step time, see "The step shift") is
         # left out; a metric with no finite value in a repeat (not reported) has an empty list.
         samples[name] = [
-            (
-                [v for v in (metric_value(r, name, nonfinite=math.nan) for r in rs) if v is not None]
-                if any(v is not None for v in values)
-                else []
-            )
-            for rs, values in zip(steady_records, per_repeat, strict=True)
+            c.values[name][c.measured[name]].tolist() if np.isfinite(c.values[name]).any() else [] for c in steady
         ]
+    return summaries, samples
+
+
+def cut_to_steady_state(
+    repeat_numbers: list[int], columns: list[StepColumns]
+) -> tuple[dict[str, Any], list[StepColumns], list[np.ndarray]]:
+    """The cell's steady state, each repeat's columns cut at the cell's start, and the kept-step masks."""
+    infos = [_steady_repeat(number, c) for number, c in zip(repeat_numbers, columns, strict=True)]
+    steady_state = _cell_steady_state(infos)
+    start = steady_state["start_step"]
+    keep = [c.steps >= start if start is not None else np.zeros(len(c.steps), bool) for c in columns]
+    steady = [c.select(k) for c, k in zip(columns, keep, strict=True)]
+    return steady_state, steady, keep
+
+
+def side_samples(steady: list[StepColumns], metrics: tuple[str, ...]) -> SideSamples:
+    return SideSamples(metrics=metrics, repeats=tuple(np.column_stack([c.values[n] for n in metrics]) for c in steady))
+
+
+def _analyse_cell(cell: Cell, settings: AnalysisSettings) -> tuple[dict[str, Any], SideSamples]:
+    columns = [r.columns for r in cell.repeats]
+    steady_state, steady, _ = cut_to_steady_state([r.repeat for r in cell.repeats], columns)
+    summaries, samples = _metric_entries(steady, settings)
     environment = cell.repeats[0].environment
     entry = {
         "id": cell.id,
@@ -190,33 +233,25 @@ def _analyse_cell(cell: Cell, confidence: float) -> tuple[dict[str, Any], SideSa
         "backend": cell.backend,
         "layout": cell.layout,
         "repeats": len(cell.repeats),
+        "interval_policy": interval_policy(len(cell.repeats)),
         "hardware": hardware_of(environment),
         "environment": environment,
         "environments": [r.environment for r in cell.repeats],
-        "steady_state": {
-            "start_step": max(starts) if starts else None,
-            "reached": reached,
-            "method": ", ".join(methods)
-            + ("" if reached else "; never reached a steady state in at least one repeat"),
-            "repeats": repeats,
-        },
+        "steady_state": steady_state,
         "summaries": summaries,
         "samples": samples,
-        "response_length": _response_length(steady_records),
+        "response_length": _response_length(steady),
         "step_time_series": [
-            {
-                "repeat": rep.repeat,
-                "steps": [r.step for r in rep.records],
-                "step_time_s": [metric_value(r, "step_time_s") for r in rep.records],
-            }
-            for rep in cell.repeats
+            {"repeat": rep.repeat, "steps": c.steps.tolist(), "step_time_s": _nulls(c.values["step_time_s"])}
+            for rep, c in zip(cell.repeats, columns, strict=True)
         ],
     }
-    matrices = tuple(
-        np.column_stack([np.asarray(column[k], dtype=float).reshape(-1) for column in columns])
-        for k in range(len(cell.repeats))
-    )
-    return entry, SideSamples(metrics=tuple(REPORT_METRICS), repeats=matrices)
+    return entry, side_samples(steady, tuple(REPORT_METRICS))
+
+
+def _nulls(values: np.ndarray) -> list[float | None]:
+    """A float column as a JSON list, NaN (missing or non-finite) as null."""
+    return [None if not math.isfinite(v) else v for v in values.tolist()]
 
 
 def _compare_pairs(
@@ -224,10 +259,7 @@ def _compare_pairs(
     sides: dict[str, SideSamples],
     parity: Any,
     *,
-    reps: int,
-    confidence: float,
-    seed: int,
-    family_wise: bool,
+    settings: AnalysisSettings,
     spec_hash: str | None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     comparisons, attribution, refused = [], [], []
@@ -253,10 +285,7 @@ def _compare_pairs(
             sides[miles["id"]],
             sides[verl["id"]],
             phases=PHASES,
-            reps=reps,
-            confidence=confidence,
-            seed=seed,
-            family_wise=family_wise,
+            settings=settings,
         )
         for row in metric_rows:
             spec = REPORT_METRICS[row.metric]
@@ -349,29 +378,24 @@ def roofline_model_key(plan: dict[str, Any] | None) -> str | None:
 
 def analyse_run_folder(
     run_dir: Path,
+    settings: AnalysisSettings | None = None,
     *,
-    reps: int = DEFAULT_REPS,
-    confidence: float = DEFAULT_CONFIDENCE,
-    seed: int = 0,
-    family_wise: bool = True,
     measured_peak_tflops: MeasuredPeak | None = None,
     roofline_tflops: Roofline | None = None,
     weight_sync_floor_s: WeightSyncFloor | None = None,
     roofline_spread: RooflineSpread | None = None,
 ) -> dict[str, Any]:
     """The report.json document for one run folder."""
+    settings = settings or AnalysisSettings()
     folder = read_run_folder(run_dir)
-    analysed = [_analyse_cell(cell, confidence) for cell in folder.cells]
+    analysed = [_analyse_cell(cell, settings) for cell in folder.cells]
     cells = [entry for entry, _ in analysed]
     sides = {entry["id"]: side for entry, side in analysed}
     comparisons, attribution, refused = _compare_pairs(
         cells,
         sides,
         folder.parity,
-        reps=reps,
-        confidence=confidence,
-        seed=seed,
-        family_wise=family_wise,
+        settings=settings,
         spec_hash=(folder.plan or {}).get("spec_hash"),
     )
     plan = folder.plan or {}
@@ -392,9 +416,9 @@ def analyse_run_folder(
         "generated_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "spec_hash": plan.get("spec_hash"),
         "preset": plan.get("preset"),
-        "confidence": confidence,
-        "family_wise": family_wise,
-        "bootstrap_reps": reps,
+        "confidence": settings.confidence,
+        "family_wise": settings.family_wise,
+        "bootstrap_reps": settings.reps,
         "cells": cells,
         "incomplete": [r.__dict__ for r in folder.incomplete],
         "comparisons": comparisons,
@@ -403,3 +427,29 @@ def analyse_run_folder(
         "calibration": calibration,
         "parity": folder.parity,
     }
+
+
+_NONFINITE_MARKERS = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def _strict(value: Any) -> Any:
+    """NaN/Inf as bench_metrics' string markers; long all-finite float lists pass through without a copy."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else _NONFINITE_MARKERS[repr(float(value))]
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        if all(type(v) is float for v in value) and all(map(math.isfinite, value)):
+            return value
+        return [_strict(v) for v in value]
+    return value
+
+
+def report_json_text(doc: dict[str, Any]) -> str:
+    """The document as strict JSON (non-finite numbers as "NaN"/"Infinity" strings), by the C encoder: the samples
+    of 10,000 steps x 8 cells are a million numbers, too many for the indenting pure-Python encoder."""
+    try:
+        import orjson
+    except ImportError:
+        return json.dumps(_strict(doc), allow_nan=False, separators=(",", ":")) + "\n"
+    return orjson.dumps(_strict(doc), option=orjson.OPT_SERIALIZE_NUMPY).decode("utf-8") + "\n"

@@ -1,10 +1,10 @@
 # doc-dev: docs/benchmark.md
-"""Read a run folder (contract 2) into cells: repeats of one (framework, backend, layout), with their step records.
+"""Read a run folder  into cells: repeats of one (framework, backend, layout), with their step records.
 
 - `read_run_folder(run_dir)` reads manifest.json, plan.json and parity.json (each optional but the manifest) and,
   for every cell repeat in state "complete", its metrics.jsonl (schema v1) and environment.json.
 - `REPORT_METRICS` are the metrics the report summarises: every `METRICS` key of bench_metrics plus the derived
-  per-token costs and the mean response length; `metric_value(record, name)` reads one of them from a record.
+  per-token costs and the mean response length; each complete repeat holds them as columns (step_columns.py).
 - Repeats in any other state are kept as `IncompleteRepeat`s so the report can say what is missing and why.
 
 Caveats:
@@ -15,12 +15,14 @@ Caveats:
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from miles.utils.bench_metrics import METRICS, MetricSpec, StepRecord, decode_nonfinite, read_records
+import numpy as np
+
+from miles.utils.bench_metrics import METRICS, MetricSpec, decode_nonfinite
+from scripts.benchmark.analysis.step_columns import StepColumns, read_step_columns
 from scripts.benchmark.contracts.manifest import MANIFEST_NAME, read_manifest_json
 
 DERIVED_METRICS: dict[str, MetricSpec] = {
@@ -70,18 +72,24 @@ REPORT_METRICS: dict[str, MetricSpec] = {
 }
 """Report order: each per-token cost sits right under the raw phase time it normalises."""
 
-RESPONSE_LENGTH_RAW_KEYS = {
+RESPONSE_LENGTH_EXTREMES = {
     "min": ("rollout/response_len/min", "response_length/min"),
     "max": ("rollout/response_len/max", "response_length/max"),
 }
 """Per-step response-length extremes as Miles (rollout/response_len/*) and VERL (response_length/*) log them."""
 
 
+def stat_column(stat: str) -> str:
+    """The column name of a response-length extreme ("min", "max") read from the raw metrics."""
+    return f"raw.response_length_{stat}"
+
+
 @dataclass(kw_only=True)
 class Repeat:
     repeat: int
     dir: str
-    records: list[StepRecord]
+    columns: StepColumns
+    """Every report metric (and the raw response-length extremes) of every step, in step order."""
     environment: dict[str, Any]
 
 
@@ -110,58 +118,6 @@ class RunFolder:
     parity: dict[str, Any] | list[Any] | None
     cells: list[Cell]
     incomplete: list[IncompleteRepeat]
-
-
-def _finite(value: Any, nonfinite: float | None = None) -> float | None:
-    """A finite float; `nonfinite` (None, or NaN to keep the difference) for NaN/Inf; None when absent."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else nonfinite
-
-
-def _per_1k(seconds: Any, tokens: Any, nonfinite: float | None) -> float | None:
-    seconds, tokens = _finite(seconds, nonfinite), _finite(tokens, nonfinite)
-    if seconds is None or tokens is None:
-        return None
-    if math.isnan(seconds) or math.isnan(tokens):
-        return nonfinite
-    return seconds / (tokens / 1000.0) if tokens > 0 else None
-
-
-def metric_value(record: StepRecord, name: str, *, nonfinite: float | None = None) -> float | None:
-    """One report metric of one step as a finite float, or None (missing, NaN or Inf).
-
-    With `nonfinite=math.nan`, a value the step recorded as NaN/Inf (or derived from one) is NaN, while a value the
-    framework did not measure in this step (null, e.g. the last Miles step's step time) stays None.
-    """
-    tokens = record.tokens or {}
-    phases = record.phases_s or {}
-    if name == "generate_s_per_1k_response_tokens":
-        return _per_1k(phases.get("generate"), tokens.get("response"), nonfinite)
-    if name == "train_s_per_1k_tokens":
-        prompt, response = _finite(tokens.get("prompt"), nonfinite), _finite(tokens.get("response"), nonfinite)
-        total = None if prompt is None or response is None else prompt + response
-        return _per_1k(phases.get("train"), total, nonfinite)
-    if name == "response_length_mean":
-        response, samples = _finite(tokens.get("response"), nonfinite), _finite(record.samples, nonfinite)
-        if response is None or not samples:
-            return None
-        return nonfinite if math.isnan(response) or math.isnan(samples) else response / samples
-    if name.startswith("phases_s."):
-        return _finite(phases.get(name.split(".", 1)[1]), nonfinite)
-    return _finite(getattr(record, name, None), nonfinite)
-
-
-def raw_value(record: StepRecord, keys: tuple[str, ...]) -> float | None:
-    """The first of `keys` present in the record's raw framework metrics, as a finite float."""
-    for key in keys:
-        if key in (record.raw or {}):
-            return _finite(record.raw[key])
-    return None
 
 
 def _read_json(path: Path, *, required: bool) -> Any:
@@ -198,8 +154,10 @@ def read_run_folder(run_dir: Path) -> RunFolder:
                 IncompleteRepeat(cell_id=entry["id"], repeat=entry["repeat"], state=entry["state"], reason=reason)
             )
             continue
-        records = sorted(read_records(metrics_path), key=lambda r: r.step)
-        if not records:
+        columns = _report_columns(
+            read_step_columns(metrics_path, {stat_column(s): keys for s, keys in RESPONSE_LENGTH_EXTREMES.items()})
+        )
+        if not len(columns):
             reason = f"state complete but {metrics_path.name} holds no step"
             incomplete.append(
                 IncompleteRepeat(cell_id=entry["id"], repeat=entry["repeat"], state="empty", reason=reason)
@@ -207,7 +165,7 @@ def read_run_folder(run_dir: Path) -> RunFolder:
             continue
         environment = _read_json(metrics_path.parent / "environment.json", required=False) or {}
         cell.repeats.append(
-            Repeat(repeat=entry["repeat"], dir=str(metrics_path.parent), records=records, environment=environment)
+            Repeat(repeat=entry["repeat"], dir=str(metrics_path.parent), columns=columns, environment=environment)
         )
     for cell in cells.values():
         cell.repeats.sort(key=lambda r: r.repeat)
@@ -219,6 +177,16 @@ def read_run_folder(run_dir: Path) -> RunFolder:
         cells=[c for c in cells.values() if c.repeats],
         incomplete=incomplete,
     )
+
+
+def _report_columns(columns: StepColumns) -> StepColumns:
+    """Every report metric present as a column: a metric no step reports is all NaN and never measured."""
+    n = len(columns)
+    values, measured = dict(columns.values), dict(columns.measured)
+    for name in REPORT_METRICS:
+        if name not in values:
+            values[name], measured[name] = np.full(n, np.nan), np.zeros(n, dtype=bool)
+    return StepColumns(steps=columns.steps, values=values, measured=measured)
 
 
 def gpu_of(environment: dict[str, Any]) -> tuple[str | None, int | None]:

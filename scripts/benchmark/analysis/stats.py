@@ -7,7 +7,9 @@
     Student-t interval over them (n = repeats);
   - one repeat: the batch-means method; the steady-state steps are cut into `num_batches` consecutive batches of at
     least `MIN_BATCH_STEPS` steps, each batch's median is one observation, and the t-interval is taken over those.
-    Consecutive steps are autocorrelated, so a t-interval over single steps would be too narrow.
+    Consecutive steps are autocorrelated, so a t-interval over single steps would be too narrow. It cannot see
+    run-to-run variation (one run has one offset), so its method says so: it covers that run's own median, not the
+    cell's.
 - The method string of every summary says which of the two was used, with the counts.
 - Non-finite values are dropped; a metric with no finite value gives a summary of nulls (n = 0), never zeros.
 
@@ -23,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as scipy_stats
+from scipy import special
 
 MIN_BATCH_STEPS = 5
 MAX_BATCHES = 10
@@ -39,13 +41,22 @@ class Summary:
     method: str
 
 
-def finite_values(values: Sequence[float | None]) -> np.ndarray:
-    return np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
+def finite_values(values: Sequence[float | None] | np.ndarray) -> np.ndarray:
+    if isinstance(values, np.ndarray):
+        array = values.astype(float, copy=False)
+    else:
+        array = np.asarray([math.nan if v is None else v for v in values], dtype=float)
+    return array[np.isfinite(array)]
+
+
+def t_quantile(q: float, df: float) -> float:
+    """Student t quantile (scipy.special; scipy.stats costs a second of import)."""
+    return float(special.stdtrit(df, q))
 
 
 def t_interval(units: np.ndarray, confidence: float) -> tuple[float, float]:
     """Student-t interval of the mean of `units` (at least 2 values)."""
-    half = scipy_stats.t.ppf(0.5 + confidence / 2, len(units) - 1) * units.std(ddof=1) / math.sqrt(len(units))
+    half = t_quantile(0.5 + confidence / 2, len(units) - 1) * units.std(ddof=1) / math.sqrt(len(units))
     centre = float(units.mean())
     return centre - float(half), centre + float(half)
 
@@ -53,9 +64,10 @@ def t_interval(units: np.ndarray, confidence: float) -> tuple[float, float]:
 def batch_medians(values: np.ndarray) -> np.ndarray:
     """Medians of consecutive, non-overlapping batches, each at least as long as the series' block length.
 
-    The batch size is the circular-bootstrap block length of compare.py (arch's optimal_block_length, at least
-    sqrt(n)), at least MIN_BATCH_STEPS, so that neighbouring batches are close to independent; at most MAX_BATCHES."""
-    from scripts.benchmark.analysis.compare import block_length
+    The batch size is the circular-bootstrap block length of intervals.py (at least sqrt(n) and twice the
+    integrated autocorrelation time), at least MIN_BATCH_STEPS, so that neighbouring batches are close to
+    independent; at most MAX_BATCHES."""
+    from scripts.benchmark.analysis.intervals import block_length
 
     size = max(MIN_BATCH_STEPS, block_length(values))
     num_batches = min(MAX_BATCHES, len(values) // size)
@@ -104,6 +116,6 @@ def summarise(runs: Sequence[Sequence[float | None]], confidence: float = 0.95) 
         n=n,
         method=(
             f"median of {n} steps of one run; {pct} CI: batch means, t-interval over {len(units)} batch medians "
-            f"of {size} steps"
+            f"of {size} steps; one repeat: run-to-run variation NOT included"
         ),
     )

@@ -148,7 +148,9 @@ def register(app: typer.Typer) -> None:
         ] = None,
         window: Annotated[int | None, typer.Option(help="trusted runs in the baseline [20]")] = None,
         min_history: Annotated[int | None, typer.Option(help="fewer trusted runs: cold start, passes [5]")] = None,
-        alpha: Annotated[float | None, typer.Option(help="one-sided significance level [0.02]")] = None,
+        alpha: Annotated[
+            float | None, typer.Option(help="significance level of the whole night, split over its cells [0.05]")
+        ] = None,
         drift_horizon: Annotated[
             int | None, typer.Option(help="the anchor window ends this many trusted runs ago [30]")
         ] = None,

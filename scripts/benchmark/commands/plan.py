@@ -39,15 +39,20 @@ def plan_impl(
     repeats: int | None = None,
     skip_prepare: bool = False,
     wandb: bool = False,
+    miles_version: str | None = None,
+    check_miles: bool = False,
 ) -> None:
     from pathlib import Path
 
     from scripts.benchmark.frameworks.miles.launch import MilesPaths
+    from scripts.benchmark.frameworks.miles.versions import DEFAULT_MILES_TARGET, MILES_TARGETS
     from scripts.benchmark.plan.build import PlanError, PlanOptions, build_plan, write_plan
     from scripts.benchmark.spec import BACKENDS
 
     if backend not in ("fsdp", "megatron", "all"):
         _fail(EXIT_BAD_INPUT, f"--backend must be fsdp, megatron or all, got {backend!r}")
+    if miles_version not in (None, *MILES_TARGETS):
+        _fail(EXIT_BAD_INPUT, f"--miles-version must be one of {', '.join(MILES_TARGETS)}, got {miles_version!r}")
     spec = _load_spec(preset, spec_file, layout, num_steps=num_steps, gpus_per_node=gpus_per_node, wandb=wandb)
     paths = MilesPaths.from_env()
     paths = MilesPaths(miles_root=miles_root or paths.miles_root, megatron_root=megatron_root or paths.megatron_root)
@@ -63,6 +68,7 @@ def plan_impl(
         compare_verl=compare_verl,
         output_dir=out,
         paths=paths,
+        miles_version=miles_version or DEFAULT_MILES_TARGET,
     )
     try:
         plan = build_plan(spec, preset, options)
@@ -71,10 +77,15 @@ def plan_impl(
             write_plan(exc.plan, out)
         _fail(EXIT_PARITY, f"{exc} (see {out / 'parity.md'})")
     written = write_plan(plan, out)
-    _print_summary(plan, written, out)
+    from scripts.benchmark.analysis.settings import COMPARISON_REPEATS
+
+    repeats = repeats if repeats is not None else (COMPARISON_REPEATS if compare_verl else 1)
+    _print_summary(plan, written, out, repeats)
     if compare_verl:
         _check_verl_composition(plan)
     if dry_run:
+        if check_miles:
+            _check_with_installed_miles(plan.data)
         typer.echo("dry run: nothing executed")
         return
     _execute_plan(plan, out, repeats=repeats, skip_prepare=skip_prepare)
@@ -127,12 +138,29 @@ def _execute_plan(plan, out, *, repeats: int | None, skip_prepare: bool) -> None
     missing = check_can_execute(plan.data, skip_prepare=skip_prepare)
     if missing:
         _fail(EXIT_CANNOT_EXECUTE, "cannot execute the plan on this machine:\n  - " + "\n  - ".join(missing))
+    _check_with_installed_miles(plan.data)
     code = execute_impl(out / "plan.json", out, {"repeats": repeats, "skip_prepare": skip_prepare}, resume=False)
     if code:
         raise typer.Exit(code)
 
 
-def _print_summary(plan, written, out) -> None:
+def _check_with_installed_miles(plan_data) -> None:
+    """Miles's own parse_args on every Miles cell, before any GPU time is spent (runner/preflight.py)."""
+    from scripts.benchmark.frameworks.miles.parser_check import MilesParserUnavailable
+    from scripts.benchmark.runner.preflight import miles_parser_rejections
+
+    try:
+        rejected = miles_parser_rejections(plan_data)
+    except MilesParserUnavailable as exc:
+        _fail(EXIT_CANNOT_EXECUTE, f"cannot execute the plan on this machine: {exc}")
+    if rejected:
+        _fail(EXIT_BAD_INPUT, "the installed Miles's own parser rejects the plan:\n  - " + "\n  - ".join(rejected))
+    typer.echo(
+        f"Miles's own parser: ok for {len([c for c in plan_data['cells'] if c['framework'] == 'miles'])} cell(s)"
+    )
+
+
+def _print_summary(plan, written, out, repeats: int) -> None:
     data = plan.data
     typer.echo(f"spec {data['spec']['name']} ({data['spec_hash']}), {len(data['cells'])} cell(s):")
     for cell in data["cells"]:
@@ -141,6 +169,14 @@ def _print_summary(plan, written, out) -> None:
             f"  {cell['id']:<32} {gpus['train']} train + {gpus['rollout']} rollout GPUs "
             f"({gpus['total']} total), {cell['num_steps']} steps -> {out / cell['script']}"
         )
+    typer.echo(
+        f"  repeats: {repeats} interleaved per cell, {repeats}x the GPU time of one pass"
+        + (
+            " (intervals include run-to-run variation)"
+            if repeats > 1
+            else " (intervals cannot include run-to-run variation; comparisons default to 3)"
+        )
+    )
     for step in data["prepare"]:
         typer.echo(f"  prepare {step['name']}: creates {step['creates']}")
     for pair in plan.parity["pairs"]:
@@ -167,10 +203,20 @@ def main_callback(
     gpus_per_node: int = typer.Option(None, help="override run.gpus_per_node"),
     miles_root: str = typer.Option(None, help="Miles checkout on the GPU node (default $MILES_ROOT or /root/miles)"),
     megatron_root: str = typer.Option(None, help="Megatron-LM checkout (default $MEGATRON_ROOT or /root/Megatron-LM)"),
-    repeats: int = typer.Option(None, help="repeats of every cell, interleaved (run only) [1]"),
+    repeats: int = typer.Option(
+        None, help="repeats of every cell, interleaved (run only) [3 with --compare-verl, else 1]"
+    ),
     skip_prepare: bool = typer.Option(False, "--skip-prepare", help="skip the download/convert steps (run only)"),
     wandb: bool = typer.Option(
         False, "--wandb", help="also log both frameworks to wandb (spec tracking.wandb; key from $WANDB_API_KEY)"
+    ),
+    miles_version: str = typer.Option(
+        None, "--miles-version", help="the Miles the launches target: 31f1ca9 (default) or the release 0.0.2"
+    ),
+    check_miles: bool = typer.Option(
+        False,
+        "--check-miles",
+        help="dry run: also run the installed Miles's own parser (--miles-root, python3 on PATH) on the Miles cells",
     ),
 ) -> None:
     """Plan (and, without --dry-run, run) the Miles vs VERL matrix for one spec."""
@@ -194,6 +240,8 @@ def main_callback(
         repeats=repeats,
         skip_prepare=skip_prepare,
         wandb=wandb,
+        miles_version=miles_version,
+        check_miles=check_miles,
     )
 
 

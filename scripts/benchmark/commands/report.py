@@ -12,34 +12,35 @@ Caveats:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+if TYPE_CHECKING:
+    from scripts.benchmark.analysis.settings import AnalysisSettings
+
 
 def report_impl(
-    run_dir: Path, *, reps: int, confidence: float, seed: int, family_wise: bool = True, calibration: bool = True
+    run_dir: Path, settings: AnalysisSettings, *, calibration: bool = True
 ) -> tuple[dict[str, Any], dict[str, Path]]:
     """Analyse and write; returns the report document and the written files."""
     from scripts.benchmark.report.write import analyse_and_write
 
-    return analyse_and_write(
-        run_dir, reps=reps, confidence=confidence, seed=seed, family_wise=family_wise, calibration=calibration
-    )
+    return analyse_and_write(run_dir, settings, calibration=calibration)
 
 
 def register(app: typer.Typer) -> None:
     @app.command("report")
     def report(
         run_dir: Annotated[Path, typer.Argument(help="run folder written by the runner (holds manifest.json)")],
-        reps: Annotated[int, typer.Option(help="bootstrap resamples per comparison")] = 4000,
+        reps: Annotated[int, typer.Option(help="bootstrap resamples per comparison of one-repeat cells")] = 4000,
         confidence: Annotated[float, typer.Option(help="confidence level of every interval")] = 0.95,
         seed: Annotated[int, typer.Option(help="bootstrap seed (fixed, so a report is reproducible)")] = 0,
         family_wise: Annotated[
             bool,
             typer.Option(
                 "--family-wise/--per-metric",
-                help="Bonferroni-adjust the intervals of each Miles/VERL pair over its metrics (default) or not",
+                help="hold the step-time family (step time and throughputs) at the joint confidence level (default)",
             ),
         ] = True,
         calibration: Annotated[
@@ -55,9 +56,10 @@ def register(app: typer.Typer) -> None:
         if not (run_dir / "manifest.json").is_file():
             typer.echo(f"error: {run_dir}/manifest.json not found: not a benchmark run folder", err=True)
             raise typer.Exit(1)
-        doc, written = report_impl(
-            run_dir, reps=reps, confidence=confidence, seed=seed, family_wise=family_wise, calibration=calibration
-        )
+        from scripts.benchmark.analysis.settings import AnalysisSettings
+
+        settings = AnalysisSettings(confidence=confidence, reps=reps, seed=seed, family_wise=family_wise)
+        doc, written = report_impl(run_dir, settings, calibration=calibration)
         if not quiet:
             from scripts.benchmark.report.sections import verdict_markdown
 

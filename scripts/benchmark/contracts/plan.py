@@ -23,15 +23,17 @@ _Argv = list[str]
 
 
 class CellSink(BaseModel):
+    """Where a cell's metrics appear; format "none" is a cell planned and checked but whose metrics no reader reads."""
+
     model_config = ConfigDict(extra="allow")
 
     format: str
-    path: str
+    path: str | None = None
 
     @field_validator("format")
     @classmethod
     def _known_format(cls, value: str) -> str:
-        if value not in SINK_FORMATS:
+        if value not in (*SINK_FORMATS, "none"):
             raise ValueError(f"sink.format {value!r} is not one of {SINK_FORMATS}")
         return value
 

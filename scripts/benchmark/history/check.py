@@ -8,7 +8,11 @@ by more than a practical threshold?
 - Test: a one-sided prediction test of the candidate against that baseline, standard error `s * sqrt(1 + 1 / n)`
   (one new run plus the baseline's own error), Student t with n - 1 degrees of freedom.
   The change and its 95% CI are relative to the baseline, signed by the metric's declared better direction (METRICS).
-- A metric REGRESSED when p < alpha AND the worsening exceeds its practical threshold; IMPROVED symmetrically.
+- A metric REGRESSED when p < its test level AND the worsening exceeds its practical threshold; IMPROVED
+  symmetrically. The test level is `alpha` (per night, 5%) split over the cells checked together and over the two
+  tests of a cell whose drift guard is active (Sidak), so that the whole night is one family.
+- `step_time_family(checks)`: step time and the throughputs measured on the same steps are one family per cell,
+  tested in a fixed sequence (step time first); a throughput alarm without a step-time alarm is not claimed.
 - Drift guard: the candidate is also judged against an anchor, the `window` trusted runs that ended `drift_horizon`
   trusted runs ago, so a slow drift that the rolling baseline follows is still caught (DRIFTED).
 - `judge` is vectorised over leading axes, so the simulation (check_simulation.py) measures this very code.
@@ -20,6 +24,7 @@ Caveats:
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from dataclasses import dataclass, field
@@ -65,13 +70,30 @@ DEFAULT_GATES: dict[str, MetricGate] = {
 }
 
 
+STEP_TIME_FAMILY = (
+    "step_time_s",
+    "train_tokens_per_s",
+    "rollout_tokens_per_gpu_s",
+    "train_tflops_per_gpu",
+    "train_mfu",
+)
+"""Step time and the throughputs measured on the same steps: one family, tested in this order (fixed sequence)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class CheckSettings:
     window: int = 20
     min_history: int = 5
-    alpha: float = 0.02
+    alpha: float = 0.05
+    """Per night: the significance level of the whole check (every cell judged together), split over the cells by
+    Sidak; with the practical threshold on top, unchanged nights alarm far less often (docs: How good is the
+    check?)."""
     drift_horizon: int = 30
     gates: dict[str, MetricGate] = field(default_factory=lambda: dict(DEFAULT_GATES))
+
+    def test_alpha(self, num_cells: int, *, tests_per_cell: int = 1) -> float:
+        """One-sided level of one test so that `num_cells` cells x `tests_per_cell` tests hold `alpha` jointly."""
+        return 1 - (1 - self.alpha) ** (1 / max(1, num_cells * tests_per_cell))
 
     def __post_init__(self) -> None:
         if self.window < 2 or self.min_history < 2 or self.min_history > self.window:
@@ -166,9 +188,13 @@ def check_metric(
     recent: list[float],
     anchor: list[float],
     settings: CheckSettings,
+    num_cells: int = 1,
 ) -> MetricCheck:
-    """Judge one metric: recent (oldest first, trusted, finite) and anchor windows come from the store."""
+    """Judge one metric of one of `num_cells` cells checked together: recent (oldest first, trusted, finite) and
+    anchor windows come from the store."""
     gate = settings.gates[metric]
+    drift_active = len(anchor) >= settings.min_history
+    alpha = settings.test_alpha(num_cells, tests_per_cell=2 if drift_active else 1)
     base = dict(cell_id=cell_id, metric=metric, candidate=candidate, threshold=gate.threshold, n_baseline=len(recent))
     if candidate is None or not math.isfinite(candidate):
         return MetricCheck(**base, verdict=Verdict.ERROR, note="missing or non-finite in the candidate run")
@@ -184,12 +210,12 @@ def check_metric(
         ci_high=float(j.ci_high),
     )
     base["n_baseline"] = min(len(recent), settings.window)
-    if classify(j, threshold=gate.threshold, alpha=settings.alpha):
+    if classify(j, threshold=gate.threshold, alpha=alpha):
         return MetricCheck(**base, **fields, p_value=float(j.p_worse), verdict=Verdict.REGRESSED)
     drift_note = ""
-    if len(anchor) >= settings.min_history:
+    if drift_active:
         a = judge(np.asarray(anchor), np.asarray(candidate), direction=direction)
-        if classify(a, threshold=gate.threshold, alpha=settings.alpha):
+        if classify(a, threshold=gate.threshold, alpha=alpha):
             # Report the comparison that fired: baseline, change, CI and p are the anchor's.
             note = (
                 f"baseline is the anchor: {len(anchor)} trusted runs ending {settings.drift_horizon} runs back; "
@@ -207,9 +233,28 @@ def check_metric(
             )
     else:
         drift_note = "drift guard inactive (history shorter than window + drift horizon)"
-    if classify_improved(j, threshold=gate.threshold, alpha=settings.alpha):
+    if classify_improved(j, threshold=gate.threshold, alpha=alpha):
         return MetricCheck(**base, **fields, p_value=float(j.p_better), verdict=Verdict.IMPROVED, note=drift_note)
     return MetricCheck(**base, **fields, p_value=float(j.p_worse), verdict=Verdict.UNCHANGED, note=drift_note)
+
+
+def step_time_family(checks: list[MetricCheck]) -> list[MetricCheck]:
+    """Per cell, the step-time family in a fixed sequence: a throughput's REGRESSED/DRIFTED counts only while every
+    member before it (step time first) did too; otherwise it is UNCHANGED with a note. One family per cell keeps
+    the night's false alarms at the cells' level, not five times it."""
+    out = list(checks)
+    for cell in dict.fromkeys(c.cell_id for c in checks):
+        open_gate = True
+        for name in STEP_TIME_FAMILY:
+            index = next((i for i, c in enumerate(out) if c.cell_id == cell and c.metric == name), None)
+            if index is None:
+                continue
+            alarm = out[index].verdict in (Verdict.REGRESSED, Verdict.DRIFTED)
+            if alarm and not open_gate:
+                note = "not claimed: step time (tested first in its family) did not regress"
+                out[index] = dataclasses.replace(out[index], verdict=Verdict.UNCHANGED, note=note)
+            open_gate = open_gate and alarm
+    return out
 
 
 def exit_code(checks: list[MetricCheck]) -> int:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from miles.utils.bench_metrics import is_finite_number
 from scripts.benchmark.contracts.history_record import RunToRecord, StoredRun
 from scripts.benchmark.history.change_points import ChangePoint, find_change_points
-from scripts.benchmark.history.check import CheckSettings, MetricCheck, Verdict, check_metric
+from scripts.benchmark.history.check import CheckSettings, MetricCheck, Verdict, check_metric, step_time_family
 from scripts.benchmark.history.store import HistoryStore, baseline_runs
 from scripts.benchmark.report.render import markdown_table
 
@@ -51,6 +51,7 @@ def check_runs(
                     recent=recent,
                     anchor=anchor,
                     settings=settings,
+                    num_cells=len(runs),
                 )
             )
             if metric == "step_time_s" and recent:
@@ -59,6 +60,7 @@ def check_runs(
                     f"`{run.cell_id}`: baseline = trusted runs {_id_range(used)} "
                     f"(commits {_commit_range(used)}) of series `{label}`; runs beyond 3.5 robust SDs are left out."
                 )
+    checks = step_time_family(checks)
     if any(c.verdict is Verdict.ERROR for c in checks):
         notes.append("ERROR: a metric the check needs is missing or non-finite (NaN/Inf); that is not a pass.")
     return checks, notes

@@ -9,10 +9,14 @@
   10-40% slower with probability 3%, a whole run 10-40% slower with probability 1%, a single step 1.5-3x slower with
   probability 1%.
 - Regressions multiply the candidate's steps by (1 + delta). The same noise draws serve every delta and every method.
-- Methods: (a) this check (`regression_check.judge` + `classify` with the default settings); (b) a fixed threshold
+- Methods: (a) this check (`check.judge` + `classify` with the default settings, at the per-cell level of a night
+  of `cells` cells); (b) a fixed threshold
   against the last run; (c) Miles's band gate: reference = mean of up to 20 trusted values, band
   max(rel * |ref|, abs_floor). (b) and (c) are also shown at the threshold that matches (a)'s detection power, so
   false alarms are compared at equal detection.
+
+- Nights: `cells` independent series judged together; the per-night false-alarm rate is the share of unchanged
+  nights where any cell alarms (step time and its throughputs count once per cell: they are one family).
 
 Caveats:
 - The noise model is an assumption, not a measurement; rerun with `--cv`, `--outlier-*` to stress it.
@@ -34,7 +38,13 @@ class SimulationSettings:
     trials: int = 4000
     history: int = 20
     repeats: int = 3
-    steps: int = 20
+    steps: int = 16
+    """Steady-state steps per repeat: a 24-step preset run after its warm-up."""
+    cells: int = 8
+    """Cells judged together in one night (the nightly matrix); each runs its own series."""
+    nights: int = 1000
+    """Simulated nights per row of the night table."""
+    night_cvs: tuple[float, ...] = (0.02, 0.05, 0.10)
     cvs: tuple[float, ...] = (0.02, 0.05, 0.10)
     regressions: tuple[float, ...] = (0.0, 0.02, 0.05, 0.10)
     between_run_share: float = 0.25
@@ -81,9 +91,22 @@ class DriftRow:
 
 
 @dataclass(frozen=True, kw_only=True)
+class NightRow:
+    """A night of `cells` cells, independent series: per cell and per night (any cell alarms) rates of (a)."""
+
+    cv: float
+    outliers: bool
+    false_alarms_per_cell: float
+    false_alarms_per_night: float
+    detection: float
+    """A 5% (design) step-time regression in one cell of the night, flagged in that cell."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class SimulationResult:
     rows: list[SimulationRow]
     drift_rows: list[DriftRow]
+    night_rows: list[NightRow]
     last_run_matched_threshold: float
     band_matched_threshold: float
     settings: SimulationSettings
@@ -128,7 +151,8 @@ def _statistics(history: np.ndarray, candidate: np.ndarray, s: SimulationSetting
     ref = history[:, -20:].mean(axis=1)
     band_half = np.maximum(s.band_rel * np.abs(ref), s.band_abs_floor)
     return {
-        "check": classify(j, threshold=gate.threshold, alpha=s.check.alpha),
+        # The level of one cell's test when the night's `cells` cells are judged together (CheckSettings.alpha).
+        "check": classify(j, threshold=gate.threshold, alpha=s.check.test_alpha(s.cells)),
         "last_run": candidate / history[:, -1] - 1,
         # (c) flags when candidate - ref > band_half; as a relative excess so one threshold scales it.
         "band": (candidate - ref) / np.abs(ref),
@@ -169,10 +193,42 @@ def run_simulation(s: SimulationSettings) -> SimulationResult:
     return SimulationResult(
         rows=rows,
         drift_rows=_drift_rows(rng, s),
+        night_rows=_night_rows(rng, s),
         last_run_matched_threshold=lr_thr,
         band_matched_threshold=band_thr,
         settings=s,
     )
+
+
+_NIGHTS_PER_CHUNK = 250
+
+
+def _night_rows(rng: np.random.Generator, s: SimulationSettings) -> list[NightRow]:
+    """Nights of `cells` cells: false alarms per cell and per night, and detection of a regression in one cell, on
+    the noise model with its outliers and without them (steps and runs only)."""
+    clean = dataclasses.replace(s, repeat_outlier_prob=0.0, run_outlier_prob=0.0, step_spike_prob=0.0)
+    rows = []
+    for settings, outliers in ((s, True), (clean, False)):
+        for cv in s.night_cvs:
+            same, slower = [], []
+            for first in range(0, s.nights, _NIGHTS_PER_CHUNK):  # chunks keep the step arrays at ~100 MB
+                chunk = dataclasses.replace(settings, trials=min(_NIGHTS_PER_CHUNK, s.nights - first) * s.cells)
+                steps = simulate_steps(rng, chunk, cv)
+                history = run_values(steps[:, :-1])
+                same.append(_statistics(history, run_values(steps[:, -1:])[:, 0], chunk)["check"])
+                regressed = run_values(steps[:, -1:] * (1 + s.design_regression))[:, 0]
+                slower.append(_statistics(history, regressed, chunk)["check"])
+            alarms, detected = np.concatenate(same), np.concatenate(slower)
+            rows.append(
+                NightRow(
+                    cv=cv,
+                    outliers=outliers,
+                    false_alarms_per_cell=float(alarms.mean()),
+                    false_alarms_per_night=float(alarms.reshape(s.nights, s.cells).any(axis=1).mean()),
+                    detection=float(detected.mean()),
+                )
+            )
+    return rows
 
 
 def _drift_rows(rng: np.random.Generator, s: SimulationSettings) -> list[DriftRow]:
@@ -187,8 +243,9 @@ def _drift_rows(rng: np.random.Generator, s: SimulationSettings) -> list[DriftRo
             history, candidate = values[:, :-1], values[:, -1]
             recent = judge(history[:, -c.window :], candidate, direction="lower")
             anchor = judge(history[:, -(c.drift_horizon + c.window) : -c.drift_horizon], candidate, direction="lower")
-            rolling = classify(recent, threshold=gate.threshold, alpha=c.alpha)
-            anchored = classify(anchor, threshold=gate.threshold, alpha=c.alpha)
+            level = c.test_alpha(s.cells, tests_per_cell=2)
+            rolling = classify(recent, threshold=gate.threshold, alpha=level)
+            anchored = classify(anchor, threshold=gate.threshold, alpha=level)
             ref = history[:, -20:].mean(axis=1)
             rows.append(
                 DriftRow(
@@ -210,7 +267,8 @@ def render_table(result: SimulationResult) -> str:
     lines = [
         f"{s.trials} trials per row; history {s.history} runs; {s.repeats} repeats x {s.steps} steps per run; "
         f"between-run share of the variance {s.between_run_share}; seed {s.seed}.",
-        f"(a) threshold {gate.threshold:.0%}, alpha {s.check.alpha}, window {s.check.window}. "
+        f"(a) threshold {gate.threshold:.0%}, alpha {s.check.alpha} per night of {s.cells} cells "
+        f"({s.check.test_alpha(s.cells):.2%} per cell), window {s.check.window}. "
         f"(b) last run +{s.fixed_threshold:.0%}. (c) band rel {s.band_rel:.0%}, abs floor {s.band_abs_floor}. "
         f"Matched: one threshold per method, set so that its detection at CV {s.design_cv:.0%} of a "
         f"{s.design_regression:.0%} regression equals (a)'s: (b) {result.last_run_matched_threshold:+.2%}, "
@@ -238,4 +296,22 @@ def render_table(result: SimulationResult) -> str:
         for r in result.drift_rows
     ]
     lines.append(markdown_table([*header, "(c) Miles band 5%"], rows))
+    lines += _night_table(result)
     return "\n".join(lines) + "\n"
+
+
+def _night_table(result: SimulationResult) -> list[str]:
+    s = result.settings
+    intro = (
+        f"{s.nights} nights of {s.cells} cells (independent series), (a) at its per-night level {s.check.alpha} "
+        f"split over the cells (per cell {s.check.test_alpha(s.cells):.2%}); step time and its throughputs are one "
+        f"family per cell, so a cell alarms at most once; detection: a {s.design_regression:.0%} step-time "
+        "regression in one cell. Outliers: the slow repeats, runs and steps above; without: step and run noise only."
+    )
+    header = ["CV", "outliers", "false alarms per cell", "false alarms per night", "detection"]
+    rows = [
+        [f"{r.cv:.0%}", "yes" if r.outliers else "no", f"{r.false_alarms_per_cell:.2%}"]
+        + [f"{r.false_alarms_per_night:.1%}", f"{r.detection:.1%}"]
+        for r in result.night_rows
+    ]
+    return ["", intro, "", markdown_table(header, rows)]

@@ -1,10 +1,12 @@
 """Build and write the plan of one benchmark invocation: cells, prepare steps, per-cell scripts and the parity proof.
 
-- `PlanOptions`: backends, layout, compare_verl, output_dir, Miles paths, the run.py path the prepare step calls.
+- `PlanOptions`: backends, layout, compare_verl, output_dir, Miles paths, the run.py path the prepare step calls,
+  and the Miles version the launches target (frameworks/miles/versions.py).
 - `build_plan(spec, preset, options) -> Plan`: plan.json content (shared contract: schema_version, spec, spec_hash,
-  preset, prepare, cells), the per-cell launches, and the parity pairs. Every Miles cell's flags are checked against
-  the inventory; parity rows come from the emitted launches parsed back. A parity or flag error raises PlanError, but
-  the Plan (with the failing parity rows) is attached so it can still be written for review.
+  preset, targets {"miles": version}, prepare, cells), the per-cell launches, and the parity pairs. Every Miles
+  cell's flags are checked against the inventory; parity rows come from the emitted launches parsed back. A parity,
+  flag or target error raises PlanError, but the Plan (with the failing parity rows) is attached so it can still be
+  written for review.
 - `prepare` (in order): `download-model` and `download-dataset` (`hf download`, as Miles's launchers' prepare(); only
   when the spec names `model.hf_repo` / `data.hf_repo`), then, with --compare-verl, `convert-data`. Each step has
   `creates` + `skip_if_exists` (a present model or dataset is not fetched again) and `needed_by` (the frameworks whose
@@ -30,6 +32,7 @@ from scripts.benchmark.contracts.plan import plan_json_text
 from scripts.benchmark.frameworks.launch import FrameworkLaunch, quote, render_argv
 from scripts.benchmark.frameworks.miles.flags import flag_problems, load_inventory
 from scripts.benchmark.frameworks.miles.launch import MilesPaths, build_miles_launch
+from scripts.benchmark.frameworks.miles.versions import DEFAULT_MILES_TARGET, miles_target, target_problems
 from scripts.benchmark.frameworks.verl.data import CONVERT_STEP, converted_paths, prepare_step
 from scripts.benchmark.frameworks.verl.launch import VerlData, build_verl_launch, overrides_of
 from scripts.benchmark.plan.parity import ParityError, build_parity, parity_json, parity_markdown
@@ -53,6 +56,7 @@ class PlanOptions:
     output_dir: Path
     paths: MilesPaths = field(default_factory=MilesPaths)
     run_py: str = str(RUN_PY)
+    miles_version: str = DEFAULT_MILES_TARGET
 
 
 @dataclass
@@ -125,8 +129,13 @@ def build_plan(spec: BenchmarkSpec, preset: str | None, options: PlanOptions) ->
     prepare = prepare_steps(spec, options)
     convert_argv = next((step["argv"] for step in prepare if step["name"] == CONVERT_STEP), None)
     inventory, launches, pairs, errors = load_inventory(), [], [], []
+    target = miles_target(options.miles_version)
     for backend in options.backends:
-        miles = build_miles_launch(spec, backend, options.layout, options.paths)
+        problems = target_problems(target, backend)
+        errors += problems
+        if problems:
+            continue
+        miles = build_miles_launch(spec, backend, options.layout, options.paths, target)
         errors += [f"{miles.cell_id}: {p}" for p in flag_problems(miles.argv, backend, inventory)]
         launches.append(miles)
         if not options.compare_verl:
@@ -149,9 +158,10 @@ def build_plan(spec: BenchmarkSpec, preset: str | None, options: PlanOptions) ->
         "spec": spec_json(spec),
         "spec_hash": digest,
         "preset": preset,
+        "targets": {"miles": target.name},
         "prepare": prepare,
         "cells": [_cell(spec, launch) for launch in launches],
-        "warnings": steady_state_warnings(spec),
+        "warnings": steady_state_warnings(spec) + _target_warnings(target),
     }
     _assert_no_secrets(data)
     title = f"{preset or spec.name} ({options.layout})"
@@ -159,6 +169,15 @@ def build_plan(spec: BenchmarkSpec, preset: str | None, options: PlanOptions) ->
     if errors:
         raise PlanError("; ".join(errors), plan)
     return plan
+
+
+def _target_warnings(target) -> list[str]:
+    if target.event_log:
+        return []
+    return [
+        f"Miles {target.name} has no --save-debug-event-data: its cells are planned and checked, but the harness "
+        "cannot read their step metrics"
+    ]
 
 
 def _assert_no_secrets(data: dict[str, Any]) -> None:

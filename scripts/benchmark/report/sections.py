@@ -91,11 +91,15 @@ def _verdict_blocks(doc: dict[str, Any]) -> list[Any]:
     pairs = sorted({(c["backend"], c["layout"]) for c in doc["comparisons"]})
     items += [_pair_verdict(doc, backend, layout) for backend, layout in pairs]
     items += [f"**{r['backend']} / {r['layout']}**: comparison refused: {r['reason']}." for r in doc["refused"]]
-    unsteady = [c["id"] for c in doc["cells"] if not c["steady_state"]["reached"]]
+    unsteady = [c for c in doc["cells"] if not c["steady_state"]["reached"]]
     if unsteady:
+        needs = [
+            f"`{c['id']}`"
+            + (f" (needs {c['steady_state']['more_steps']} more steps)" if c["steady_state"].get("more_steps") else "")
+            for c in unsteady
+        ]
         items.append(
-            "Never reached a steady state: " + ", ".join(f"`{c}`" for c in unsteady) + " (their numbers describe the "
-            "last half of the run and include drift; see Steady state)."
+            "No steady state: " + ", ".join(needs) + " (their numbers include warm-up or drift; see Steady state)."
         )
     if doc["incomplete"]:
         items.append(f"{len(doc['incomplete'])} cell repeat(s) did not complete; see Incomplete cells.")
@@ -222,11 +226,14 @@ def _steady_blocks(doc: dict[str, Any]) -> list[Any]:
                     r["method"],
                 ]
             )
-    methods = [[f"`{c['id']}`", c["hardware"] or "n/a", c["summaries"]["step_time_s"]["method"]] for c in doc["cells"]]
+    methods = [
+        [f"`{c['id']}`", c["hardware"] or "n/a", c.get("interval_policy", ""), c["summaries"]["step_time_s"]["method"]]
+        for c in doc["cells"]
+    ]
     return [
         Heading(2, "Steady state"),
         Table(["cell", "repeat", "steps", "steady from step", "steady steps", "reached", "rule"], rows),
-        Table(["cell", "hardware", "summary method (step time)"], methods),
+        Table(["cell", "hardware", "intervals", "summary method (step time)"], methods),
     ]
 
 

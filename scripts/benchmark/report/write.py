@@ -16,13 +16,12 @@ Caveats:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from miles.utils.bench_metrics import encode_nonfinite
-from scripts.benchmark.analysis.compare import DEFAULT_CONFIDENCE, DEFAULT_REPS
+from scripts.benchmark.analysis.document import report_json_text
+from scripts.benchmark.analysis.settings import AnalysisSettings
 from scripts.benchmark.contracts.report import ReportDocument
 from scripts.benchmark.report.render import render_html, render_markdown
 from scripts.benchmark.report.sections import build_blocks
@@ -39,25 +38,18 @@ def calibration_readers() -> tuple[Callable, Callable, Callable]:
 
 def analyse_and_write(
     run_dir: Path,
+    settings: AnalysisSettings | None = None,
     *,
-    reps: int = DEFAULT_REPS,
-    confidence: float = DEFAULT_CONFIDENCE,
-    seed: int = 0,
-    family_wise: bool = True,
     calibration: bool = True,
 ) -> tuple[dict[str, Any], dict[str, Path]]:
     """Analyse a run folder and write the report; returns the report document and the written files."""
     from scripts.benchmark.analysis.document import analyse_run_folder
-
     from scripts.benchmark.calibration.results import roofline_spread
 
     measured_peak, roofline, sync_floor = calibration_readers() if calibration else (None, None, None)
     doc = analyse_run_folder(
         run_dir,
-        reps=reps,
-        confidence=confidence,
-        seed=seed,
-        family_wise=family_wise,
+        settings,
         measured_peak_tflops=measured_peak,
         roofline_tflops=roofline,
         weight_sync_floor_s=sync_floor,
@@ -86,9 +78,7 @@ def write_report(doc: dict[str, Any], run_dir: Path) -> dict[str, Path]:
             images[title] = f"plots/{name}"
             written[name] = path
     ReportDocument.model_validate(doc)  # the writer goes through the same definition as record and check
-    (run_dir / "report.json").write_text(
-        json.dumps(encode_nonfinite(doc), indent=1, allow_nan=False) + "\n", encoding="utf-8"
-    )
+    (run_dir / "report.json").write_text(report_json_text(doc), encoding="utf-8")
     written["report.json"] = run_dir / "report.json"
     markdown = render_markdown(build_blocks(doc, images))
     if len(markdown) > MARKDOWN_BUDGET:

@@ -1,9 +1,13 @@
 """Can this machine execute a plan? The check a real (non dry-run) invocation makes before touching a GPU.
 
-- `check_can_execute(plan) -> list[str]`: one human-readable line per missing thing: nvidia-smi / enough GPUs, the
-  Miles train.py path, `ray` on PATH, VERL importable by the cells' python3, the checkpoint and the prompt data
-  (each either present, or downloadable by the plan's `hf download` step: the `hf` CLI on PATH).
+- `check_can_execute(plan) -> list[str]`: one human-readable line per missing thing: nvidia-smi / enough GPUs, a
+  Miles cell without a metric sink (a Miles target without the event log), the Miles train.py path, `ray` on PATH,
+  VERL importable by the cells' python3, the checkpoint and the prompt data (each either present, or downloadable
+  by the plan's `hf download` step: the `hf` CLI on PATH).
   An empty list means the plan can run here.
+- `miles_parser_rejections(plan, python=None) -> list[str]`: the installed Miles's own parse_args (the checkout the
+  cells' PYTHONPATH names) on every Miles cell, one line per rejected cell with Miles's message (the flag it names).
+  Raises MilesParserUnavailable when that Miles cannot be imported by `python` (default: python3 on PATH).
 
 Caveats:
 - It only looks; it starts nothing. VERL is probed in a child python3 with importlib.util.find_spec, never imported
@@ -12,8 +16,11 @@ Caveats:
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +53,12 @@ def check_can_execute(plan: dict[str, Any], *, skip_prepare: bool = False) -> li
     elif count < needed:
         missing.append(f"the plan needs {needed} GPUs per cell, nvidia-smi lists {count}")
     miles = [cell for cell in cells if cell["framework"] == "miles"]
+    missing += [
+        f"{cell['id']} has no metric sink (its Miles, {plan.get('targets', {}).get('miles')}, has no event log): "
+        "nothing could be measured; plan for a newer --miles-version"
+        for cell in miles
+        if cell["sink"].get("format") == "none"
+    ]
     if miles:
         train_py = miles[0]["argv"][1]
         if not Path(train_py).is_file():
@@ -71,3 +84,35 @@ def check_can_execute(plan: dict[str, Any], *, skip_prepare: bool = False) -> li
                 "huggingface_hub) is not on PATH to download it"
             )
     return missing
+
+
+def miles_parser_rejections(plan: dict[str, Any], python: str | None = None) -> list[str]:
+    """Miles's own verdict on the plan's Miles cells, before any GPU time: --hf-checkpoint points at a folder holding
+    only the preset's config.json (the model may not be downloaded yet); Miles is where the cells' job finds it."""
+    from scripts.benchmark.frameworks.miles.parser_check import (
+        MilesParserUnavailable,
+        parser_launches,
+        run_miles_parser,
+    )
+
+    cells = [cell for cell in plan["cells"] if cell["framework"] == "miles"]
+    if not cells:
+        return []
+    python = python or shutil.which("python3")
+    if python is None:
+        raise MilesParserUnavailable("python3 not found on PATH to run Miles's parser")
+    with tempfile.TemporaryDirectory(prefix="miles-preflight-") as tmp:
+        launches = parser_launches(cells, Path(tmp))
+        verdicts = run_miles_parser(launches, _miles_path(cells[0]), python)
+    return [
+        f"{cell['id']}: {verdict['error']}"
+        for cell, verdict in zip(cells, verdicts, strict=True)
+        if not verdict["accepted"]
+    ]
+
+
+def _miles_path(cell: dict[str, Any]) -> list[str]:
+    """The PYTHONPATH of the cell's `ray job submit --runtime-env-json` (the Miles and Megatron checkouts)."""
+    argv = cell["launch_argv"]
+    runtime_env = json.loads(argv[argv.index("--runtime-env-json") + 1])
+    return [path for path in runtime_env["env_vars"].get("PYTHONPATH", "").split(os.pathsep) if path]

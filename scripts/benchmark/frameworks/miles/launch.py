@@ -12,7 +12,8 @@ launchers (miles/utils/external_utils/command_utils.py::execute_train), built fr
   /health_generate probe every 30 s per engine and an engine-recovery call before every weight update: overhead VERL
   does not have), --use-kl-loss / ref model unless the spec asks, --rollout-shuffle (one fixed prompt order for both
   frameworks).
-- Sink: --save-debug-event-data ${BENCH_CELL_DIR}/sink (every tracking.log call as JSONL, no Miles change needed).
+- Sink: --save-debug-event-data ${BENCH_CELL_DIR}/sink (every tracking.log call as JSONL, no Miles change needed),
+  where the targeted Miles has it (versions.py); a target without it gets no sink (format "none").
 - Tracking (only with tracking.wandb): --use-wandb --wandb-project P --wandb-group <cell id>
   --disable-wandb-random-suffix; never --wandb-key: wandb reads WANDB_API_KEY, which the Ray head (and so the job)
   inherits from the runner's environment.
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 
 from miles.utils.bench_flops import moe_layer_flags
 from scripts.benchmark.frameworks.launch import BENCH_CELL_DIR, FrameworkLaunch
+from scripts.benchmark.frameworks.miles.versions import DEFAULT_MILES_TARGET, MilesTarget, miles_target
 from scripts.benchmark.spec import Backend, BenchmarkSpec, Layout
 
 SINK_DIR = f"{BENCH_CELL_DIR}/sink"
@@ -202,7 +204,10 @@ def _tracking(spec: BenchmarkSpec, backend: Backend, layout: Layout) -> list[str
     return argv + ["--wandb-group", f"miles-{backend}-{layout}", "--disable-wandb-random-suffix"]
 
 
-def miles_train_blocks(spec: BenchmarkSpec, backend: Backend, layout: Layout) -> dict[str, list[str]]:
+def miles_train_blocks(
+    spec: BenchmarkSpec, backend: Backend, layout: Layout, target: MilesTarget | None = None
+) -> dict[str, list[str]]:
+    target = target or miles_target(DEFAULT_MILES_TARGET)
     return {
         "ckpt": _ckpt(spec),
         "rollout": _rollout(spec),
@@ -212,7 +217,7 @@ def miles_train_blocks(spec: BenchmarkSpec, backend: Backend, layout: Layout) ->
         "sglang": _sglang(spec),
         "backend": _megatron(spec) if backend == "megatron" else _fsdp(spec),
         "placement": _placement(spec, layout),
-        "sink": ["--save-debug-event-data", SINK_DIR],
+        "sink": ["--save-debug-event-data", SINK_DIR] if target.event_log else [],
         "tracking": _tracking(spec, backend, layout),
     }
 
@@ -226,10 +231,15 @@ def runtime_env(backend: Backend, paths: MilesPaths) -> dict:
 
 
 def build_miles_launch(
-    spec: BenchmarkSpec, backend: Backend, layout: Layout, paths: MilesPaths | None = None
+    spec: BenchmarkSpec,
+    backend: Backend,
+    layout: Layout,
+    paths: MilesPaths | None = None,
+    target: MilesTarget | None = None,
 ) -> FrameworkLaunch:
     paths = paths or MilesPaths()
-    blocks = miles_train_blocks(spec, backend, layout)
+    target = target or miles_target(DEFAULT_MILES_TARGET)
+    blocks = miles_train_blocks(spec, backend, layout, target)
     argv = ["python3", f"{paths.miles_root}/train.py"] + [token for block in blocks.values() for token in block]
     env_json = json.dumps(runtime_env(backend, paths), sort_keys=True)
     launch_argv = ["ray", "job", "submit", "--address", paths.ray_dashboard, "--runtime-env-json", env_json, "--"]
@@ -242,7 +252,7 @@ def build_miles_launch(
         argv=argv,
         launch_argv=launch_argv + argv,
         env={"PYTHONUNBUFFERED": "1"},
-        sink={"format": "miles-event-log", "path": SINK_DIR},
+        sink={"format": "miles-event-log", "path": SINK_DIR} if target.event_log else {"format": "none"},
         ray_head_argv=head,
         blocks=blocks,
     )

@@ -1,0 +1,155 @@
+# doc-dev: docs/benchmark.md
+"""A metrics.jsonl (schema v1) read as columns: one float array per report metric, no per-step object.
+
+- `read_step_columns(path, names)` parses each line once (json.loads), checks its schema version and fields against
+  `StepRecord`, and turns every field the report reads into a numpy column in step order. Per column: `values`
+  (NaN where the step has no value or a non-finite one) and `measured` (False where the framework recorded null,
+  True for a number, NaN or Inf), so the report can keep "not measured" and "measured as NaN" apart.
+- Derived metrics (per-token costs, mean response length) are computed column-wise, with the rules of the record
+  fields they come from: a missing input gives a missing value, a non-finite one NaN, a token count <= 0 missing.
+
+Caveats:
+- A truncated last line (a writer killed mid-line) is skipped, as bench_metrics.iter_records does; any other bad
+  line raises.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from miles.utils.bench_metrics import SCHEMA_VERSION, StepRecord
+
+_MARKERS = frozenset({"NaN", "Infinity", "-Infinity"})
+_RECORD_FIELDS = frozenset(f.name for f in dataclasses.fields(StepRecord))
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepColumns:
+    steps: np.ndarray
+    values: dict[str, np.ndarray]
+    """Metric name -> float column, NaN where the value is missing or non-finite."""
+    measured: dict[str, np.ndarray]
+    """Metric name -> bool column, False where the framework recorded null (not measured in that step)."""
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def select(self, keep: np.ndarray) -> StepColumns:
+        return StepColumns(
+            steps=self.steps[keep],
+            values={n: v[keep] for n, v in self.values.items()},
+            measured={n: v[keep] for n, v in self.measured.items()},
+        )
+
+
+def _parse_lines(path: Path) -> list[dict[str, Any]]:
+    text = Path(path).read_text(encoding="utf-8")
+    lines = [line for line in text.split("\n") if line.strip()]
+    try:
+        # One parse of all lines as a JSON array: a tenth of the time of a json.loads call per line.
+        rows = _loads("[" + ",".join(lines) + "]")
+    except ValueError:  # json.JSONDecodeError and orjson.JSONDecodeError are both ValueErrors
+        rows = _parse_one_by_one(text.split("\n"))
+    for index, row in enumerate(rows):
+        if not isinstance(row, dict) or row.get("schema_version") != SCHEMA_VERSION:
+            found = row.get("schema_version") if isinstance(row, dict) else row
+            raise ValueError(f"{path}: line {index + 1}: unsupported schema_version {found!r}, expected 1")
+        unknown = row.keys() - _RECORD_FIELDS
+        if unknown:
+            raise ValueError(f"{path}: line {index + 1} has fields the schema does not know: {sorted(unknown)}")
+    rows.sort(key=lambda r: r["step"])
+    return rows
+
+
+def _loads(text: str) -> Any:
+    """orjson where installed (3x faster on a 10,000-step file), the standard library otherwise."""
+    try:
+        import orjson
+    except ImportError:
+        return json.loads(text)
+    return orjson.loads(text)
+
+
+def _parse_one_by_one(lines: list[str]) -> list[Any]:
+    """Line by line: a truncated last line (no trailing newline: the writer died mid-line) is skipped."""
+    rows = []
+    for index, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if index == len(lines) - 1:
+                break
+            raise
+    return rows
+
+
+def _column(raw: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """(values, measured) of a list of JSON values: numbers, null, or the strings "NaN"/"Infinity"/"-Infinity"."""
+    measured = np.fromiter((v is not None for v in raw), dtype=bool, count=len(raw))
+    try:
+        # numpy reads None as NaN and the non-finite markers as the numbers they name, in C.
+        values = np.array(raw, dtype=float) if raw else np.zeros(0)
+    except (TypeError, ValueError):  # a string that is not a number, a list, a dict: not a value
+        values = np.array([_number(v) for v in raw], dtype=float)
+        measured &= np.asarray([isinstance(v, (int, float, str)) for v in raw], dtype=bool)
+        measured &= np.isfinite(values) | np.asarray([isinstance(v, str) and v in _MARKERS for v in raw], dtype=bool)
+    return values, measured
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return math.nan
+    try:
+        return float(value)
+    except ValueError:
+        return math.nan
+
+
+def _ratio(num: tuple[np.ndarray, np.ndarray], den: tuple[np.ndarray, np.ndarray], scale: float) -> tuple:
+    """num / (den / scale), missing where either input is missing or den <= 0, NaN where an input is NaN."""
+    (a, a_ok), (b, b_ok) = num, den
+    measured = a_ok & b_ok & ~(np.isfinite(b) & (b <= 0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        values = np.where(measured, a / (b / scale), np.nan)
+    return values, measured
+
+
+def read_step_columns(path: Path, raw_keys: dict[str, tuple[str, ...]]) -> StepColumns:
+    """Every report metric of a metrics.jsonl as columns; `raw_keys`: extra columns from the framework's raw metrics
+    (column name -> the raw keys to try, first present wins)."""
+    rows = _parse_lines(path)
+    col: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for name in ("step_time_s", "train_tflops_per_gpu", "train_mfu", "train_tokens_per_s"):
+        col[name] = _column([r.get(name) for r in rows])
+    for name in ("rollout_tokens_per_gpu_s", "wait_ratio", "samples"):
+        col[name] = _column([r.get(name) for r in rows])
+    for section, prefix in (("phases_s", "phases_s."), ("tokens", "tokens.")):
+        dicts = [r.get(section) or {} for r in rows]
+        for key in sorted({k for d in dicts for k in d}):
+            col[prefix + key] = _column([d.get(key) for d in dicts])
+    empty = (np.full(len(rows), np.nan), np.zeros(len(rows), dtype=bool))
+    prompt, response = col.get("tokens.prompt", empty), col.get("tokens.response", empty)
+    total = (prompt[0] + response[0], prompt[1] & response[1])
+    col["generate_s_per_1k_response_tokens"] = _ratio(col.get("phases_s.generate", empty), response, 1000.0)
+    col["train_s_per_1k_tokens"] = _ratio(col.get("phases_s.train", empty), total, 1000.0)
+    col["response_length_mean"] = _ratio(response, col["samples"], 1.0)
+    raws = [r.get("raw") or {} for r in rows]
+    for name, keys in raw_keys.items():
+        found: list[Any] = [None] * len(rows)
+        for key in reversed(keys):  # the first key present wins
+            found = [d[key] if key in d else f for d, f in zip(raws, found, strict=True)]
+        col[name] = _column(found)
+    return StepColumns(
+        steps=np.asarray([r["step"] for r in rows], dtype=int),
+        values={n: v for n, (v, _) in col.items()},
+        measured={n: m for n, (_, m) in col.items()},
+    )

@@ -1,0 +1,57 @@
+"""Which Miles a plan's launches target, and what differs between the Miles versions the harness knows.
+
+- `MILES_TARGETS`: name -> `MilesTarget`; `DEFAULT_MILES_TARGET` is the Miles the flag inventory (miles-cli.json)
+  was taken from, the one a GPU node runs. `MILES_RELEASE` is the PyPI release (`miles-rl`) whose own parser the
+  tests run on every generated launch.
+- `target_problems(target, backend)`: why a cell cannot be planned for that Miles (empty when it can).
+
+What differs (each read in the release's own code, and held by tests/benchmark/test_miles_parser.py):
+- `--save-debug-event-data` (the event log the harness reads as its Miles sink) does not exist in miles-rl 0.0.2:
+  its cells are planned without it and record no sink, so they can be checked but not measured.
+- miles-rl 0.0.2 refuses `--train-backend fsdp` outside its own CI tests (parse_args raises unless --ci-test, which
+  turns on per-step checks a benchmark must not time): FSDP cells are not planned for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MilesTarget:
+    name: str
+    source: str
+    event_log: bool
+    """`--save-debug-event-data` exists: the harness's Miles sink."""
+    fsdp: bool
+    """`--train-backend fsdp` is accepted outside Miles's CI tests."""
+
+
+MILES_RELEASE = "0.0.2"
+DEFAULT_MILES_TARGET = "31f1ca9"
+MILES_TARGETS = {
+    DEFAULT_MILES_TARGET: MilesTarget(
+        name=DEFAULT_MILES_TARGET,
+        source="radixark/miles commit 31f1ca9 (2026-08-21), the source of miles-cli.json",
+        event_log=True,
+        fsdp=True,
+    ),
+    MILES_RELEASE: MilesTarget(
+        name=MILES_RELEASE, source="miles-rl 0.0.2 from PyPI (2026-05)", event_log=False, fsdp=False
+    ),
+}
+
+
+def miles_target(name: str) -> MilesTarget:
+    if name not in MILES_TARGETS:
+        raise ValueError(f"unknown Miles target {name!r}: one of {sorted(MILES_TARGETS)}")
+    return MILES_TARGETS[name]
+
+
+def target_problems(target: MilesTarget, backend: str) -> list[str]:
+    if backend == "fsdp" and not target.fsdp:
+        return [
+            f"Miles {target.name} refuses --train-backend fsdp outside its CI tests (its parse_args raises unless "
+            "--ci-test, which adds per-step checks); plan megatron, or target a newer Miles"
+        ]
+    return []
