@@ -19,7 +19,7 @@ from scripts.benchmark.runner.environment_record import build_environment_record
 from scripts.benchmark.runner.executor import interleaved_order
 from scripts.benchmark.runner.gpu_memory import read_used_mib, wait_until_released
 from scripts.benchmark.runner.progress import MatrixProgress, format_duration
-from scripts.benchmark.runner.ray_head import RayTarget, build_head_argv, external_target
+from scripts.benchmark.runner.ray_head import RayTarget, build_head_argv, external_target, extra_start_args
 from scripts.benchmark.runner.redaction import REDACTED, Redactor, find_plan_secrets, is_secret_name
 from scripts.benchmark.runner.slurm import build_sbatch
 from scripts.benchmark.runner.watchdog import Watchdog, WatchdogLimits
@@ -192,6 +192,21 @@ class TestCellCommand:
         assert argv[:4] == ["ray", "start", "--head", "--block"]
         assert {"--port=1", "--dashboard-port=2", f"--temp-dir={tmp_path}", "--num-gpus=8"} <= set(argv)
 
+    def test_extra_ray_start_options_come_from_the_environment_with_shell_quoting(self):
+        env = {"BENCH_RAY_START_ARGS": """--num-cpus=1 --resources='{"node_a": 1}'"""}
+        assert extra_start_args(env) == ["--num-cpus=1", '--resources={"node_a": 1}']
+        assert extra_start_args({}) == []
+        with pytest.raises(ValueError, match="BENCH_RAY_START_ARGS is not a valid shell word list"):
+            extra_start_args({"BENCH_RAY_START_ARGS": "--resources='{"})
+
+    def test_a_start_option_list_that_does_not_parse_is_bad_input_before_anything_starts(self, tmp_path: Path):
+        plan = write_plan(tmp_path / "plan", [standin_cell("verl")])
+        argv = [sys.executable, str(RUN_PY), "execute", str(plan), "--output-dir", str(tmp_path / "run")]
+        env = {**os.environ, "BENCH_RAY_START_ARGS": "--num-cpus='1"}
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+        assert result.returncode == 2 and "BENCH_RAY_START_ARGS is not a valid shell word list" in result.stderr
+        assert "Traceback" not in result.stderr and not (tmp_path / "run").exists()
+
 
 class TestManifest:
     def test_transitions_are_enforced_and_saved_atomically(self, tmp_path: Path):
@@ -222,7 +237,8 @@ class TestSlurmAndProgress:
         assert "#SBATCH --nodes=2" in text and "#SBATCH --gpus-per-node=8" in text
         assert "--ray none" not in text and "--ray external --ray-address" in text
         assert "sekrit-123" not in text
-        assert "pkill" not in text and "killall" not in text
+        assert "pkill" not in text and "killall" not in text and "ray stop" not in text
+        assert text.count('"${start_args[@]}"') == 2  # BENCH_RAY_START_ARGS reaches the head and every worker
         script = tmp_path / "job.sbatch"
         script.write_text(text)
         assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0

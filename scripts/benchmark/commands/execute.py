@@ -8,11 +8,13 @@
 - Exit status: 0 all cells complete, 1 a cell is not complete, 2 bad input (nothing was started), 130 interrupted.
 
 Caveats:
-- RAY_ADDRESS in the environment means "join that cluster" (same as --ray-address).
+- RAY_ADDRESS in the environment means "join that cluster" (same as --ray-address); BENCH_RAY_START_ARGS (extra
+  `ray start` options of the heads the harness starts) must parse as shell words, else exit 2.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -25,7 +27,13 @@ def execute_impl(plan_path: Path | None, output_dir: Path, overrides: dict[str, 
     from scripts.benchmark.contracts.manifest import MANIFEST_NAME, Manifest
     from scripts.benchmark.runner import executor
     from scripts.benchmark.runner.options import ExecuteOptions, RunError, options_from_manifest
+    from scripts.benchmark.runner.ray_head import extra_start_args
 
+    try:
+        extra_start_args(os.environ)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        return 2
     stored: dict[str, Any] = {}
     if resume and (output_dir / MANIFEST_NAME).exists():
         stored = options_from_manifest(Manifest.load(output_dir / MANIFEST_NAME).options)

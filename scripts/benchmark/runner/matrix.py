@@ -278,8 +278,8 @@ class MatrixRunner:
         self.progress.step(follower.steps_written, fresh[-1].step_time_s)
 
     def _stop_ray_job(self, command: CellCommand, target: RayTarget | None) -> None:
-        """On an external cluster, the job outlives its `ray job submit` client: stop it by its submission id."""
-        if command.submission_id is None or target is None or target.private:
+        """A Ray job outlives its `ray job submit` client: stop it by its submission id (before any private head)."""
+        if command.submission_id is None or target is None:
             return
         ray_argv = [w for w in command.argv[: command.argv.index("job")]]
         capture_output(

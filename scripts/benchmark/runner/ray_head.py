@@ -5,8 +5,13 @@
   `dashboard_url` ("http://host:port", what `ray job submit` takes; Miles).
 - `start_private_head(ray_argv0, ...)` runs `ray start --head --block` with its own temp dir and free ports in its own
   process group (via `ManagedProcess`), waits until the GCS and dashboard ports accept connections, and returns a
-  `PrivateRayHead`; `PrivateRayHead.stop(grace_s)` stops exactly that group (`--block` keeps `ray start` in the
-  foreground, so the group holds the whole head).
+  `PrivateRayHead`; `PrivateRayHead.stop(grace_s)` sends SIGTERM to the `ray start` process alone first, so that it
+  shuts its node down in order (it stops its own GCS, raylet and dashboard within a few seconds), then stops whatever
+  is left of that group. (SIGTERM to the whole group at once kills the GCS under `ray start`, whose shutdown then
+  waits ~30 s for a drain RPC that can no longer be answered.)
+- BENCH_RAY_START_ARGS (in the runner's environment): extra `ray start` options for every Ray node the harness starts,
+  e.g. "--num-cpus=2 --object-store-memory=200000000" on a small machine; the private head and the --emit-sbatch
+  script's head and workers take them.
 - `external_target(address, dashboard_url)` joins an existing cluster (RAY_ADDRESS, e.g. under Slurm).
 
 Caveats:
@@ -18,6 +23,9 @@ Caveats:
 
 from __future__ import annotations
 
+import os
+import shlex
+import signal
 import socket
 import tempfile
 import time
@@ -25,10 +33,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts.benchmark.runner.process import ManagedProcess, StopOutcome
+from scripts.benchmark.runner.process import ManagedProcess, StopOutcome, is_alive
 from scripts.benchmark.runner.redaction import Redactor
 
 _READY_TIMEOUT_S = 180.0
+START_ARGS_ENV = "BENCH_RAY_START_ARGS"
+_MIN_GROUP_GRACE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -74,7 +84,19 @@ class PrivateRayHead:
     argv: list[str]
 
     def stop(self, grace_s: float) -> StopOutcome:
-        return self.process.stop(grace_s)
+        """SIGTERM to `ray start` alone (an orderly node shutdown), then the group's usual stop for what is left."""
+        self.process.track()
+        leader = self.process.pid
+        deadline = time.monotonic() + grace_s
+        if self.process.poll() is None and is_alive(leader, self.process.tracked.get(leader)):
+            try:
+                os.kill(leader, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            while self.process.poll() is None and time.monotonic() < deadline:
+                self.process.track()
+                time.sleep(0.1)
+        return self.process.stop(max(deadline - time.monotonic(), _MIN_GROUP_GRACE_S))
 
     def describe(self) -> dict:
         return {
@@ -87,7 +109,22 @@ class PrivateRayHead:
         }
 
 
-def build_head_argv(ray_argv0: Sequence[str], *, ports: Sequence[int], temp_dir: Path, num_gpus: int) -> list[str]:
+def extra_start_args(env: Mapping[str, str]) -> list[str]:
+    """The words of BENCH_RAY_START_ARGS; ValueError naming the variable when it does not parse."""
+    try:
+        return shlex.split(env.get(START_ARGS_ENV, ""))
+    except ValueError as exc:
+        raise ValueError(f"{START_ARGS_ENV} is not a valid shell word list: {exc}") from exc
+
+
+def build_head_argv(
+    ray_argv0: Sequence[str],
+    *,
+    ports: Sequence[int],
+    temp_dir: Path,
+    num_gpus: int,
+    extra: Sequence[str] = (),
+) -> list[str]:
     gcs, dashboard, client, agent_grpc, agent_http, metrics = ports
     return [
         *ray_argv0,
@@ -106,6 +143,7 @@ def build_head_argv(ray_argv0: Sequence[str], *, ports: Sequence[int], temp_dir:
         f"--temp-dir={temp_dir}",
         f"--num-gpus={num_gpus}",
         "--disable-usage-stats",
+        *extra,
     ]
 
 
@@ -120,9 +158,13 @@ def start_private_head(
     should_stop: Callable[[], bool] = lambda: False,
 ) -> PrivateRayHead:
     """Start `ray start --head --block` in its own group and wait for its ports; raise RuntimeError if it dies."""
+    try:
+        extra = extra_start_args(env)
+    except ValueError as exc:
+        raise RuntimeError(str(exc)) from exc
     ports = find_free_ports(6)
     temp_dir = Path(tempfile.mkdtemp(prefix="bench-ray-"))
-    argv = build_head_argv(ray_argv0, ports=ports, temp_dir=temp_dir, num_gpus=num_gpus)
+    argv = build_head_argv(ray_argv0, ports=ports, temp_dir=temp_dir, num_gpus=num_gpus, extra=extra)
     process = ManagedProcess(argv=argv, env=env, cwd=temp_dir, log_path=log_path, redactor=redactor)
     process.start()
     target = RayTarget(gcs_address=f"127.0.0.1:{ports[0]}", dashboard_url=f"http://127.0.0.1:{ports[1]}", private=True)

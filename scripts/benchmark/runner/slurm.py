@@ -7,8 +7,12 @@
   `--ray external --ray-address <head>:6379`, and finally a stop of exactly the srun steps it started (by pid).
 - `write_sbatch(path, plan_path=..., run_argv=...)` writes it (mode 755).
 
+- Environment read by the script (sbatch exports the submitter's): BENCH_RAY (the `ray` CLI, default `ray`),
+  BENCH_RAY_PORT / BENCH_RAY_DASHBOARD_PORT (default 6379 / 8265), BENCH_RAY_START_ARGS (extra `ray start` options).
+
 Caveats:
-- Not run on a real Slurm cluster by the tests: they check the script's content and that bash parses it.
+- Run on a real single-node Slurm by the tests (slurmctld + slurmd; a cell runs, scancel, resume); several nodes are
+  not: the worker join loop is only checked by bash's parser.
 - The ray CLI is `${BENCH_RAY:-ray}` on every node; its Python environment must match the frameworks'.
 - Secret-looking words of the command line are redacted: pass secrets through the environment (sbatch exports it).
 """
@@ -70,6 +74,9 @@ cd {shlex.quote(str(workdir))}
 RAY=${{BENCH_RAY:-ray}}
 RAY_PORT=${{BENCH_RAY_PORT:-6379}}
 DASHBOARD_PORT=${{BENCH_RAY_DASHBOARD_PORT:-8265}}
+# Extra `ray start` options for every node, split with shell quoting rules (as the private head's are).
+mapfile -t start_args < <({shlex.quote(python)} -c 'import os, shlex
+for word in shlex.split(os.environ.get("BENCH_RAY_START_ARGS", "")): print(word)')
 mapfile -t nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
 head_node=${{nodes[0]}}
 head_ip=$(srun --overlap --nodes=1 --ntasks=1 -w "$head_node" hostname --ip-address | awk '{{print $1}}')
@@ -82,17 +89,22 @@ stop_ray() {{
 trap stop_ray EXIT
 srun --overlap --nodes=1 --ntasks=1{gres} -w "$head_node" $RAY start --head --block --disable-usage-stats \\
     --node-ip-address="$head_ip" --port="$RAY_PORT" --dashboard-host=0.0.0.0 --dashboard-port="$DASHBOARD_PORT" \\
-    --num-gpus={per_node} &
+    --num-gpus={per_node} "${{start_args[@]}}" &
 step_pids+=($!)
-for _ in $(seq 60); do $RAY status --address="$head_ip:$RAY_PORT" >/dev/null 2>&1 && break; sleep 5; done
+port_open() {{ (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }}
+# The head is up when its GCS and its job server (the dashboard port) accept connections.
+for _ in $(seq 300); do
+    port_open "$head_ip" "$RAY_PORT" && port_open "$head_ip" "$DASHBOARD_PORT" && break
+    sleep 1
+done
 for node in "${{nodes[@]:1}}"; do
     srun --overlap --nodes=1 --ntasks=1{gres} -w "$node" $RAY start --block --disable-usage-stats \\
-        --address="$head_ip:$RAY_PORT" --num-gpus={per_node} &
+        --address="$head_ip:$RAY_PORT" --num-gpus={per_node} "${{start_args[@]}}" &
     step_pids+=($!)
 done
-for _ in $(seq 120); do
+while [ "${{#nodes[@]}}" -gt 1 ]; do  # ...and every worker node has joined (at most 10 minutes)
     joined=$($RAY status --address="$head_ip:$RAY_PORT" 2>/dev/null | grep -c "node_" || true)
-    [ "$joined" -ge "${{#nodes[@]}}" ] && break
+    [ "$joined" -ge "${{#nodes[@]}}" ] || [ "$SECONDS" -gt 600 ] && break
     sleep 5
 done
 export RAY_ADDRESS="$head_ip:$RAY_PORT"

@@ -9,6 +9,7 @@
 - Faults on demand: `--crash-after K` (exit 1 after K steps), `--stall-after K` (stay alive, no more steps),
   `--ignore-sigterm`, `--spawn-children N` (children that ignore SIGTERM; one more escapes with setsid + double fork);
   every pid it creates goes to `--pid-file`. `--print-env` prints the environment (secret redaction test).
+  `--sigterm-file FILE`: on SIGTERM, append "SIGTERM <pid> <unix time>" to FILE and exit 143 (who stopped it, when).
 """
 
 from __future__ import annotations
@@ -25,6 +26,15 @@ from pathlib import Path
 
 def _ignore_sigterm() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def _write_on_sigterm(path: Path) -> None:
+    def handler(_signum: int, _frame: object) -> None:
+        with open(path, "a") as f:
+            f.write(f"SIGTERM {os.getpid()} {time.time()}\n")
+        sys.exit(143)
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 def _record_pid(pid_file: Path | None, pid: int) -> None:
@@ -173,9 +183,12 @@ def main() -> None:
     parser.add_argument("--spawn-children", type=int, default=0)
     parser.add_argument("--pid-file", type=Path, default=None)
     parser.add_argument("--print-env", action="store_true")
+    parser.add_argument("--sigterm-file", type=Path, default=None)
     args = parser.parse_args()
 
     _record_pid(args.pid_file, os.getpid())
+    if args.sigterm_file is not None:
+        _write_on_sigterm(args.sigterm_file)
     if args.ignore_sigterm:
         _ignore_sigterm()
     if args.spawn_children:
