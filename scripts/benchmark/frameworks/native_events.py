@@ -56,6 +56,8 @@ class SinkIssue:
     source: str
     order: int
     flag: str
+    own_line: bool = False
+    """The defect's line still gave an event (a recovered line): the flag belongs to that event's step."""
 
 
 def read_json_lines(path: Path, source: str, issues: list[SinkIssue], *, offset: int = 0) -> list[tuple[int, Any]]:
@@ -74,12 +76,17 @@ def read_json_lines(path: Path, source: str, issues: list[SinkIssue], *, offset:
             continue
         except json.JSONDecodeError:
             pass
-        recovered = _recover_trailing_object(line)
+        unterminated = index == len(lines)  # no newline yet: being written (live read) or cut off by a kill
+        recovered = None if unterminated else _recover_trailing_object(line)
         if recovered is not None:
-            issues.append(SinkIssue(source=source, order=offset + index, flag=f"recovered_line:{path.name}:{index}"))
+            issues.append(
+                SinkIssue(
+                    source=source, order=offset + index, flag=f"recovered_line:{path.name}:{index}", own_line=True
+                )
+            )
             parsed.append((index, recovered))
         else:
-            kind = "truncated_last_line" if index == len(lines) else "corrupt_line"
+            kind = "truncated_last_line" if unterminated else "corrupt_line"
             issues.append(SinkIssue(source=source, order=offset + index, flag=f"{kind}:{path.name}:{index}"))
     return parsed
 
