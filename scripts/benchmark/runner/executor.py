@@ -39,6 +39,7 @@ from typing import Any
 from miles.utils.bench_metrics import read_records, write_text_atomic
 from scripts.benchmark.contracts.manifest import MANIFEST_NAME, CellRun, Manifest, new_cell_run
 from scripts.benchmark.contracts.plan import plan_problems, read_plan_json
+from scripts.benchmark.frameworks.miles.sink import find_refused_flags
 from scripts.benchmark.runner.cell_command import find_executable_problem
 from scripts.benchmark.runner.leftovers import stop_leftovers
 from scripts.benchmark.runner.matrix import MatrixRunner
@@ -71,8 +72,14 @@ def load_plan(path: Path) -> dict[str, Any]:
     secrets = [
         f"a literal secret in {where}" for where in find_plan_secrets(plan, Redactor.from_environ(os.environ).values)
     ]
-    if secrets:
-        raise RunError(f"plan {path} cannot be executed:\n  " + "\n  ".join(secrets))
+    refused = [
+        f"cells[{cell['id']}].launch_argv: {problem}"
+        for cell in plan["cells"]
+        if cell["framework"] == "miles"
+        for problem in find_refused_flags(cell["launch_argv"])
+    ]
+    if secrets or refused:
+        raise RunError(f"plan {path} cannot be executed:\n  " + "\n  ".join(secrets + refused))
     return plan
 
 
