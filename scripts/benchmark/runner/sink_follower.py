@@ -12,6 +12,8 @@
   inside the cell ran the step again: the last attempt wins and carries `duplicate_step`), metrics.jsonl is
   rewritten at once (tmp + fsync + rename) with the new record; a step that vanished from the sink (VERL truncates
   its file when it restarts) keeps the record written before. So metrics.jsonl at the end equals what ingest gives.
+  When the sink no longer holds the earlier attempt, the replaced step is flagged
+  `duplicate_step:sink:earlier_record_replaced`.
 - While the cell runs, a last line without its newline may still be being written: its `truncated_last_line` flag
   is only kept by the final read.
 - String values in a record's `raw` pass through the run's redactor before they are written.
@@ -27,6 +29,7 @@ Caveats:
 from __future__ import annotations
 
 import functools
+import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -110,6 +113,8 @@ class SinkFollower:
     reader: SinkReader = read_sink
     written: dict[int, str] = field(default_factory=dict)
     """step -> the JSON line written for it."""
+    replaced: set[int] = field(default_factory=set)
+    """Steps whose earlier record was replaced by a later attempt's."""
 
     @property
     def steps_written(self) -> int:
@@ -128,6 +133,10 @@ class SinkFollower:
             if not final:
                 record.flags = [f for f in record.flags if not f.startswith("truncated_last_line:")]
             record.raw = self.redactor.redact_json(record.raw)
+            if record.step in updated and _replaces_an_attempt(record, updated[record.step]):
+                self.replaced.add(record.step)
+            if record.step in self.replaced and not any(f.startswith("duplicate_step:") for f in record.flags):
+                record.flags.append("duplicate_step:sink:earlier_record_replaced")
             line = record.to_json()
             if updated.get(record.step) == line:
                 continue
@@ -163,6 +172,12 @@ class SinkFollower:
         except OSError as exc:
             _unlink_quietly(self.metrics_path.with_name(f".{self.metrics_path.name}.tmp"))
             raise RunFolderWriteError(self.metrics_path, exc) from exc
+
+
+def _replaces_an_attempt(record: StepRecord, earlier_line: str) -> bool:
+    """A step whose metrics changed after it was written was run again (a restart inside the cell); when the sink
+    no longer holds the earlier attempt (VERL truncates its file on restart) the readers cannot flag it: we do."""
+    return json.loads(earlier_line).get("raw") != json.loads(record.to_json()).get("raw")
 
 
 def _truncate_quietly(path: Path, size: int) -> None:

@@ -96,3 +96,19 @@ def read_metric_steps(run_dir: Path, cell: dict) -> list[int]:
     if not path.exists():
         return []
     return [json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip()]
+
+
+def read_pid_file(pid_file: Path) -> list[tuple[int, int]]:
+    """(pid, start time) of every process a stand-in recorded."""
+    pairs = []
+    for line in pid_file.read_text().splitlines():
+        pid, start = line.split()
+        pairs.append((int(pid), int(start)))
+    return pairs
+
+
+def alive_processes(pid_file: Path) -> list[int]:
+    """Recorded processes still running with their recorded start time (a reused pid does not count)."""
+    from scripts.benchmark.runner.process import is_alive
+
+    return [pid for pid, start in read_pid_file(pid_file) if is_alive(pid, start)]
