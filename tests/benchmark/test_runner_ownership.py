@@ -20,6 +20,7 @@ from tests.benchmark.standins.plans import (
     REPO_ROOT,
     alive_processes,
     harness_argv,
+    no_stray_processes,
     read_manifest,
     read_metric_steps,
     read_pid_file,
@@ -27,6 +28,13 @@ from tests.benchmark.standins.plans import (
     standin_cell,
     write_plan,
 )
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_processes(tmp_path: Path):
+    """Every test here records its stand-ins in tmp_path/pids: none outlives the test, even a failing one."""
+    with no_stray_processes(tmp_path / "pids"):
+        yield
 
 
 def _start_harness(*args: str, env: dict | None = None) -> subprocess.Popen:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -112,3 +114,18 @@ def alive_processes(pid_file: Path) -> list[int]:
     from scripts.benchmark.runner.process import is_alive
 
     return [pid for pid, start in read_pid_file(pid_file) if is_alive(pid, start)]
+
+
+@contextlib.contextmanager
+def no_stray_processes(pid_file: Path) -> Iterator[None]:
+    """Whatever a test asserts, no recorded stand-in process outlives it (SIGKILL by pid and start time)."""
+    try:
+        yield
+    finally:
+        import signal
+
+        from scripts.benchmark.runner.process import signal_exact
+
+        if pid_file.exists():
+            for pid, start in read_pid_file(pid_file):
+                signal_exact(pid, start, signal.SIGKILL)
