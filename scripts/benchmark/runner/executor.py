@@ -55,7 +55,7 @@ def check_output_dir(output_dir: Path) -> None:
     """Create the run folder and prove it is writable, or raise RunError naming the folder and the cause."""
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
-        probe = output_dir / ".write-probe"
+        probe = output_dir / f".write-probe-{os.getpid()}"  # one per harness: several may start at once
         probe.write_text("ok")
         probe.unlink()
     except OSError as exc:

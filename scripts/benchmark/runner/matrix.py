@@ -193,7 +193,6 @@ class MatrixRunner:
                     should_stop=self._stop_requested,
                 )
                 target = head.target
-                write_json_atomic(cell_dir / "ray.json", head.describe())
             elif target is not None:
                 write_json_atomic(cell_dir / "ray.json", asdict(target))
         except RuntimeError as exc:
@@ -202,13 +201,15 @@ class MatrixRunner:
                     cell_run, Verdict("interrupted", f"interrupted by {self.stop.signal_name}"), steps=0
                 )
             return self._finish(cell_run, Verdict("failed", f"Ray head: {exc}"), steps=0)
-        submission_id = f"bench-{cell_run.id}-rep{cell_run.repeat}-{int(time.time())}"
-        command = build_cell_command(
-            cell, cell_dir=cell_dir, runtime=runtime, ray=target, submission_id=submission_id, base_env=os.environ
-        )
-        cell_records.write_command_record(cell_dir, command, self.redactor)
-        cell_records.write_environment(cell, cell_dir, runtime, command, self.redactor, self._packages)
-        try:
+        try:  # from here on, whatever fails (a full disk too) the private head is stopped
+            if head is not None:
+                write_json_atomic(cell_dir / "ray.json", head.describe())
+            submission_id = f"bench-{cell_run.id}-rep{cell_run.repeat}-{int(time.time())}"
+            command = build_cell_command(
+                cell, cell_dir=cell_dir, runtime=runtime, ray=target, submission_id=submission_id, base_env=os.environ
+            )
+            cell_records.write_command_record(cell_dir, command, self.redactor)
+            cell_records.write_environment(cell, cell_dir, runtime, command, self.redactor, self._packages)
             verdict, steps = self._watch(cell, cell_run, cell_dir, command, target)
         finally:
             if head is not None:
