@@ -177,7 +177,8 @@ class SinkFollower:
 def _replaces_an_attempt(record: StepRecord, earlier_line: str) -> bool:
     """A step whose metrics changed after it was written was run again (a restart inside the cell); when the sink
     no longer holds the earlier attempt (VERL truncates its file on restart) the readers cannot flag it: we do."""
-    return json.loads(earlier_line).get("raw") != json.loads(record.to_json()).get("raw")
+    earlier, now = json.loads(earlier_line).get("raw") or {}, json.loads(record.to_json()).get("raw") or {}
+    return any(key in now and now[key] != value for key, value in earlier.items())  # added keys are no re-run
 
 
 def _truncate_quietly(path: Path, size: int) -> None:
