@@ -104,10 +104,10 @@ class TestKilledHarness:
         time from the manifest, stops them, moves the old attempt aside and reruns the cell into a clean sink."""
         pid_file = tmp_path / "pids"
         extra = ["--pid-file", str(pid_file), "--spawn-children", "1", "--ignore-sigterm"]
-        cell = standin_cell("verl", steps=8, step_s=0.05, extra=extra)
+        cell = standin_cell("verl", steps=20, step_s=0.05, extra=extra)
         run_dir = tmp_path / "run"
         plan = write_plan(tmp_path / "plan", [cell])
-        # 1 s per step: the trainer is still writing steps when --resume starts
+        # 1 s per step (20 s in all): the trainer is still writing steps when --resume starts, even on a slow box
         harness = _start_harness(str(plan), "--output-dir", str(run_dir), env={"STANDIN_STEP_S": "1.0"})
         _wait_for_steps(run_dir, 2)
         harness.kill()
@@ -128,14 +128,14 @@ class TestKilledHarness:
         assert alive_processes(pid_file) == []  # nor any of the rerun's
         manifest = read_manifest(run_dir)
         (cell_run,) = manifest["cells"]
-        assert cell_run["state"] == "complete" and read_metric_steps(run_dir, cell_run) == list(range(1, 9))
+        assert cell_run["state"] == "complete" and read_metric_steps(run_dir, cell_run) == list(range(1, 21))
         assert cell_run["previous_attempts"] == ["cells/verl-fsdp-colocate/rep-0.attempt-1"]
         assert cell_run["processes"] is None and cell_run["survivors"] == []
         assert any(
             w.startswith(f"took over the stale lock of harness pid {harness.pid}") for w in manifest["warnings"]
         )
         sink_lines = (run_dir / cell_run["dir"] / "sink/verl.jsonl").read_text().splitlines()
-        assert [json.loads(line)["step"] for line in sink_lines] == list(range(9))  # no late writer in it
+        assert [json.loads(line)["step"] for line in sink_lines] == list(range(21))  # no late writer in it
 
 
 class TestStopLeavesNothing:
@@ -144,16 +144,17 @@ class TestStopLeavesNothing:
         is stopped: the stop scans again until group, session and descendants are all gone."""
         pid_file = tmp_path / "pids"
         extra = ["--pid-file", str(pid_file), "--fork-workers", "--stall-after", "1"]
-        plan = write_plan(tmp_path / "plan", [standin_cell("miles", steps=3, extra=extra)])
+        plan = write_plan(tmp_path / "plan", [standin_cell("verl", steps=3, extra=extra)])
         run_dir = tmp_path / "run"
-        limits = ["--first-step-timeout-s", "2", "--stall-timeout-s", "0.6", "--grace-s", "0.4"]
+        limits = ["--first-step-timeout-s", "20", "--stall-timeout-s", "0.6", "--grace-s", "0.4"]
         result = run_harness(str(plan), "--output-dir", str(run_dir), *limits)
         assert result.returncode == 1, result.stdout + result.stderr
-        assert len(read_pid_file(pid_file)) > 20  # the supervisor was forking all along
+        # leader + supervisor + workers: the supervisor was still forking (short of its 400) when it was stopped
+        assert 20 < len(read_pid_file(pid_file)) < 402
         assert alive_processes(pid_file) == []
         manifest = read_manifest(run_dir)
         assert manifest["warnings"] == [] and manifest["cells"][0]["survivors"] == []
-        assert "stalled" in manifest["cells"][0]["reason"]
+        assert manifest["cells"][0]["reason"].startswith("stalled: no new step for")
 
 
 class TestRestartInsideACell:

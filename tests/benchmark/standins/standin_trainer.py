@@ -246,7 +246,7 @@ def main() -> None:
             _sleep_forever()
         if index and step <= schedule[index - 1][0]:
             _say(f"standin restarts at step {step}")
-            time.sleep(0.3)  # the restart takes a while: the last step before it is seen by the runner
+            time.sleep(1.0)  # a restart takes a while: the runner sees the last step before it
             if args.format == "verl-file-logger":
                 args.sink.write_bytes(b"")  # a restarted FileLogger truncates its file
         if extra_output:
