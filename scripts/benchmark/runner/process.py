@@ -227,7 +227,7 @@ class ManagedProcess:
         assert self.popen is not None and self.popen.stdout is not None
         log = None
         try:
-            log = open(self.log_path, "a", encoding="utf-8")  # noqa: SIM115 (closed below, kept open while draining)
+            log = open(self.log_path, "a", encoding="utf-8")  # closed after draining, or at the first write error
         except OSError as exc:
             self.log_error = exc
         for raw in iter(self.popen.stdout.readline, b""):
