@@ -339,5 +339,8 @@ class TestMilesProcessIdentity:
         records = build_step_records("miles", [folder], CTX)  # files in name order: the first attempt comes first
         assert [r.step for r in records] == [1, 2, 3, 4]
         assert "duplicate_step:actor_cell0_rank0:kept_attempt_2_of_2" in records[2].flags
-        assert records[1].step_time_s == pytest.approx(Rollout(1).truth_step_time())
+        assert records[0].step_time_s == pytest.approx(Rollout(0).truth_step_time())
+        # Rollout 2's record comes from the restarted process: its train_wait holds that process's initial weight
+        # sync, not the update that followed training 1, so step 2 (rollout 1) gets no step time, and says why.
+        assert records[1].step_time_s is None and "miles_shift:next_step_restarted" in records[1].flags
         assert not any(f.startswith("conflict:") for r in records for f in r.flags)

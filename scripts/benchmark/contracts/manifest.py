@@ -5,8 +5,10 @@
   failed | interrupted), reason, started_at, ended_at (ISO-8601 UTC or null), dir ("cells/<id>/rep-<k>"), metrics
   ("cells/<id>/rep-<k>/metrics.jsonl").
 - Additional fields (readers may ignore them): steps_completed, num_steps, exit_code, previous_attempts (folders of
-  earlier attempts kept by --resume); top level: spec_hash, options (the execute options, reused by --resume),
-  prepare (one entry per preparation step), warnings.
+  earlier attempts kept by --resume), processes (while the cell runs: its process group, session and every process
+  by pid and start time, so a --resume after a killed harness finds what is left), survivors (processes a stop could
+  not end); top level: spec_hash, options (the execute options, reused by --resume), prepare (one entry per
+  preparation step), harness (the process holding the run folder's lock), warnings.
 - `ManifestFile` is the typed definition; `read_manifest_json(path)` is the one reader of the file (validated
   through it), `Manifest.save()` the one writer (also through it).
 - `Manifest.save()` writes tmp + fsync + rename, so a reader never sees a half-written manifest.
@@ -20,6 +22,7 @@ Caveats:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -50,6 +53,35 @@ def write_json_atomic(path: Path, data: Any) -> None:
     write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n")
 
 
+class ProcessRecord(BaseModel):
+    """One process, named so that a reused pid never matches: pid and start time (clock ticks after boot)."""
+
+    pid: int
+    start_time: int
+
+
+class CellProcesses(BaseModel):
+    """What a running cell had started, as last seen by the harness: enough to find its leftovers after a crash."""
+
+    host: str
+    boot_id: str | None = None
+    """Start times compare only within one boot of one host."""
+    leader: ProcessRecord
+    pgid: int
+    sid: int
+    members: list[ProcessRecord] = Field(default_factory=list)
+
+
+class HarnessRecord(BaseModel):
+    """The harness process holding the run folder's lock (run.lock holds the same fields)."""
+
+    pid: int
+    host: str
+    start_time: int | None = None
+    started_at: str
+    boot_id: str | None = None
+
+
 class CellRun(BaseModel):
     """One cell repeat as the runner tracks it (mutable: the runner updates it and saves the manifest)."""
 
@@ -70,6 +102,8 @@ class CellRun(BaseModel):
     num_steps: int | None = None
     exit_code: int | None = None
     previous_attempts: list[str] = Field(default_factory=list)
+    processes: CellProcesses | None = None
+    survivors: list[ProcessRecord] = Field(default_factory=list)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -86,6 +120,7 @@ class ManifestFile(BaseModel):
     spec_hash: str | None = None
     options: dict[str, Any] = Field(default_factory=dict)
     prepare: list[dict[str, Any]] = Field(default_factory=list)
+    harness: HarnessRecord | None = None
     warnings: list[str] = Field(default_factory=list)
     cells: list[CellRun]
 
@@ -115,6 +150,9 @@ class Manifest:
     options: dict[str, Any] = field(default_factory=dict)
     prepare: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    harness: HarnessRecord | None = None
+    scrub: Callable[[Any], Any] | None = None
+    """Applied to the whole document before it is written (the run's secret redaction)."""
 
     @property
     def run_dir(self) -> Path:
@@ -126,10 +164,12 @@ class Manifest:
             spec_hash=self.spec_hash,
             options=self.options,
             prepare=self.prepare,
+            harness=self.harness,
             warnings=self.warnings,
             cells=self.cells,
         )
-        return document.model_dump(mode="json")
+        data = document.model_dump(mode="json")
+        return self.scrub(data) if self.scrub is not None else data
 
     def save(self) -> None:
         write_json_atomic(self.path, self.to_json())
@@ -144,6 +184,7 @@ class Manifest:
             options=document.options,
             prepare=document.prepare,
             warnings=document.warnings,
+            harness=document.harness,
         )
 
     def find(self, cell_id: str, repeat: int) -> CellRun | None:

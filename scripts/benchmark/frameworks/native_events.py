@@ -3,8 +3,13 @@
 A framework's reader turns its files into `NativeEvent`s (one log call each: process, position, step, metrics);
 `merge_native_events` groups them per step across processes and restarts. Real-run defects become `SinkIssue`s
 and flags on the step they belong to, never exceptions: a truncated or corrupt line, a line recovered from a
-fragment, NaN/Inf or null values, missing keys, a step logged again after a restart (the last complete attempt
-wins), two processes giving one key different values.
+fragment, NaN/Inf or null values, missing keys, a step logged again after a restart, two processes giving one key
+different values.
+
+The restart rule, the one rule of the runner, `run.py ingest` and the report: attempts are ordered by the data, not
+by the order the files were named in (`files_in_time_order`: a file's first event time where lines carry one, else
+its modification time; then the line order inside a file); every step logged by more than one attempt is flagged
+`duplicate_step`, and the last attempt that completed it wins.
 """
 
 from __future__ import annotations
@@ -13,11 +18,30 @@ import json
 import math
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from miles.utils.bench_metrics import RunContext
+
+
+def files_in_time_order(
+    paths: list[Path], first_time: Callable[[Path], float | None] = lambda path: None
+) -> list[Path]:
+    """Oldest attempt first: by the first event time a file's lines carry, else by modification time, then name."""
+
+    def key(path: Path) -> tuple[float, str]:
+        stamp = first_time(path)
+        if stamp is None:
+            try:
+                stamp = path.stat().st_mtime
+            except OSError:
+                stamp = 0.0
+        return (stamp, str(path))
+
+    return sorted(paths, key=key)
+
 
 FILE_ORDER_STRIDE = 1_000_000_000
 """Event order = file index * stride + line: restarts are told apart and file defects attached to their step."""
@@ -38,6 +62,10 @@ class NativeEvent:
     """Position in its source (file index * FILE_ORDER_STRIDE + line), to tell restarts apart."""
     step: int
     metrics: dict[str, Any]
+    new_process: bool = False
+    """The first log call of a new process instance (a restart), when the reader can tell (Miles's initial sync)."""
+    time: float | None = None
+    """Seconds since the epoch, where the line carries a timestamp (Miles's event log)."""
 
 
 @dataclass(kw_only=True)
@@ -47,6 +75,8 @@ class NativeStep:
     step: int
     metrics: dict[str, Any] = field(default_factory=dict)
     flags: list[str] = field(default_factory=list)
+    new_process: bool = False
+    """A process's kept attempt of this step is the first step of a restarted process."""
 
 
 @dataclass(kw_only=True)
@@ -56,6 +86,8 @@ class SinkIssue:
     source: str
     order: int
     flag: str
+    own_line: bool = False
+    """The defect's line still gave an event (a recovered line): the flag belongs to that event's step."""
 
 
 def read_json_lines(path: Path, source: str, issues: list[SinkIssue], *, offset: int = 0) -> list[tuple[int, Any]]:
@@ -74,12 +106,17 @@ def read_json_lines(path: Path, source: str, issues: list[SinkIssue], *, offset:
             continue
         except json.JSONDecodeError:
             pass
-        recovered = _recover_trailing_object(line)
+        unterminated = index == len(lines)  # no newline yet: being written (live read) or cut off by a kill
+        recovered = None if unterminated else _recover_trailing_object(line)
         if recovered is not None:
-            issues.append(SinkIssue(source=source, order=offset + index, flag=f"recovered_line:{path.name}:{index}"))
+            issues.append(
+                SinkIssue(
+                    source=source, order=offset + index, flag=f"recovered_line:{path.name}:{index}", own_line=True
+                )
+            )
             parsed.append((index, recovered))
         else:
-            kind = "truncated_last_line" if index == len(lines) else "corrupt_line"
+            kind = "truncated_last_line" if unterminated else "corrupt_line"
             issues.append(SinkIssue(source=source, order=offset + index, flag=f"{kind}:{path.name}:{index}"))
     return parsed
 
@@ -102,54 +139,81 @@ def merge_native_events(
     *,
     complete_anchors: tuple[str, ...],
 ) -> dict[int, NativeStep]:
-    """Per process: group by step, start a new attempt when the step goes backwards (a restart), keep the last
-    complete attempt (one holding a `complete_anchors` key). Across processes: union of metrics (a key two
-    processes give different values is flagged).
-    """
+    """Per process: group by step, start a new attempt at a restart (the step goes backwards, a key is logged again
+    for the step, or the reader saw a new process), keep the last attempt that completed the step (one holding a
+    `complete_anchors` key), flag every step with several attempts. Across processes: union of metrics (a key two
+    processes give different values is flagged)."""
     by_source: dict[str, list[NativeEvent]] = defaultdict(list)
     for event in events:
         by_source[event.source].append(event)
     steps: dict[int, NativeStep] = {}
     for source in sorted(by_source):
         source_events = sorted(by_source[source], key=lambda e: e.order)
-        attempts: dict[int, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
-        epoch, max_seen = 0, None
-        for event in source_events:
-            step_attempts = attempts[event.step]
-            # One process logs each metric of a step once; the same key again means the step is being re-run.
-            relogged = bool(step_attempts) and any(
-                k in step_attempts[-1][1] for k in event.metrics if k not in STEP_KEYS
-            )
-            if relogged or (max_seen is not None and event.step < max_seen):
-                epoch += 1  # the process restarted and logs this step again
-            max_seen = event.step if max_seen is None or event.step < max_seen else max(max_seen, event.step)
-            if not step_attempts or step_attempts[-1][0] != epoch:
-                step_attempts.append((epoch, {}))
-            step_attempts[-1][1].update(event.metrics)
-        for step, step_attempts in attempts.items():
-            merged = steps.setdefault(step, NativeStep(step=step))
-            chosen_index = max(
-                (i for i, (_, m) in enumerate(step_attempts) if any(k in m for k in complete_anchors)),
-                default=len(step_attempts) - 1,
-            )
-            chosen = step_attempts[chosen_index][1]
-            if len(step_attempts) > 1:
-                merged.flags.append(f"duplicate_step:{source}:kept_attempt_{chosen_index + 1}_of_{len(step_attempts)}")
-            if not any(k in chosen for k in complete_anchors):
-                merged.flags.append(f"incomplete:{source}")
-            for key, value in chosen.items():
-                if key in merged.metrics and not _same_value(merged.metrics[key], value):
-                    merged.flags.append(f"conflict:{key}")
-                    continue
-                merged.metrics[key] = value
-        for issue in (i for i in issues if i.source == source):
-            before = [e.step for e in source_events if e.order < issue.order]
-            step = before[-1] if before else (source_events[0].step if source_events else None)
-            if step is None and steps:
-                step = min(steps)
-            if step is not None:
-                steps.setdefault(step, NativeStep(step=step)).flags.append(issue.flag)
+        for step, step_attempts in _attempts_per_step(source_events).items():
+            _merge_step(steps.setdefault(step, NativeStep(step=step)), source, step_attempts, complete_anchors)
+        _attach_issues(steps, source_events, [i for i in issues if i.source == source])
     return steps
+
+
+@dataclass
+class _Attempt:
+    epoch: int
+    metrics: dict[str, Any] = field(default_factory=dict)
+    new_process: bool = False
+
+
+def _attempts_per_step(source_events: list[NativeEvent]) -> dict[int, list[_Attempt]]:
+    attempts: dict[int, list[_Attempt]] = defaultdict(list)
+    epoch, max_seen = 0, None
+    for event in source_events:
+        step_attempts = attempts[event.step]
+        # One process logs each metric of a step once; the same key again means the step is being re-run.
+        relogged = bool(step_attempts) and any(
+            k in step_attempts[-1].metrics for k in event.metrics if k not in STEP_KEYS
+        )
+        went_back = max_seen is not None and event.step < max_seen
+        restarted = relogged or went_back or (event.new_process and max_seen is not None)
+        if restarted:
+            epoch += 1  # the process restarted and logs this step again
+            max_seen = event.step
+        else:
+            max_seen = event.step if max_seen is None else max(max_seen, event.step)
+        if not step_attempts or step_attempts[-1].epoch != epoch:
+            step_attempts.append(_Attempt(epoch=epoch, new_process=restarted or event.new_process))
+        step_attempts[-1].metrics.update(event.metrics)
+    return attempts
+
+
+def _merge_step(merged: NativeStep, source: str, step_attempts: list[_Attempt], anchors: tuple[str, ...]) -> None:
+    chosen_index = max(
+        (i for i, attempt in enumerate(step_attempts) if any(k in attempt.metrics for k in anchors)),
+        default=len(step_attempts) - 1,
+    )
+    chosen = step_attempts[chosen_index]
+    if len(step_attempts) > 1:
+        merged.flags.append(f"duplicate_step:{source}:kept_attempt_{chosen_index + 1}_of_{len(step_attempts)}")
+    if not any(k in chosen.metrics for k in anchors):
+        merged.flags.append(f"incomplete:{source}")
+    merged.new_process = merged.new_process or chosen.new_process
+    for key, value in chosen.metrics.items():
+        if key in merged.metrics and not _same_value(merged.metrics[key], value):
+            merged.flags.append(f"conflict:{key}")
+            continue
+        merged.metrics[key] = value
+
+
+def _attach_issues(steps: dict[int, NativeStep], source_events: list[NativeEvent], issues: list[SinkIssue]) -> None:
+    """A file defect goes on the step that process was writing: the step of its own line for a recovered line,
+    else the step of the last event before it."""
+    for issue in issues:
+        before = [
+            e.step for e in source_events if e.order < issue.order or (issue.own_line and e.order == issue.order)
+        ]
+        step = before[-1] if before else (source_events[0].step if source_events else None)
+        if step is None and steps:
+            step = min(steps)
+        if step is not None:
+            steps.setdefault(step, NativeStep(step=step)).flags.append(issue.flag)
 
 
 def _same_value(a: Any, b: Any) -> bool:

@@ -14,7 +14,10 @@
   stopped (SIGTERM, grace, SIGKILL) and GPU memory is checked.
 - SIGINT/SIGTERM to the harness: the running cell is stopped and marked interrupted, the rest stay pending; exit 130.
 - `--resume DIR`: complete cells (with all their steps on disk) are skipped; failed, interrupted, running (the
-  harness died) and short cells rerun; the earlier attempt's folder is kept as rep-<k>.attempt-<n>.
+  harness died) and short cells rerun; the earlier attempt's folder is kept as rep-<k>.attempt-<n>. Before any cell
+  runs, processes a killed harness left behind are found from the manifest and stopped (runner/leftovers.py).
+- The whole execution holds the run folder's lock (runner/run_lock.py): a second execute or --resume on a live run
+  is refused with exit 2 naming its pid and host.
 - Returns the exit status: 0 all complete, 1 some cell not complete, 130 interrupted.
 - At the end of every run (complete, failed or interrupted) where some cell repeat wrote a step, the report of
   `run.py report DIR` is written into DIR and its verdict printed; a report error (or a signal while it is written)
@@ -27,27 +30,32 @@ Caveats:
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from miles.utils.bench_metrics import read_records
+from miles.utils.bench_metrics import read_records, write_text_atomic
 from scripts.benchmark.contracts.manifest import MANIFEST_NAME, CellRun, Manifest, new_cell_run
 from scripts.benchmark.contracts.plan import read_plan_json
+from scripts.benchmark.frameworks.miles.sink import find_refused_flags
 from scripts.benchmark.runner.cell_command import find_executable_problem
+from scripts.benchmark.runner.leftovers import stop_leftovers
 from scripts.benchmark.runner.matrix import MatrixRunner
 from scripts.benchmark.runner.options import ExecuteOptions, RunError, harness_argv, needs_private_head
 from scripts.benchmark.runner.process import become_child_subreaper
 from scripts.benchmark.runner.progress import MatrixProgress
-from scripts.benchmark.runner.redaction import Redactor, find_plan_secrets
+from scripts.benchmark.runner.redaction import Redactor, find_plan_secrets, find_words_secrets
+from scripts.benchmark.runner.run_lock import RunLock, hold_run_lock
+from scripts.benchmark.runner.write_errors import describe_write_error, write_error_in
 
 
 def check_output_dir(output_dir: Path) -> None:
     """Create the run folder and prove it is writable, or raise RunError naming the folder and the cause."""
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
-        probe = output_dir / ".write-probe"
+        probe = output_dir / f".write-probe-{os.getpid()}"  # one per harness: several may start at once
         probe.write_text("ok")
         probe.unlink()
     except OSError as exc:
@@ -61,9 +69,17 @@ def load_plan(path: Path) -> dict[str, Any]:
         raise RunError(f"cannot read plan {path}: {exc.strerror or exc}") from exc
     except ValueError as exc:
         raise RunError(str(exc)) from exc
-    secrets = [f"a literal secret in {where}" for where in find_plan_secrets(plan)]
-    if secrets:
-        raise RunError(f"plan {path} cannot be executed:\n  " + "\n  ".join(secrets))
+    secrets = [
+        f"a literal secret in {where}" for where in find_plan_secrets(plan, Redactor.from_environ(os.environ).values)
+    ]
+    refused = [
+        f"cells[{cell['id']}].launch_argv: {problem}"
+        for cell in plan["cells"]
+        if cell["framework"] == "miles"
+        for problem in find_refused_flags(cell["launch_argv"])
+    ]
+    if secrets or refused:
+        raise RunError(f"plan {path} cannot be executed:\n  " + "\n  ".join(secrets + refused))
     return plan
 
 
@@ -110,6 +126,7 @@ def prepare_execution(
     if options.ray == "external" and not options.ray_address:
         raise RunError("--ray external needs --ray-address (or RAY_ADDRESS in the environment)")
     _check_launchable(plan, options)
+    _check_prefix_secrets(options)
     if not resume:
         _copy_plan_files(plan_path, output_dir)
         manifest = Manifest(
@@ -136,7 +153,23 @@ def _copy_plan_files(plan_path: Path | None, output_dir: Path) -> None:
         if sibling.exists() and not (output_dir / name).exists():
             shutil.copy2(sibling, output_dir / name)
     if plan_path.resolve() != (output_dir / "plan.json").resolve():
-        shutil.copy2(plan_path, output_dir / "plan.json")
+        redactor = Redactor.from_environ(os.environ)
+        text = redactor.redact_text(plan_path.read_text(encoding="utf-8"))
+        write_text_atomic(output_dir / "plan.json", text)
+
+
+def _check_prefix_secrets(options: ExecuteOptions) -> None:
+    """A launch prefix is recorded (manifest options, logs): it must not carry a literal secret either."""
+    problems = []
+    for name, prefix in (("--miles-prefix", options.miles_prefix), ("--verl-prefix", options.verl_prefix)):
+        if prefix:
+            problems += find_words_secrets(shlex.split(prefix), name)
+    if problems:
+        raise RunError(
+            "a literal secret in "
+            + ", ".join(dict.fromkeys(problems))
+            + ": pass it through the environment by name instead (e.g. docker exec -e WANDB_API_KEY)"
+        )
 
 
 def steps_to_prepare(plan: dict[str, Any]) -> list[dict[str, Any]]:
@@ -191,11 +224,31 @@ def execute(
     # Absolute, because each cell runs with the cell folder as its working directory and ${BENCH_CELL_DIR} in its
     # sink path: a relative run folder would make the sink land one level down, where the runner never looks.
     output_dir = Path(output_dir).resolve()
-    plan, manifest, todo = prepare_execution(plan_path, output_dir, options, resume=resume)
-    become_child_subreaper()
-    progress = progress or MatrixProgress(total_cells=len(todo))
-    if not todo:
-        progress.message(f"nothing to do: all {len(manifest.cells)} cell repeats in {output_dir} are complete")
-        progress.close()
-        return 0
-    return MatrixRunner(plan, manifest, options, progress).run(todo)
+    check_output_dir(output_dir)
+    with hold_run_lock(output_dir) as lock:
+        try:
+            plan, manifest, todo = prepare_execution(plan_path, output_dir, options, resume=resume)
+            _record_lock(manifest, lock)
+        except OSError as exc:
+            if write_error_in(exc) is None:
+                raise
+            raise RunError(f"{describe_write_error(exc)} (nothing was started)") from exc
+        become_child_subreaper()
+        if resume:
+            stop_leftovers(manifest, options.grace_s)
+        progress = progress or MatrixProgress(total_cells=len(todo))
+        if not todo:
+            progress.message(f"nothing to do: all {len(manifest.cells)} cell repeats in {output_dir} are complete")
+            progress.close()
+            return 0
+        return MatrixRunner(plan, manifest, options, progress).run(todo)
+
+
+def _record_lock(manifest: Manifest, lock: RunLock) -> None:
+    manifest.harness = lock.holder
+    if lock.taken_over is not None:
+        dead = lock.taken_over
+        manifest.warnings.append(
+            f"took over the stale lock of harness pid {dead.pid} on {dead.host} (started {dead.started_at})"
+        )
+    manifest.save()

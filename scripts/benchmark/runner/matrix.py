@@ -1,21 +1,28 @@
 """One execution of a plan into a run folder: preparation steps once, then each cell repeat started, watched,
-followed into metrics.jsonl and stopped cleanly; SIGINT/SIGTERM stop the running cell and leave the rest pending."""
+followed into metrics.jsonl and stopped cleanly; SIGINT/SIGTERM stop the running cell and leave the rest pending.
+
+While a cell runs, its process record (group, session, pids with start times) is kept in the manifest, so a --resume
+after a killed harness can find what is left. A write error in the run folder (a full disk) fails the running cell
+with the error as reason, stops the matrix (exit 1) and leaves everything resumable."""
 
 from __future__ import annotations
 
 import json
 import os
 import shlex
+import shutil
 import signal
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from scripts.benchmark.contracts.manifest import CellRun, Manifest, write_json_atomic
+from scripts.benchmark.contracts.manifest import CellRun, Manifest, ProcessRecord, write_json_atomic
 from scripts.benchmark.runner import cell_records, gpu_memory
 from scripts.benchmark.runner.cell_command import CellCommand, build_cell_command, substitute_cell_dir
 from scripts.benchmark.runner.end_report import report_after_run
+from scripts.benchmark.runner.leftovers import alive_survivors
 from scripts.benchmark.runner.options import ExecuteOptions, harness_argv, needs_private_head
 from scripts.benchmark.runner.process import ManagedProcess, capture_output, run_to_completion
 from scripts.benchmark.runner.progress import MatrixProgress
@@ -23,6 +30,7 @@ from scripts.benchmark.runner.ray_head import PrivateRayHead, RayTarget, externa
 from scripts.benchmark.runner.redaction import Redactor
 from scripts.benchmark.runner.sink_follower import SinkFollower
 from scripts.benchmark.runner.watchdog import Verdict, Watchdog
+from scripts.benchmark.runner.write_errors import SpaceReserve, describe_write_error, write_error_in
 
 
 @dataclass
@@ -49,7 +57,10 @@ class MatrixRunner:
         self.progress = progress
         self.run_dir = manifest.run_dir
         self.redactor = Redactor.from_environ(os.environ)
+        manifest.scrub = self.redactor.redact_json
         self.stop = _StopRequest()
+        self.reserve = SpaceReserve(self.run_dir)
+        self.write_failure: str | None = None
         self._packages: dict[tuple, dict[str, Any]] = {}
         self._gpu_baseline: dict[int, float] | None = None
         self._cells_by_id = {cell["id"]: cell for cell in plan["cells"]}
@@ -57,12 +68,17 @@ class MatrixRunner:
     def run(self, todo: list[CellRun]) -> int:
         """The matrix, then its report; the harness's own signal handlers stay installed throughout (no gap)."""
         previous = self.stop.install()
+        self.reserve.claim()
         try:
             code = self._run_matrix(todo)
             self.progress.close()
-            report_after_run(self.manifest, self.progress)
+            if self.write_failure is None:
+                report_after_run(self.manifest, self.progress)
+            else:
+                print(f"run stopped: {self.write_failure}; free space, then --resume {self.run_dir}", file=sys.stderr)
             return code
         finally:
+            self.reserve.release()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             self.progress.close()
@@ -77,16 +93,32 @@ class MatrixRunner:
             try:
                 state = self._run_cell(self._cells_by_id[cell_run.id], cell_run)
             except Exception as exc:  # a runner bug or an I/O error: recorded on the cell, the matrix goes on
-                if cell_run.state != "running":
-                    self.manifest.set_state(cell_run, "running")
-                verdict = Verdict("failed", f"runner error: {exc!r}")
-                state = self._finish(cell_run, verdict, steps=cell_run.steps_completed)
+                state = self._record_runner_error(cell_run, exc)
+            if self.write_failure is not None:
+                break
             if state != "complete" and self.options.fail_fast and not self.stop.signal_name:
                 self.progress.message(f"--fail-fast: stopping after {cell_run.id} rep {cell_run.repeat}")
                 break
         if self.stop.signal_name:
             return 130
         return 0 if all(c.state == "complete" for c in self.manifest.cells) else 1
+
+    def _record_runner_error(self, cell_run: CellRun, exc: Exception) -> str:
+        """The cell fails with the error; a write error (full disk) also stops the matrix, after freeing the reserve
+        so that this last manifest write fits."""
+        write_error = write_error_in(exc)
+        if write_error is not None:
+            self.write_failure = self.write_failure or describe_write_error(write_error)
+            self.reserve.release()
+        reason = self.write_failure if write_error is not None else f"runner error: {exc!r}"
+        try:
+            if cell_run.state != "running":
+                self.manifest.set_state(cell_run, "running")
+            return self._finish(cell_run, Verdict("failed", reason), steps=cell_run.steps_completed)
+        except OSError as again:
+            self.write_failure = self.write_failure or describe_write_error(again)
+            print(f"error: cannot record {cell_run.id} rep {cell_run.repeat} as failed: {again}", file=sys.stderr)
+            return "failed"
 
     def _stop_requested(self) -> bool:
         return self.stop.signal_name is not None
@@ -136,7 +168,12 @@ class MatrixRunner:
 
     def _run_cell(self, cell: dict[str, Any], cell_run: CellRun) -> str:
         cell_dir = self.run_dir / cell_run.dir
-        self._archive_previous_attempt(cell_run, cell_dir)
+        if survivors := alive_survivors(cell_run):
+            pids = sorted(p.pid for p in survivors)
+            self.manifest.set_state(cell_run, "running")
+            reason = f"not rerun: pids {pids} of its previous attempt are still alive and could write into its sink"
+            return self._finish(cell_run, Verdict("failed", reason), steps=0)
+        self._archive_previous_attempt(cell, cell_run, cell_dir)
         (cell_dir / "sink").mkdir(parents=True, exist_ok=True)
         runtime = self.options.runtime(cell["framework"])
         label = f"{cell_run.id} rep {cell_run.repeat}"
@@ -156,7 +193,6 @@ class MatrixRunner:
                     should_stop=self._stop_requested,
                 )
                 target = head.target
-                write_json_atomic(cell_dir / "ray.json", head.describe())
             elif target is not None:
                 write_json_atomic(cell_dir / "ray.json", asdict(target))
         except RuntimeError as exc:
@@ -165,13 +201,15 @@ class MatrixRunner:
                     cell_run, Verdict("interrupted", f"interrupted by {self.stop.signal_name}"), steps=0
                 )
             return self._finish(cell_run, Verdict("failed", f"Ray head: {exc}"), steps=0)
-        submission_id = f"bench-{cell_run.id}-rep{cell_run.repeat}-{int(time.time())}"
-        command = build_cell_command(
-            cell, cell_dir=cell_dir, runtime=runtime, ray=target, submission_id=submission_id, base_env=os.environ
-        )
-        cell_records.write_command_record(cell_dir, command, self.redactor)
-        cell_records.write_environment(cell, cell_dir, runtime, command, self.redactor, self._packages)
-        try:
+        try:  # from here on, whatever fails (a full disk too) the private head is stopped
+            if head is not None:
+                write_json_atomic(cell_dir / "ray.json", head.describe())
+            submission_id = f"bench-{cell_run.id}-rep{cell_run.repeat}-{int(time.time())}"
+            command = build_cell_command(
+                cell, cell_dir=cell_dir, runtime=runtime, ray=target, submission_id=submission_id, base_env=os.environ
+            )
+            cell_records.write_command_record(cell_dir, command, self.redactor)
+            cell_records.write_environment(cell, cell_dir, runtime, command, self.redactor, self._packages)
             verdict, steps = self._watch(cell, cell_run, cell_dir, command, target)
         finally:
             if head is not None:
@@ -210,6 +248,7 @@ class MatrixRunner:
         watchdog = Watchdog(limits=self.options.limits(), started_at=started, num_steps=cell.get("num_steps"))
         process.start()
         try:
+            self._record_processes(cell_run, process)
             return self._watch_started(process, follower, watchdog, cell_run, command, target)
         except BaseException:
             if process.poll() is None or process.live_tracked():
@@ -229,12 +268,14 @@ class MatrixRunner:
         exited = False
         while verdict is None:
             time.sleep(self.options.poll_interval_s)
-            process.track()
+            self._record_processes(cell_run, process)
             exit_code = process.poll()
             try:
                 self._follow(follower, watchdog, cell_run, final=False)
+                if process.log_error is not None:
+                    raise process.log_error
             except Exception as exc:  # an unreadable sink ends the cell with the reader's message
-                verdict = Verdict("failed", f"metric sink unreadable: {exc}")
+                verdict = self._verdict_for_error(exc)
                 break
             if self.stop.signal_name:
                 verdict = Verdict("interrupted", f"interrupted by {self.stop.signal_name}")
@@ -248,18 +289,35 @@ class MatrixRunner:
             outcome = process.stop(self.options.grace_s)
             cell_run.exit_code = outcome.exit_code
         try:
-            self._follow(follower, watchdog, cell_run, final=True)
+            if self.write_failure is None:
+                self._follow(follower, watchdog, cell_run, final=True)
         except Exception as exc:
-            if verdict.state == "complete":
-                verdict = Verdict("failed", f"metric sink unreadable: {exc}")
-        if exited:
+            if verdict.state == "complete" or write_error_in(exc):
+                verdict = self._verdict_for_error(exc)
+        if exited and self.write_failure is None:
             cell_run.exit_code = outcome.exit_code
             verdict = watchdog.check(time.monotonic(), outcome.exit_code) or verdict
+        cell_run.survivors = [ProcessRecord(pid=pid, start_time=start) for pid, start in outcome.survivors]
         if outcome.survivors:
-            self.manifest.warnings.append(
-                f"{cell_run.id} rep {cell_run.repeat}: pids {outcome.survivors} survived SIGKILL"
-            )
+            pids = [pid for pid, _ in outcome.survivors]
+            self.manifest.warnings.append(f"{cell_run.id} rep {cell_run.repeat}: pids {pids} survived SIGKILL")
         return verdict, follower.steps_written
+
+    def _verdict_for_error(self, exc: Exception) -> Verdict:
+        write_error = write_error_in(exc)
+        if write_error is None:
+            return Verdict("failed", f"metric sink unreadable: {exc}")
+        self.write_failure = self.write_failure or describe_write_error(write_error)
+        self.reserve.release()
+        return Verdict("failed", self.write_failure)
+
+    def _record_processes(self, cell_run: CellRun, process: ManagedProcess) -> None:
+        """Keep the cell's process record in the manifest current (saved only when a process appeared)."""
+        process.track()
+        record = process.describe()
+        if cell_run.processes is None or record.members != cell_run.processes.members:
+            cell_run.processes = record
+            self.manifest.save()
 
     @staticmethod
     def _device_name(cell_dir: Path) -> str | None:
@@ -290,15 +348,24 @@ class MatrixRunner:
 
     def _finish(self, cell_run: CellRun, verdict: Verdict, *, steps: int) -> str:
         cell_run.steps_completed = steps
+        cell_run.processes = None  # stopped; what could not be stopped is in cell_run.survivors
         self.manifest.set_state(cell_run, verdict.state, reason=verdict.reason)  # type: ignore[arg-type]
         self.progress.cell_ended(verdict.state, verdict.reason)
         return verdict.state
 
-    def _archive_previous_attempt(self, cell_run: CellRun, cell_dir: Path) -> None:
-        if not cell_dir.exists():
+    def _archive_previous_attempt(self, cell: dict[str, Any], cell_run: CellRun, cell_dir: Path) -> None:
+        """Move the earlier attempt aside (its folder, and a sink the plan put outside it) before the new one."""
+        outside_sink = Path(substitute_cell_dir(cell["sink"]["path"], cell_dir))
+        if cell_dir.resolve() in outside_sink.resolve().parents or not outside_sink.exists():
+            outside_sink = None
+        if not cell_dir.exists() and outside_sink is None:
             return
         attempt = len(cell_run.previous_attempts) + 1
         while (kept := cell_dir.with_name(f"{cell_dir.name}.attempt-{attempt}")).exists():
             attempt += 1
-        cell_dir.rename(kept)
+        if cell_dir.exists():
+            cell_dir.rename(kept)
+        if outside_sink is not None:
+            (kept / "sink-outside").mkdir(parents=True, exist_ok=True)
+            shutil.move(str(outside_sink), str(kept / "sink-outside" / outside_sink.name))
         cell_run.previous_attempts.append(str(kept.relative_to(self.run_dir)))

@@ -3,17 +3,22 @@
 
 - `ManagedProcess(argv, env=..., cwd=..., log_path=..., redactor=...)`: `start()` runs argv in a new session
   (`start_new_session=True`), stdout and stderr merged, every line redacted and appended to `log_path` as it arrives.
+  A write error on the log (a full disk) is kept in `log_error` and the output is still drained, so the command
+  never blocks on a full pipe; the runner ends the cell with that error.
 - `track()` (called from the runner's poll loop) records every process that belongs to the command: members of its
   process group or session, their descendants by parent pid, and orphans re-parented to the harness (the harness is
-  a child subreaper on Linux, see `become_child_subreaper`), each identified by (pid, start time).
-- `stop(grace_s)`: SIGTERM to the group and to every tracked process outside it, wait up to grace_s, then SIGKILL to
-  whatever is left. Never kills by name; a pid is only signalled while its start time still matches, so a reused pid
-  is never hit.
+  a child subreaper on Linux, see `become_child_subreaper`), each identified by (pid, start time). `describe()` is
+  that record for the manifest.
+- `stop(grace_s)`: `stop_until_gone`: SIGTERM to the group and every tracked process, again to any that appears,
+  up to grace_s; then SIGKILL, scanning again and again until the group, the session and every tracked descendant
+  are gone or `KILL_WINDOW_S` passed; whatever is left is returned as survivors (pid, start time). Never kills by
+  name; a pid is only signalled through a pidfd opened before its start time is checked, so a reused pid is never hit.
 
 Caveats:
 - Exact tracking of escaped descendants (double fork + setsid) needs Linux (/proc and PR_SET_CHILD_SUBREAPER).
   Elsewhere only the process group is stopped, and a descendant that left it survives.
-- A process that escapes while the harness is not running (e.g. after the harness was SIGKILLed) is out of reach.
+- A process that escapes while the harness is not running (e.g. after the harness was SIGKILLed) is out of reach;
+  what the manifest recorded before is found again by --resume (runner/leftovers.py).
 - Through a launch prefix such as `docker exec`, the group stopped is the local client's; stopping the process inside
   the container is up to the container runtime (documented in docs/benchmark.md).
 """
@@ -23,13 +28,16 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from scripts.benchmark.contracts.manifest import CellProcesses, ProcessRecord
 from scripts.benchmark.runner.redaction import Redactor
 
 _PR_SET_CHILD_SUBREAPER = 36
@@ -95,13 +103,86 @@ def is_alive(pid: int, start_time: int | None = None) -> bool:
     return info.state != "Z" and (start_time is None or info.start_time == start_time)
 
 
+def boot_id() -> str | None:
+    """This boot of this host: start times from /proc compare only within one boot."""
+    try:
+        return (_PROC / "sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def signal_exact(pid: int, start_time: int, sig: signal.Signals) -> bool:
+    """Send sig to pid only while it still has start_time; the pidfd pins the process between check and signal."""
+    try:
+        pidfd: int | None = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return False
+    except (OSError, AttributeError):
+        pidfd = None
+    try:
+        if not is_alive(pid, start_time):
+            return False
+        if pidfd is not None:
+            signal.pidfd_send_signal(pidfd, sig)
+        else:
+            os.kill(pid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+KILL_WINDOW_S = 10.0
+"""How long SIGKILL and the rescans go on before what is left is reported as survivors."""
+
+
+def stop_until_gone(
+    scan: Callable[[], dict[int, int]],
+    *,
+    grace_s: float,
+    kill_window_s: float = KILL_WINDOW_S,
+    on_signal: Callable[[signal.Signals], None] = lambda sig: None,
+    reap: Callable[[], None] = lambda: None,
+) -> tuple[bool, dict[int, int]]:
+    """SIGTERM all that `scan()` finds (pid -> start time), again whenever something new appears, for up to grace_s;
+    then SIGKILL and rescan until nothing is found or kill_window_s passed. Returns (SIGKILL needed, survivors)."""
+    termed: set[tuple[int, int]] = set()
+    deadline = time.monotonic() + grace_s
+    while True:
+        live = scan()
+        if not live:
+            return False, {}
+        if any(item not in termed for item in live.items()):
+            on_signal(signal.SIGTERM)
+        for pid, start in live.items():
+            if (pid, start) not in termed and signal_exact(pid, start, signal.SIGTERM):
+                termed.add((pid, start))
+        reap()
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    kill_deadline = time.monotonic() + kill_window_s
+    while live:
+        on_signal(signal.SIGKILL)
+        for pid, start in live.items():
+            signal_exact(pid, start, signal.SIGKILL)
+        time.sleep(0.02)
+        reap()
+        live = scan()
+        if time.monotonic() >= kill_deadline:
+            break
+    return True, live
+
+
 @dataclass(frozen=True)
 class StopOutcome:
     exit_code: int | None
     killed: bool
     """True when SIGKILL was needed (something ignored SIGTERM for the whole grace period)."""
-    survivors: tuple[int, ...]
-    """Tracked pids still alive after SIGKILL (should be empty)."""
+    survivors: tuple[tuple[int, int], ...]
+    """(pid, start time) of tracked processes still alive after the SIGKILL window (should be empty)."""
 
 
 @dataclass
@@ -115,6 +196,8 @@ class ManagedProcess:
     popen: subprocess.Popen | None = None
     tracked: dict[int, int] = field(default_factory=dict)
     """pid -> start time of every process seen belonging to this command."""
+    log_error: OSError | None = None
+    """The first error writing log_path (the output is still drained, then dropped)."""
     _reader: threading.Thread | None = None
 
     @property
@@ -142,13 +225,23 @@ class ManagedProcess:
 
     def _copy_output(self) -> None:
         assert self.popen is not None and self.popen.stdout is not None
-        with open(self.log_path, "a", encoding="utf-8") as log:
-            for raw in iter(self.popen.stdout.readline, b""):
-                line = self.redactor.redact_text(raw.decode("utf-8", errors="replace"))
-                log.write(line)
-                log.flush()
-                if self.on_line is not None:
-                    self.on_line(line)
+        log = None
+        try:
+            log = open(self.log_path, "a", encoding="utf-8")  # closed after draining, or at the first write error
+        except OSError as exc:
+            self.log_error = exc
+        for raw in iter(self.popen.stdout.readline, b""):
+            line = self.redactor.redact_text(raw.decode("utf-8", errors="replace"))
+            if log is not None:
+                try:
+                    log.write(line)
+                    log.flush()
+                except OSError as exc:  # a full disk: keep draining so the command never blocks on its pipe
+                    self.log_error = self.log_error or exc
+                    log = _close_quietly(log)
+            if self.on_line is not None:
+                self.on_line(line)
+        _close_quietly(log)
 
     def poll(self) -> int | None:
         assert self.popen is not None, "not started"
@@ -184,30 +277,31 @@ class ManagedProcess:
     def live_tracked(self) -> list[int]:
         return [pid for pid, start in self.tracked.items() if is_alive(pid, start)]
 
-    def stop(self, grace_s: float) -> StopOutcome:
-        """SIGTERM the group and every tracked process, then SIGKILL what is left after grace_s."""
+    def describe(self) -> CellProcesses:
+        """The manifest's record of this command: group, session and every tracked process with its start time."""
         assert self.popen is not None, "not started"
+        leader = self.popen.pid
+        return CellProcesses(
+            host=socket.gethostname(),
+            boot_id=boot_id(),
+            leader=ProcessRecord(pid=leader, start_time=self.tracked.get(leader, 0)),
+            pgid=leader,
+            sid=leader,
+            members=[ProcessRecord(pid=p, start_time=t) for p, t in sorted(self.tracked.items()) if p != leader],
+        )
+
+    def _scan(self) -> dict[int, int]:
         self.track()
-        self._signal_all(signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
-            self.track()
-            self._reap()
-            if self.popen.poll() is not None and not self.live_tracked():
-                break
-            time.sleep(0.05)
-        killed = False
-        if self.popen.poll() is None or self.live_tracked():
-            killed = True
-            self.track()
-            self._signal_all(signal.SIGKILL)
-            kill_deadline = time.monotonic() + 5.0
-            while time.monotonic() < kill_deadline and (self.popen.poll() is None or self.live_tracked()):
-                self._reap()
-                time.sleep(0.02)
+        self._reap()
+        return {pid: start for pid, start in self.tracked.items() if is_alive(pid, start)}
+
+    def stop(self, grace_s: float) -> StopOutcome:
+        """`stop_until_gone` over the group, the session and every tracked process (module docstring)."""
+        assert self.popen is not None, "not started"
+        killed, survivors = stop_until_gone(self._scan, grace_s=grace_s, on_signal=self._signal_group, reap=self._reap)
         self._reap()
         self.close()
-        return StopOutcome(exit_code=self.popen.poll(), killed=killed, survivors=tuple(self.live_tracked()))
+        return StopOutcome(exit_code=self.popen.poll(), killed=killed, survivors=tuple(sorted(survivors.items())))
 
     def finish(self, grace_s: float) -> StopOutcome:
         """After the leader exited by itself: stop whatever it left behind (children that outlived it)."""
@@ -225,18 +319,20 @@ class ManagedProcess:
         if self.popen is not None:
             _LAUNCHED_LEADERS.discard(self.popen.pid)
 
-    def _signal_all(self, sig: signal.Signals) -> None:
+    def _signal_group(self, sig: signal.Signals) -> None:
+        """killpg reaches members forked after the last scan; only while a tracked member still holds the group."""
         assert self.popen is not None
-        try:
-            os.killpg(self.popen.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-        for pid, start in list(self.tracked.items()):
-            if pid != self.popen.pid and is_alive(pid, start):
-                try:
-                    os.kill(pid, sig)
-                except (ProcessLookupError, PermissionError):
-                    pass
+        leader = self.popen.pid
+        table = read_proc_table()
+        ours = any(
+            info.pgid == leader and info.state != "Z" and self.tracked.get(pid) == info.start_time
+            for pid, info in table.items()
+        )
+        if ours or (self.popen.poll() is None):
+            try:
+                os.killpg(leader, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def _reap(self) -> None:
         """Collect exit statuses of tracked orphans that were re-parented to the harness (no zombies left)."""
@@ -249,6 +345,14 @@ class ManagedProcess:
                 os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
                 pass
+
+
+def _close_quietly(handle: Any) -> None:
+    if handle is not None:
+        try:
+            handle.close()
+        except OSError:
+            pass
 
 
 def run_to_completion(

@@ -4,10 +4,14 @@
 - `is_secret_name(name)`: WANDB_API_KEY, HF_TOKEN, and any name ending in _TOKEN, _KEY, _SECRET or containing
   PASSWORD (case-insensitive) is a secret.
 - `Redactor.from_environ(env)` collects the values of those variables; `redact_text` replaces every occurrence of
-  such a value (anywhere in a string, not only after `NAME=`) by `<redacted>`; `redact_env` replaces the values of
+  such a value (anywhere in a string, not only after `NAME=`) by `<redacted>`, and by name whatever follows a secret
+  name in text (`WANDB_API_KEY=...`, `--wandb-key ...`, `+trainer.api_key=...`); `redact_env` replaces the values of
   secret names; `redact_argv` also redacts the word following a secret flag such as `--wandb-key` (`is_secret_option`:
-  API keys, tokens, passwords; not the data-key options --input-key, --label-key, data.prompt_key).
-- `find_plan_secrets(plan)`: literal secret values a plan would carry (plans must never hold one).
+  API keys, tokens, passwords; not the data-key options --input-key, --label-key, data.prompt_key); `redact_json`
+  redacts every string of a document, and the whole value under a secret-named key.
+- `find_plan_secrets(plan, secret_values)`: where a plan carries a secret (plans must never hold one): a
+  secret-named env entry, a value after a secret flag or in a secret-named override (`+trainer.api_key=...`), or
+  anywhere the value of a secret environment variable. `find_words_secrets(words)` does the same for a launch prefix.
 
 Caveats:
 - Only values of at least 4 characters are searched for in text: shorter ones would redact unrelated text.
@@ -32,6 +36,15 @@ _SECRET_OPTION = re.compile(
 )
 """Secret-bearing option names (--wandb-key, --sglang-api-key, --hf-token, trainer.api_key); data-key options such as
 Miles's --input-key/--label-key/--reward-key, VERL's data.prompt_key or --fim-eod-token are not secrets."""
+
+
+_SECRET_NAME_IN_TEXT = re.compile(r"\b([A-Z][A-Z0-9_]*(?:_TOKEN|_KEY|_SECRET|PASSWORD|PASSWD)[A-Z0-9_]*)=([^\s'\"]+)")
+_SECRET_FLAG_IN_TEXT = re.compile(
+    r"((?<![\w.-])(?:--?|[+~]{0,2}[\w-]+\.)[\w.-]*?"
+    r"(?:api[-_]?keys?|wandb[-_]key|secret[-_]key|password|passwd|(?:hf|hub|auth|access|api)[-_]token))"
+    r"(=|\s+)(?!<redacted>)([^\s'\"]+)",
+    re.IGNORECASE,
+)
 
 
 def is_secret_name(name: str) -> bool:
@@ -66,6 +79,9 @@ class Redactor:
         for value in self.values:
             if value in text:
                 text = text.replace(value, REDACTED)
+        if "=" in text or "-" in text:
+            text = _SECRET_NAME_IN_TEXT.sub(lambda m: f"{m.group(1)}={REDACTED}", text)
+            text = _SECRET_FLAG_IN_TEXT.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
         return text
 
     def redact_env(self, env: Mapping[str, str]) -> dict[str, str]:
@@ -96,14 +112,55 @@ class Redactor:
         if isinstance(value, str):
             return self.redact_text(value)
         if isinstance(value, dict):
-            return {self.redact_text(str(k)): self.redact_json(v) for k, v in value.items()}
+            return {
+                self.redact_text(str(k)): REDACTED if _is_secret_key(str(k)) and v else self.redact_json(v)
+                for k, v in value.items()
+            }
         if isinstance(value, list):
             return [self.redact_json(v) for v in value]
         return value
 
 
-def find_plan_secrets(plan: Mapping[str, Any]) -> list[str]:
-    """Where a plan carries a literal secret: env entries with secret names, and values of secret-looking flags."""
+def _is_secret_key(key: str) -> bool:
+    """A document key that names a secret: an environment-style name, or a secret option (not bare token/key)."""
+    if key.isupper():
+        return is_secret_name(key)
+    return key.lower() not in ("token", "key", "tokens", "keys") and is_secret_option(key)
+
+
+def find_words_secrets(words: list[str], where: str, secret_values: Iterable[str] = ()) -> list[str]:
+    """Secrets in a word list (argv, a launch prefix): a value after a secret flag or in a secret NAME=value or
+    override word, or a secret variable's value anywhere; `${NAME}` references are fine."""
+    problems: list[str] = []
+    for index, word in enumerate(words):
+        flag, eq, value = word.partition("=")
+        if flag.startswith("-") and is_secret_option(flag):
+            if not eq:
+                value = words[index + 1] if index + 1 < len(words) else ""
+        elif not (eq and is_secret_option(flag)):
+            value = ""
+        if value and not value.startswith("${"):
+            problems.append(f"{where}: {flag}")
+    for index, word in enumerate(words):
+        if any(secret in word for secret in secret_values):
+            problems.append(f"{where}[{index}] holds the value of a secret environment variable")
+    return problems
+
+
+def _strings_with_paths(value: Any, path: str) -> Iterable[tuple[str, str]]:
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings_with_paths(item, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _strings_with_paths(item, f"{path}[{index}]")
+
+
+def find_plan_secrets(plan: Mapping[str, Any], secret_values: Iterable[str] = ()) -> list[str]:
+    """Where a plan carries a secret (module docstring): each entry names the field, never the value."""
+    values = [v for v in secret_values if len(v) >= _MIN_SECRET_LEN]
     problems: list[str] = []
     for cell in plan.get("cells", []):
         cell_id = cell.get("id", "?")
@@ -111,13 +168,8 @@ def find_plan_secrets(plan: Mapping[str, Any]) -> list[str]:
             if is_secret_name(name) and value and not str(value).startswith("${"):
                 problems.append(f"cells[{cell_id}].env.{name}")
         for key in ("argv", "launch_argv"):
-            words = list(cell.get(key) or [])
-            for index, word in enumerate(words):
-                flag, eq, value = word.partition("=")
-                if not (flag.startswith("-") and is_secret_option(flag)):
-                    continue
-                if not eq:
-                    value = words[index + 1] if index + 1 < len(words) else ""
-                if value and not value.startswith("${"):
-                    problems.append(f"cells[{cell_id}].{key}: {flag}")
-    return problems
+            problems += find_words_secrets([str(w) for w in cell.get(key) or []], f"cells[{cell_id}].{key}")
+    for where, text in _strings_with_paths(dict(plan), ""):
+        if any(secret in text for secret in values):
+            problems.append(f"{where} (the value of a secret environment variable)")
+    return list(dict.fromkeys(problems))

@@ -6,28 +6,40 @@
   FileLogger JSONL file, "miles-event-log" the folder of per-process JSONL files of Miles's --save-debug-event-data.
   The readers' RunContext comes from the plan cell (model_config, gpus) and the cell's environment record (GPU name).
 - `SinkFollower.poll(final=False)` re-reads the sink and appends, via `bench_metrics.append_record` (fsync per line),
-  every record whose step is newer than the last one written; returns the records it appended. `final=True` is the
-  last read after the process ended (a reader may then release a step it was holding back as incomplete).
+  every record of a step not written yet; returns the records it appended. `final=True` is the last read after the
+  process ended (a reader may then release a step it was holding back as incomplete).
+- One restart rule with `run.py ingest`: when the readers' record of a step already written changes (a restart
+  inside the cell ran the step again: the last attempt wins and carries `duplicate_step`), metrics.jsonl is
+  rewritten at once (tmp + fsync + rename) with the new record; a step that vanished from the sink (VERL truncates
+  its file when it restarts) keeps the record written before. So metrics.jsonl at the end equals what ingest gives.
+  When the sink no longer holds the earlier attempt, the replaced step is flagged
+  `duplicate_step:sink:earlier_record_replaced`.
+- While the cell runs, a last line without its newline may still be being written: its `truncated_last_line` flag
+  is only kept by the final read.
 - String values in a record's `raw` pass through the run's redactor before they are written.
+- A write error leaves metrics.jsonl as it was before the failed write (a partial line is cut off) and raises
+  `RunFolderWriteError`.
 
 Caveats:
 - A sink that does not exist yet is simply "no steps yet"; a sink the readers cannot parse raises, and the runner
   records that as the cell's failure reason.
-- Steps are written in increasing order only: a record for an older step that appears late is ignored.
 - A Miles step reaches metrics.jsonl one rollout late (when the next rollout trained), or at the end of the cell.
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from miles.utils.bench_metrics import StepRecord, append_record
+from miles.utils.bench_metrics import StepRecord, write_text_atomic
 from scripts.benchmark.contracts.plan import SINK_FORMATS
 from scripts.benchmark.runner.redaction import Redactor
+from scripts.benchmark.runner.write_errors import RunFolderWriteError
 
 SinkReader = Callable[[str, Path, Mapping[str, Any]], list[StepRecord]]
 
@@ -99,15 +111,85 @@ class SinkFollower:
     context: Mapping[str, Any]
     redactor: Redactor = field(default_factory=Redactor)
     reader: SinkReader = read_sink
-    last_step: int | None = None
-    steps_written: int = 0
+    written: dict[int, str] = field(default_factory=dict)
+    """step -> the JSON line written for it."""
+    replaced: set[int] = field(default_factory=set)
+    """Steps whose earlier record was replaced by a later attempt's."""
+
+    @property
+    def steps_written(self) -> int:
+        return len(self.written)
+
+    @property
+    def last_step(self) -> int | None:
+        return max(self.written, default=None)
 
     def poll(self, *, final: bool = False) -> list[StepRecord]:
         records = self.reader(self.format, self.path, {**self.context, "final": final})
-        fresh = sorted((r for r in records if self.last_step is None or r.step > self.last_step), key=lambda r: r.step)
-        for record in fresh:
+        updated = dict(self.written)
+        fresh: list[StepRecord] = []
+        changed = False
+        for record in sorted(records, key=lambda r: r.step):
+            if not final:
+                record.flags = [f for f in record.flags if not f.startswith("truncated_last_line:")]
             record.raw = self.redactor.redact_json(record.raw)
-            append_record(self.metrics_path, record)
-            self.last_step = record.step
-            self.steps_written += 1
+            if record.step in updated and _replaces_an_attempt(record, updated[record.step]):
+                self.replaced.add(record.step)
+            if record.step in self.replaced and not any(f.startswith("duplicate_step:") for f in record.flags):
+                record.flags.append("duplicate_step:sink:earlier_record_replaced")
+            line = record.to_json()
+            if updated.get(record.step) == line:
+                continue
+            if record.step in updated or (updated and record.step < max(updated)):
+                changed = True
+            else:
+                fresh.append(record)
+            updated[record.step] = line
+        if changed:
+            self._rewrite(updated)
+            self.written = updated
+            return fresh
+        for record in fresh:  # each step counts as written once it is on disk
+            self._append(updated[record.step])
+            self.written[record.step] = updated[record.step]
         return fresh
+
+    def _append(self, line: str) -> None:
+        size = self.metrics_path.stat().st_size if self.metrics_path.exists() else 0
+        try:
+            self.metrics_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.metrics_path, "a", encoding="utf-8") as handle:
+                handle.write(line + "\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as exc:
+            _truncate_quietly(self.metrics_path, size)
+            raise RunFolderWriteError(self.metrics_path, exc) from exc
+
+    def _rewrite(self, lines: dict[int, str]) -> None:
+        try:
+            write_text_atomic(self.metrics_path, "".join(lines[step] + "\n" for step in sorted(lines)))
+        except OSError as exc:
+            _unlink_quietly(self.metrics_path.with_name(f".{self.metrics_path.name}.tmp"))
+            raise RunFolderWriteError(self.metrics_path, exc) from exc
+
+
+def _replaces_an_attempt(record: StepRecord, earlier_line: str) -> bool:
+    """A step whose metrics changed after it was written was run again (a restart inside the cell); when the sink
+    no longer holds the earlier attempt (VERL truncates its file on restart) the readers cannot flag it: we do."""
+    earlier, now = json.loads(earlier_line).get("raw") or {}, json.loads(record.to_json()).get("raw") or {}
+    return any(key in now and now[key] != value for key, value in earlier.items())  # added keys are no re-run
+
+
+def _truncate_quietly(path: Path, size: int) -> None:
+    try:
+        os.truncate(path, size)
+    except OSError:
+        pass
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -96,3 +98,34 @@ def read_metric_steps(run_dir: Path, cell: dict) -> list[int]:
     if not path.exists():
         return []
     return [json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip()]
+
+
+def read_pid_file(pid_file: Path) -> list[tuple[int, int]]:
+    """(pid, start time) of every process a stand-in recorded."""
+    pairs = []
+    for line in pid_file.read_text().splitlines():
+        pid, start = line.split()
+        pairs.append((int(pid), int(start)))
+    return pairs
+
+
+def alive_processes(pid_file: Path) -> list[int]:
+    """Recorded processes still running with their recorded start time (a reused pid does not count)."""
+    from scripts.benchmark.runner.process import is_alive
+
+    return [pid for pid, start in read_pid_file(pid_file) if is_alive(pid, start)]
+
+
+@contextlib.contextmanager
+def no_stray_processes(pid_file: Path) -> Iterator[None]:
+    """Whatever a test asserts, no recorded stand-in process outlives it (SIGKILL by pid and start time)."""
+    try:
+        yield
+    finally:
+        import signal
+
+        from scripts.benchmark.runner.process import signal_exact
+
+        if pid_file.exists():
+            for pid, start in read_pid_file(pid_file):
+                signal_exact(pid, start, signal.SIGKILL)

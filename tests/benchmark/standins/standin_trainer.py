@@ -7,8 +7,13 @@
   train rank its rollout data, train/step series and timers, each a
   `{"timestamp", "source", "type": "metric", "metrics": {...}}` line.
 - Faults on demand: `--crash-after K` (exit 1 after K steps), `--stall-after K` (stay alive, no more steps),
-  `--ignore-sigterm`, `--spawn-children N` (children that ignore SIGTERM; one more escapes with setsid + double fork);
-  every pid it creates goes to `--pid-file`. `--print-env` prints the environment (secret redaction test).
+  `--ignore-sigterm`, `--spawn-children N` (children that ignore SIGTERM; one more escapes with setsid + double fork),
+  `--fork-workers` (a supervisor that ignores SIGTERM and forks a new worker every few milliseconds, some escaping
+  with setsid, for as long as it lives), `--restart-after K --restart-from J` (after step K the trainer "restarts"
+  and runs steps J.. again with other values: VERL's FileLogger truncates its file, Miles's event logger appends);
+  every process it creates goes to `--pid-file` as "pid start_time". `--print-env` prints the environment (secret
+  redaction test); STANDIN_LOG_BYTES in the environment adds that many bytes of output per step (full-disk test),
+  STANDIN_STEP_S overrides --step-s (a slow first attempt, a fast rerun).
   `--sigterm-file FILE`: on SIGTERM, append "SIGTERM <pid> <unix time>" to FILE and exit 143 (who stopped it, when).
 """
 
@@ -37,10 +42,33 @@ def _write_on_sigterm(path: Path) -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+def _start_time(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rfind(")") + 2 :].split()[19])
+
+
 def _record_pid(pid_file: Path | None, pid: int) -> None:
     if pid_file is not None:
         with open(pid_file, "a") as f:
-            f.write(f"{pid}\n")
+            f.write(f"{pid} {_start_time(pid)}\n")
+
+
+def _fork_workers(pid_file: Path | None, limit: int = 400) -> None:
+    """A supervisor process that keeps forking workers (every 5 ms, every other one in its own session)."""
+    if os.fork() != 0:
+        return
+    _ignore_sigterm()
+    _record_pid(pid_file, os.getpid())
+    for index in range(limit):
+        worker = os.fork()
+        if worker == 0:
+            if index % 2:
+                os.setsid()
+            _ignore_sigterm()
+            _sleep_forever()
+        _record_pid(pid_file, worker)
+        time.sleep(0.005)
+    _sleep_forever()
 
 
 def _sleep_forever() -> None:
@@ -73,6 +101,16 @@ def _spawn_children(count: int, pid_file: Path | None) -> None:
     os.close(read_fd)
     os.waitpid(middle, 0)
     _record_pid(pid_file, escaped)
+
+
+def _say(text: str) -> None:
+    """A line of output; when the reader of stdout is gone (a SIGKILLed harness) training goes on, as a real
+    trainer's does when its log pipe closes."""
+    try:
+        print(text, flush=True)
+    except (BrokenPipeError, OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
 
 
 def _write_line(path: Path, obj: dict) -> None:
@@ -184,6 +222,9 @@ def main() -> None:
     parser.add_argument("--pid-file", type=Path, default=None)
     parser.add_argument("--print-env", action="store_true")
     parser.add_argument("--sigterm-file", type=Path, default=None)
+    parser.add_argument("--fork-workers", action="store_true")
+    parser.add_argument("--restart-after", type=int, default=None)
+    parser.add_argument("--restart-from", type=int, default=None)
     args = parser.parse_args()
 
     _record_pid(args.pid_file, os.getpid())
@@ -193,6 +234,8 @@ def main() -> None:
         _ignore_sigterm()
     if args.spawn_children:
         _spawn_children(args.spawn_children, args.pid_file)
+    if args.fork_workers:
+        _fork_workers(args.pid_file)
     if args.print_env:
         for name, value in sorted(os.environ.items()):
             print(f"{name}={value}", flush=True)
@@ -205,22 +248,34 @@ def main() -> None:
         _write_line(args.sink, {"step": 0, "data": {"val-core/math/acc/mean@1": 0.1}})
     else:
         args.sink.mkdir(parents=True, exist_ok=True)
-    for step in range(1, args.steps + 1):
+    schedule = [(step, 1.0) for step in range(1, args.steps + 1)]
+    if args.restart_after is not None:
+        first = [(step, 1.0) for step in range(1, args.restart_after + 1)]
+        schedule = first + [(step, 1.5) for step in range(args.restart_from, args.steps + 1)]
+    extra_output = "x" * int(os.environ.get("STANDIN_LOG_BYTES", "0"))
+    for index, (step, scale) in enumerate(schedule):
         if args.stall_after is not None and step > args.stall_after:
-            print(f"standin stalls after step {args.stall_after}", flush=True)
+            _say(f"standin stalls after step {args.stall_after}")
             _sleep_forever()
-        step_s = args.step_s * rng.uniform(0.9, 1.1)
+        if index and step <= schedule[index - 1][0]:
+            _say(f"standin restarts at step {step}")
+            time.sleep(1.0)  # a restart takes a while: the runner sees the last step before it
+            if args.format == "verl-file-logger":
+                args.sink.write_bytes(b"")  # a restarted FileLogger truncates its file
+        if extra_output:
+            _say(extra_output)
+        step_s = float(os.environ.get("STANDIN_STEP_S", args.step_s)) * scale * rng.uniform(0.9, 1.1)
         time.sleep(step_s)
         if args.format == "verl-file-logger":
             _write_line(args.sink, _verl_step(step, step_s, rng))
         else:
             for identity, metrics in _miles_rollout_calls(step - 1, step_s, rng):  # Miles counts rollouts from 0
                 _write_line(args.sink / _process_file(identity), _event(identity, metrics))
-        print(f"standin step {step}/{args.steps} {step_s:.3f} s", flush=True)
+        _say(f"standin step {step}/{args.steps} {step_s:.3f} s")
         if args.crash_after is not None and step >= args.crash_after:
             print("Traceback (most recent call last):\nRuntimeError: standin crash on demand", file=sys.stderr)
             sys.exit(1)
-    print("standin done", flush=True)
+    _say("standin done")
 
 
 if __name__ == "__main__":

@@ -12,9 +12,11 @@ None (`miles_shift:no_next_step`). Token counts come from per-step means and tot
 from __future__ import annotations
 
 import ast
+import json
 import math
 import re
 from collections.abc import Iterable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ from scripts.benchmark.frameworks.native_events import (
     NativeEvent,
     NativeStep,
     SinkIssue,
+    files_in_time_order,
     metric_value,
     read_json_lines,
     reconcile_samples,
@@ -77,15 +80,59 @@ def _literal_dict(text: str) -> dict[str, Any]:
 
 
 def miles_events(paths: Iterable[Path], issues: list[SinkIssue]) -> list[NativeEvent]:
+    """Files oldest first (first event timestamp, else modification time); a process restart is marked on the
+    first metric event of each process after an initial weight sync (see `_mark_new_processes`)."""
     events: list[NativeEvent] = []
-    for file_index, path in enumerate(paths):
+    initial_syncs: list[float] = []
+    for file_index, path in enumerate(files_in_time_order(list(paths), first_time=_first_event_time)):
         head = path.read_text(encoding="utf-8", errors="replace").lstrip()[:1]
         offset = file_index * FILE_ORDER_STRIDE
         if head == "{":
-            events.extend(_miles_jsonl_events(path, issues, offset))
+            events.extend(_miles_jsonl_events(path, issues, offset, initial_syncs))
         else:
             events.extend(_miles_stdout_events(path, issues, offset))
+    _mark_new_processes(events, initial_syncs)
     return events
+
+
+def _event_time(obj: Any) -> float | None:
+    """An event's `timestamp` (pydantic's ISO-8601, `Z` or an offset) as seconds since the epoch."""
+    stamp = obj.get("timestamp") if isinstance(obj, dict) else None
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _first_event_time(path: Path) -> float | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.strip():
+                    try:
+                        return _event_time(json.loads(line))
+                    except json.JSONDecodeError:
+                        return None
+    except OSError:
+        return None
+    return None
+
+
+def _mark_new_processes(events: list[NativeEvent], initial_syncs: list[float]) -> None:
+    """Miles logs an `inference_engine_weight_checksum` event with rollout_id null for the initial weight sync a
+    new process does before its first rollout. After a resume with --load at rollout r, that first record (r)
+    carries the new process's initial sync in its train_wait, not the update that followed training r-1."""
+    by_source: dict[str, list[NativeEvent]] = {}
+    for event in events:
+        if event.time is not None:
+            by_source.setdefault(event.source, []).append(event)
+    for sync_time in initial_syncs:
+        for source_events in by_source.values():
+            after = [e for e in source_events if e.time > sync_time]
+            if after:
+                min(after, key=lambda e: (e.time, e.order)).new_process = True
 
 
 def _process_name(identity: Any) -> str | None:
@@ -97,7 +144,9 @@ def _process_name(identity: Any) -> str | None:
     return str(identity["component"])
 
 
-def _miles_jsonl_events(path: Path, issues: list[SinkIssue], offset: int) -> list[NativeEvent]:
+def _miles_jsonl_events(
+    path: Path, issues: list[SinkIssue], offset: int, initial_syncs: list[float]
+) -> list[NativeEvent]:
     """An event-log file (one process).
 
     The process is the event's `source` identity (else the file name), so a process whose events are
@@ -113,12 +162,17 @@ def _miles_jsonl_events(path: Path, issues: list[SinkIssue], offset: int) -> lis
     for line, obj in lines:
         if not isinstance(obj, dict):
             raise ValueError(f"{path}:{line}: expected a JSON object per line")
+        if obj.get("type") == "inference_engine_weight_checksum" and obj.get("rollout_id") is None:
+            if (sync_time := _event_time(obj)) is not None:
+                initial_syncs.append(sync_time)
         if obj.get("type") != "metric":
             continue
         metrics = obj.get("metrics") or {}
         step = metrics.get(MILES_STEP_KEY)
         if isinstance(step, (int, float)) and not isinstance(step, bool):
-            events.append(NativeEvent(source=source, order=offset + line, step=int(step), metrics=metrics))
+            events.append(
+                NativeEvent(source=source, order=offset + line, step=int(step), metrics=metrics, time=_event_time(obj))
+            )
     return events
 
 
@@ -162,6 +216,35 @@ def _miles_tokens(metrics: dict[str, Any], flags: list[str], ctx: RunContext) ->
     return samples, {"prompt": round(total) - response, "response": response}
 
 
+REFUSED_FLAGS: dict[str, str] = {
+    "--wandb-always-use-train-step": "it puts Miles's rollout/step on the optimizer-step axis "
+    "(rollout_id x rollout_batch_size x n_samples_per_prompt // global_batch_size), which breaks the step shift",
+}
+"""Miles flags the readers cannot measure under; a plan's Miles cell carrying one is refused before it runs."""
+
+
+def find_refused_flags(argv: Iterable[str]) -> list[str]:
+    return [
+        f"{word.split('=')[0]}: {REFUSED_FLAGS[word.split('=')[0]]}"
+        for word in argv
+        if word.split("=")[0] in REFUSED_FLAGS
+    ]
+
+
+def _check_rollout_axis(steps: dict[int, NativeStep]) -> None:
+    """rollout/step advancing by k > 1 per rollout is --wandb-always-use-train-step: refuse rather than mis-shift."""
+    ids = sorted(steps)
+    if len(ids) < 2:
+        return
+    stride = math.gcd(*(b - a for a, b in zip(ids[:-1], ids[1:], strict=True)))
+    if stride > 1 and ids[0] % stride == 0:
+        shown = ", ".join(str(i) for i in ids[:4])
+        raise ValueError(
+            f"Miles rollout/step advances by {stride} per rollout ({shown}, ...): the job ran with "
+            f"--wandb-always-use-train-step; {REFUSED_FLAGS['--wandb-always-use-train-step']}; rerun without it"
+        )
+
+
 def normalize_miles_steps(steps: dict[int, NativeStep], ctx: RunContext) -> list[StepRecord]:
     """Rollout k -> schema step k+1 (VERL counts from 1), with the work done after training k moved into it.
 
@@ -171,6 +254,7 @@ def normalize_miles_steps(steps: dict[int, NativeStep], ctx: RunContext) -> list
     where carried = update_weights + sleep + save_model. Rollout 0's carried work is the initial weight sync and
     offload, which VERL also leaves out of its steps.
     """
+    _check_rollout_axis(steps)
     records = []
     for rollout_id in sorted(steps):
         native, following = steps[rollout_id], steps.get(rollout_id + 1)
@@ -185,6 +269,8 @@ def normalize_miles_steps(steps: dict[int, NativeStep], ctx: RunContext) -> list
         step_time = weight_sync = None
         if following is None or "perf/train_wait_time" not in following.metrics:
             flags.append("miles_shift:no_next_step")
+        elif following.new_process:  # its train_wait holds a restarted process's initial sync, not our update
+            flags.append("miles_shift:next_step_restarted")
         else:
             weight_sync = metric_value(following.metrics, "perf/update_weights_time", flags, required=True)
             if train_wait is not None and train_block is not None:

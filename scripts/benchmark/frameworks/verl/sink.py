@@ -17,6 +17,7 @@ from scripts.benchmark.frameworks.native_events import (
     NativeEvent,
     NativeStep,
     SinkIssue,
+    files_in_time_order,
     metric_value,
     read_json_lines,
     reconcile_samples,
@@ -45,17 +46,30 @@ COMPLETE_ANCHORS: tuple[str, ...] = (VERL_STEP_TIME_KEY,)
 
 
 def verl_events(paths: Iterable[Path], issues: list[SinkIssue]) -> list[NativeEvent]:
-    """All files are one driver process (FileLogger truncates on start, so a restart gives a new file)."""
+    """All files are one driver process (FileLogger truncates on start, so a restart gives a new file). Lines carry
+    no time: the files are taken oldest first by modification time. A JSON line that is not a FileLogger line
+    (something else writing into the file) is skipped and flagged; a file with no FileLogger line at all is refused."""
     events: list[NativeEvent] = []
-    for file_index, path in enumerate(paths):
+    for file_index, path in enumerate(files_in_time_order(list(paths))):
         offset = file_index * FILE_ORDER_STRIDE
-        for line, obj in read_json_lines(path, "verl-driver", issues, offset=offset):
+        foreign: list[int] = []
+        lines = read_json_lines(path, "verl-driver", issues, offset=offset)
+        for line, obj in lines:
             if not (isinstance(obj, dict) and isinstance(obj.get("data"), dict) and isinstance(obj.get("step"), int)):
-                raise ValueError(f"{path}:{line}: not a VERL FileLogger line (expected {{'step': int, 'data': {{}}}})")
+                foreign.append(line)
+                continue
             data = obj["data"]
             if all(k.startswith("val-") or k == "timing_s/testing" for k in data):
                 continue  # validation-only line (step 0 before training, or a final validation)
             events.append(NativeEvent(source="verl-driver", order=offset + line, step=obj["step"], metrics=data))
+        if foreign and len(foreign) == len(lines):
+            raise ValueError(
+                f"{path}:{foreign[0]}: not a VERL FileLogger line (expected {{'step': int, 'data': {{}}}})"
+            )
+        issues.extend(
+            SinkIssue(source="verl-driver", order=offset + line, flag=f"foreign_line:{path.name}:{line}")
+            for line in foreign
+        )
     return events
 
 

@@ -1,0 +1,94 @@
+# doc-dev: docs/benchmark.md
+"""What a killed harness left running: found from the manifest's per-cell process records, stopped before --resume.
+
+- `find_leftovers(record)`: the live processes of one recorded cell, pid -> start time. A process belongs to it when
+  its (pid, start time) was recorded; or it is in the recorded process group or session, started no earlier than the
+  recorded leader, and the leader's pid is not now held by another process; or it descends (by parent pid) from
+  one of those. Never by name. Nothing is found on another host or after a reboot (start times do not compare).
+- `stop_leftovers(manifest, grace_s)`: for every cell with a process record (a cell the dead harness was running)
+  or earlier survivors, `stop_until_gone` on what `find_leftovers` finds (SIGTERM, grace, SIGKILL, rescans); the
+  record is cleared when nothing is left, else the survivors are recorded on the cell and in `warnings`.
+- `alive_survivors(cell)`: the recorded survivors still running (a cell with any is not rerun: a late writer could
+  write into the new attempt's sink).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+
+from scripts.benchmark.contracts.manifest import CellProcesses, CellRun, Manifest, ProcessRecord
+from scripts.benchmark.runner.process import ProcInfo, boot_id, is_alive, read_proc_table, stop_until_gone
+
+
+def _same_boot(record: CellProcesses) -> bool:
+    return record.host == socket.gethostname() and (record.boot_id is None or record.boot_id == boot_id())
+
+
+def find_leftovers(record: CellProcesses, table: dict[int, ProcInfo] | None = None) -> dict[int, int]:
+    """Live processes of the recorded cell, pid -> start time (see the module docstring)."""
+    if not _same_boot(record):
+        return {}
+    table = read_proc_table() if table is None else table
+    live = {pid: info for pid, info in table.items() if info.state != "Z"}
+    found = {
+        p.pid: p.start_time
+        for p in (record.leader, *record.members)
+        if p.pid in live and live[p.pid].start_time == p.start_time
+    }
+    leader_now = live.get(record.leader.pid)
+    if leader_now is None or leader_now.start_time == record.leader.start_time:
+        for pid, info in live.items():
+            if (info.pgid == record.pgid or info.sid == record.sid) and info.start_time >= record.leader.start_time:
+                found[pid] = info.start_time
+    grew = True
+    while grew:
+        children = {
+            pid: info.start_time
+            for pid, info in live.items()
+            if info.ppid in found and pid not in found and info.start_time >= found[info.ppid]
+        }
+        grew = bool(children)
+        found.update(children)
+    found.pop(os.getpid(), None)
+    return found
+
+
+def alive_survivors(cell: CellRun) -> list[ProcessRecord]:
+    return [p for p in cell.survivors if is_alive(p.pid, p.start_time)]
+
+
+def _stop_cell_leftovers(cell: CellRun, grace_s: float) -> dict[int, int]:
+    records = [cell.processes] if cell.processes is not None else []
+    earlier = {p.pid: p.start_time for p in alive_survivors(cell)}
+
+    def scan() -> dict[int, int]:
+        found = {pid: start for pid, start in earlier.items() if is_alive(pid, start)}
+        for record in records:
+            found.update(find_leftovers(record))
+        return found
+
+    _, survivors = stop_until_gone(scan, grace_s=grace_s)
+    return survivors
+
+
+def stop_leftovers(manifest: Manifest, grace_s: float, say: Callable[[str], None] = print) -> int:
+    """Stop every recorded process of the run that is still alive; returns how many were found."""
+    found_total = 0
+    for cell in manifest.cells:
+        if cell.processes is None and not cell.survivors:
+            continue
+        label = f"{cell.id} rep {cell.repeat}"
+        found = dict(find_leftovers(cell.processes)) if cell.processes is not None else {}
+        found.update({p.pid: p.start_time for p in alive_survivors(cell)})
+        if found:
+            found_total += len(found)
+            say(f"{label}: stopping {len(found)} process(es) left by the previous harness: pids {sorted(found)}")
+        survivors = _stop_cell_leftovers(cell, grace_s) if found else {}
+        cell.processes = None
+        cell.survivors = [ProcessRecord(pid=p, start_time=t) for p, t in sorted(survivors.items())]
+        if survivors:
+            manifest.warnings.append(f"{label}: pids {sorted(survivors)} of the previous attempt survived SIGKILL")
+    manifest.save()
+    return found_total
