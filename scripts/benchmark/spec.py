@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from scripts.benchmark.spec_learning import LearningSpec
 from scripts.benchmark.model_config import (  # noqa: F401  (re-exported: the spec's public names)
     BACKENDS,
     MODEL_CONFIGS_DIR,
@@ -254,6 +255,7 @@ class BenchmarkSpec(_Frozen):
     placement: PlacementSpec = PlacementSpec()
     run: RunSpec
     tracking: TrackingSpec = TrackingSpec()
+    learning: LearningSpec = LearningSpec()
 
     def train_gpus(self, layout: Layout | None = None) -> int:
         if (layout or self.placement.layout) == "disaggregated":
@@ -455,7 +457,8 @@ def spec_json(spec: BenchmarkSpec) -> dict[str, Any]:
 
 
 def spec_hash(spec: BenchmarkSpec) -> str:
-    canonical = json.dumps(spec_json(spec), sort_keys=True, separators=(",", ":"))
+    judged_by = {k: v for k, v in spec_json(spec).items() if k != "learning"}  # how it is judged, not what runs
+    canonical = json.dumps(judged_by, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
