@@ -37,6 +37,7 @@ from scripts.benchmark.analysis.compare import (
     compare_sides,
     refusal_reason,
 )
+from scripts.benchmark.analysis.learning import analyse_learning
 from scripts.benchmark.analysis.run_folder import (
     REPORT_METRICS,
     RESPONSE_LENGTH_RAW_KEYS,
@@ -402,4 +403,5 @@ def analyse_run_folder(
         "attribution": attribution,
         "calibration": calibration,
         "parity": folder.parity,
+        "learning": analyse_learning(folder.cells, cells, folder.plan, seed=seed),
     }

@@ -11,6 +11,7 @@ from typing import Any
 
 from scripts.benchmark.analysis.document import parity_tables
 from scripts.benchmark.analysis.run_folder import REPORT_METRICS
+from scripts.benchmark.report.learning import learning_blocks, learning_warning, with_learning_warning
 from scripts.benchmark.report.render import Bullets, Code, Details, Heading, Image, Paragraph, Table, render_markdown
 
 
@@ -89,7 +90,10 @@ def _pair_verdict(doc: dict[str, Any], backend: str, layout: str) -> str:
 def _verdict_blocks(doc: dict[str, Any]) -> list[Any]:
     items = []
     pairs = sorted({(c["backend"], c["layout"]) for c in doc["comparisons"]})
-    items += [_pair_verdict(doc, backend, layout) for backend, layout in pairs]
+    items += [
+        with_learning_warning(_pair_verdict(doc, backend, layout), learning_warning(doc, backend, layout))
+        for backend, layout in pairs
+    ]
     items += [f"**{r['backend']} / {r['layout']}**: comparison refused: {r['reason']}." for r in doc["refused"]]
     unsteady = [c["id"] for c in doc["cells"] if not c["steady_state"]["reached"]]
     if unsteady:
@@ -379,6 +383,7 @@ def build_blocks(doc: dict[str, Any], images: dict[str, str], *, environment_jso
     blocks: list[Any] = [Heading(1, "Miles vs VERL throughput report"), Paragraph(header)]
     blocks += _verdict_blocks(doc)
     blocks += _comparison_blocks(doc)
+    blocks += learning_blocks(doc, images)
     blocks += _cell_blocks(doc)
     blocks += _steady_blocks(doc)
     blocks += _calibration_blocks(doc)
