@@ -30,7 +30,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from scripts.benchmark.spec_learning import LearningSpec
 from scripts.benchmark.model_config import (  # noqa: F401  (re-exported: the spec's public names)
     BACKENDS,
     MODEL_CONFIGS_DIR,
@@ -42,6 +41,7 @@ from scripts.benchmark.model_config import (  # noqa: F401  (re-exported: the sp
     read_yaml_mapping,
     resolve_model_config,
 )
+from scripts.benchmark.spec_learning import LearningSpec
 
 Backend = Literal["fsdp", "megatron"]
 Layout = Literal["colocate", "disaggregated"]

@@ -28,6 +28,8 @@ from scripts.benchmark.spec_learning import LearningSpec
 
 MIN_PAIRED_STEPS = 6
 DEFAULT_REPS = 2000
+MIN_GENERATE_GAP = 0.02
+"""Below this generate-time gap (2%) the share longer responses explain is noise over noise: not computed."""
 EQUIVALENT, DIFFERENT, INCONCLUSIVE, NOT_JUDGED = "equivalent", "different", "inconclusive", "not judged"
 
 
@@ -178,7 +180,7 @@ def length_explains(miles: Cell, verl: Cell, from_step: int) -> dict[str, float 
     generate = ratio(lambda r: metric_value(r, "phases_s.generate"))
     length = ratio(lambda r: r.learning.get("response_length_mean"))
     share = None
-    if generate is not None and length is not None and abs(math.log(generate)) > 1e-9:
+    if generate is not None and length is not None and abs(math.log(generate)) >= math.log1p(MIN_GENERATE_GAP):
         share = math.log(length) / math.log(generate)
     return {"generate_ratio": generate, "length_ratio": length, "per_token_ratio": ratio(per_token), "share": share}
 

@@ -104,7 +104,9 @@ def length_sentence(explains: dict[str, float | None]) -> str:
         f"response token Miles/VERL {_number(per_token)}."
     )
     if explains.get("share") is not None:
-        text += f" Longer or shorter responses explain {explains['share'] * 100:.0f}% of the generate-time gap (log)."
+        text += f" The response-length gap explains {explains['share'] * 100:.0f}% of the generate-time gap (log)."
+    else:
+        text += " The generate-time gap is under 2%: no share to attribute."
     return text
 
 
