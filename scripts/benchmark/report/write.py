@@ -48,6 +48,7 @@ def analyse_and_write(
 ) -> tuple[dict[str, Any], dict[str, Path]]:
     """Analyse a run folder and write the report; returns the report document and the written files."""
     from scripts.benchmark.analysis.document import analyse_run_folder
+
     from scripts.benchmark.calibration.results import roofline_spread
 
     measured_peak, roofline, sync_floor = calibration_readers() if calibration else (None, None, None)
