@@ -19,9 +19,13 @@ from miles.utils.bench_metrics import LEARNING_SIGNALS, RunContext, StepRecord, 
 from scripts.benchmark.analysis.learning import DIFFERENT, EQUIVALENT, INCONCLUSIVE, equivalence_test
 from scripts.benchmark.frameworks.learning_signals import VERL_CLIP_RATIO_KEY, VERL_LEARNING_KEYS, VERL_LENGTH_MAX_KEY
 from scripts.benchmark.frameworks.sinks import build_step_records
+from scripts.benchmark.history.report_input import read_report_runs
 from scripts.benchmark.report.learning import learning_warning
 from scripts.benchmark.report.write import analyse_and_write
+from tests.benchmark.history_fixtures import write_report as write_history_report
 from tests.benchmark.synthetic_runs import SyntheticCell, write_run_folder
+from tests.benchmark.test_history import _check as check_history
+from tests.benchmark.test_history import _record as record_history
 from tests.benchmark.test_miles_reader import TRAIN_RANK, miles_log_calls, stdout_text, write_event_log
 from tests.benchmark.test_verl_reader import load_file_logger_class, verl_step_metrics
 
@@ -283,3 +287,35 @@ class TestEquivalenceTest:
     def test_too_few_paired_steps_is_inconclusive(self):
         result = equivalence_test(np.zeros(4), 0.05, alpha=0.05, family=1, reps=100, seed=0)
         assert result["verdict"] == INCONCLUSIVE and "4 paired steps" in result["why"]
+
+
+def report_with_learning(run_dir: Path, *, seed: int, reward: float) -> Path:
+    """A history report (history_fixtures) whose cell carries the learning values `run.py report` writes."""
+    path = write_history_report(run_dir, seed=seed, generated_at=f"2026-11-{1 + seed:02d}T00:00:00+00:00")
+    report = json.loads(path.read_text())
+    rng = np.random.default_rng(seed)
+    values = {"reward_mean": reward, "response_length_mean": 3000.0 * (1 + rng.normal(0, 0.01)), "policy_loss": 0.5}
+    report["cells"][0]["learning"] = {
+        name: {"value": value, "repeat_values": [value, value], "unit": LEARNING_SIGNALS[name].unit}
+        for name, value in values.items()
+    }
+    path.write_text(json.dumps(report))
+    return run_dir
+
+
+class TestLearningHistory:
+    def test_signals_are_stored_and_a_change_beyond_the_margin_is_reported_as_learning(self, tmp_path):
+        store_url = f"sqlite:///{tmp_path / 'history.db'}"
+        for i in range(5):
+            record_history(store_url, report_with_learning(tmp_path / f"n{i}", seed=i, reward=0.40), commit=f"c{i}")
+        runs = read_report_runs(tmp_path / "n0")
+        stored = {v.metric: v.value for v in runs[0].values}
+        assert stored["learning.reward_mean"] == 0.40 and stored["learning.entropy"] is None
+        same_code, same_text, _ = check_history(
+            store_url, report_with_learning(tmp_path / "a", seed=9, reward=0.41), tmp_path
+        )
+        code, text, _ = check_history(store_url, report_with_learning(tmp_path / "b", seed=9, reward=0.55), tmp_path)
+        assert "learning changed" not in same_text
+        assert "learning changed: `miles-fsdp-colocate` reward_mean 0.4 -> 0.55 (+0.15, margin ±0.05)" in text
+        assert "policy_loss" not in text  # no margin: never a change
+        assert code == same_code  # a learning change is reported, not gated as speed

@@ -192,13 +192,34 @@ def _from_step(entries: list[dict[str, Any]], settings: LearningSpec, steps: lis
     return max(starts) if starts else min(steps, default=0)
 
 
+def cell_learning(cell: Cell, from_step: int) -> dict[str, dict[str, Any]]:
+    """Per signal, the cell's steady-window value as the history stores it: the median over repeats of each
+    repeat's mean (one odd repeat cannot move it), with the repeat means."""
+    out = {}
+    for name, spec in LEARNING_SIGNALS.items():
+        repeat_means = []
+        for repeat in cell.repeats:
+            values = [r.learning.get(name) for r in repeat.records if r.step >= from_step]
+            finite = [v for v in values if v is not None and math.isfinite(v)]
+            if finite:
+                repeat_means.append(float(np.mean(finite)))
+        value = float(np.median(repeat_means)) if repeat_means else None
+        out[name] = {"value": value, "repeat_values": repeat_means, "unit": spec.unit}
+    return out
+
+
 def analyse_learning(
     cells: list[Cell], entries: list[dict[str, Any]], plan: dict[str, Any] | None, *, seed: int = 0
 ) -> list[dict[str, Any]]:
-    """One entry per Miles/VERL pair: window, per-signal rows, trajectories, and the length share of the gap."""
+    """One entry per Miles/VERL pair: window, per-signal rows, trajectories, and the length share of the gap.
+
+    Also sets each cell entry's `learning`: its per-signal values over its own steady window (`cell_learning`)."""
     settings = learning_settings(plan)
     by_key = {(c.framework, c.backend, c.layout): c for c in cells}
     entry_by_id = {e["id"]: e for e in entries}
+    for cell in cells:
+        entry = entry_by_id[cell.id]
+        entry["learning"] = cell_learning(cell, settings.from_step or entry["steady_state"]["start_step"] or 0)
     out = []
     for backend, layout in sorted({(c.backend, c.layout) for c in cells}):
         miles, verl = by_key.get(("miles", backend, layout)), by_key.get(("verl", backend, layout))
