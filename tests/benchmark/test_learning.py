@@ -16,16 +16,26 @@ import numpy as np
 import pytest
 
 from miles.utils.bench_metrics import LEARNING_SIGNALS, RunContext, StepRecord, read_records, write_records
-from scripts.benchmark.analysis.learning import DIFFERENT, EQUIVALENT, INCONCLUSIVE, equivalence_test
+from scripts.benchmark.analysis.learning import (
+    DIFFERENT,
+    EQUIVALENT,
+    INCONCLUSIVE,
+    equivalence_test,
+    learning_settings,
+)
 from scripts.benchmark.frameworks.learning_signals import VERL_CLIP_RATIO_KEY, VERL_LEARNING_KEYS, VERL_LENGTH_MAX_KEY
 from scripts.benchmark.frameworks.sinks import build_step_records
 from scripts.benchmark.history.report_input import read_report_runs
+from scripts.benchmark.plan.build import PlanOptions, build_plan
 from scripts.benchmark.report.learning import learning_warning
 from scripts.benchmark.report.write import analyse_and_write
+from scripts.benchmark.runner.sink_follower import build_run_context
+from scripts.benchmark.spec import BenchmarkSpec, load_preset, spec_hash, spec_json
 from tests.benchmark.history_fixtures import write_report as write_history_report
 from tests.benchmark.synthetic_runs import SyntheticCell, write_run_folder
 from tests.benchmark.test_history import _check as check_history
 from tests.benchmark.test_history import _record as record_history
+from tests.benchmark.test_metrics_cli import run_cli
 from tests.benchmark.test_miles_reader import TRAIN_RANK, miles_log_calls, stdout_text, write_event_log
 from tests.benchmark.test_verl_reader import load_file_logger_class, verl_step_metrics
 
@@ -319,3 +329,43 @@ class TestLearningHistory:
         assert "learning changed: `miles-fsdp-colocate` reward_mean 0.4 -> 0.55 (+0.15, margin ±0.05)" in text
         assert "policy_loss" not in text  # no margin: never a change
         assert code == same_code  # a learning change is reported, not gated as speed
+
+
+class TestLearningSettings:
+    def test_the_spec_section_overrides_margins_and_stays_out_of_the_hash(self):
+        spec = load_preset("smoke")
+        raw = spec.model_dump()
+        raw["learning"] = {"margins": {"reward_mean": 0.1, "policy_loss": 0.02}, "from_step": 5}
+        custom = BenchmarkSpec.model_validate(raw)
+        assert spec_hash(custom) == spec_hash(spec)
+        settings = learning_settings({"spec": spec_json(custom)})
+        assert settings.margin("reward_mean") == 0.1 and settings.margin("entropy") == 0.10 and settings.from_step == 5
+
+    def test_an_unknown_signal_or_a_nonpositive_margin_is_named(self):
+        raw = load_preset("smoke").model_dump()
+        for margins, expected in (({"rewards": 0.1}, "unknown signal 'rewards'"), ({"grad_norm": 0}, "grad_norm")):
+            raw["learning"] = {"margins": margins}
+            with pytest.raises(ValueError, match=expected):
+                BenchmarkSpec.model_validate(raw)
+
+    def test_plan_cells_carry_what_the_readers_need_and_the_follower_passes_it_on(self):
+        spec = load_preset("smoke")
+        options = PlanOptions(backends=("fsdp",), layout="colocate", compare_verl=True, output_dir=Path("/out"))
+        for cell in build_plan(spec, "smoke", options).data["cells"]:
+            assert cell["optimizer_steps_per_step"] == spec.batch.optimizer_steps_per_step
+            assert cell["max_response_tokens"] == spec.lengths.max_response
+            ctx = build_run_context({"cell": cell})
+            assert (ctx.optimizer_steps_per_step, ctx.max_response_tokens) == (
+                spec.batch.optimizer_steps_per_step,
+                spec.lengths.max_response,
+            )
+
+    def test_ingest_takes_the_two_numbers_as_options(self, tmp_path):
+        folder = write_event_log(tmp_path / "events", miles_learning_calls(range(3)))
+        out = tmp_path / "metrics.jsonl"
+        result = run_cli(
+            "ingest", "--framework", "miles", "--model", "qwen3-4b", "--gpus", "8", "--optimizer-steps-per-step", "2",
+            "--max-response-tokens", "8192", str(folder), "-o", str(out),
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert read_records(out)[1].learning["grad_norm"] == 3.0  # train steps 2 and 3
