@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from scripts.benchmark.report.render import Heading, Image, Paragraph, Table
+from scripts.benchmark.report.render import Heading, Paragraph, Table
 
 LEARNING_PLOT_TITLE = "Learning signals over steps, Miles vs VERL, judged window shaded"
 PANEL_PX = (520, 220)
@@ -131,8 +131,10 @@ def learning_blocks(doc: dict[str, Any], images: dict[str, str]) -> list[Any]:
             blocks.append(Paragraph(warning))
         blocks.append(Table(header, [_signal_line(row) for row in pair["signals"]]))
         blocks.append(Paragraph(length_sentence(pair["length_explains"])))
-    if LEARNING_PLOT_TITLE in images:
-        blocks.append(Image(images[LEARNING_PLOT_TITLE], LEARNING_PLOT_TITLE))
+    if LEARNING_PLOT_TITLE in images:  # drawn once, under Plots, with the others
+        blocks.append(
+            Paragraph(f'Trajectories: "{LEARNING_PLOT_TITLE}" under Plots (`{images[LEARNING_PLOT_TITLE]}`).')
+        )
     return blocks
 
 
