@@ -1,9 +1,9 @@
 """Do both learn the same? Learning signals read from both frameworks' sinks, judged for equivalence, reported.
 
 The VERL side is written by the real FileLogger of the VERL 0.9.1 wheel with the key names its metric code
-produces (checked against the wheel's source below). VERL's metric functions themselves (compute_data_metrics,
-compute_policy_loss_vanilla, agg_loss) are not run here: `import verl` pulls in ray and tensordict (~250 MB), too
-heavy for CI; the values are generated instead. The Miles side is built call by call as test_miles_reader.py does,
+produces (checked against the wheel's source below), and read from two small sinks VERL's own metric functions
+wrote (fixtures/verl-metric-code). The metric functions are not run by the suite: `import verl` pulls in ray and
+tensordict (~250 MB), too heavy for CI. The Miles side is built call by call as test_miles_reader.py does,
 with the key names of Miles's log calls (docs/benchmark/metrics.md names the files that log them).
 """
 
@@ -114,6 +114,33 @@ class TestVerlLearning:
         old = json.loads(records[0].to_json())
         del old["learning"]
         assert StepRecord.from_json(json.dumps(old)).learning == {}
+
+
+VERL_METRIC_CODE_SINKS = Path(__file__).resolve().parent / "fixtures" / "verl-metric-code"
+
+
+class TestVerlMetricCodeOutput:
+    """Sinks whose learning keys VERL 0.9.1's own code computed on CPU (compute_data_metrics on a jagged batch padded
+    by to_padded_tensor() as the V1 trainer does, agg_loss, compute_policy_loss_vanilla per micro-batch, Metric and
+    reduce_metrics, FileLogger), from synthetic lengths, rewards and log-probs: 16 prompts x 4 samples, 4 steps.
+    Made once with the wheel, ray and tensordict importable; the suite reads the files (see the module docstring)."""
+
+    def read(self, name: str, cap: int) -> list[StepRecord]:
+        ctx = RunContext.build(arch=None, num_train_gpus=8, max_response_tokens=cap)
+        return build_step_records("verl", [VERL_METRIC_CODE_SINKS / name], ctx)
+
+    def test_every_signal_is_read_from_the_real_keys(self):
+        for record in self.read("uncapped-1024.jsonl", 1024):
+            for name, key in VERL_LEARNING_KEYS.items():
+                assert record.learning[name] == pytest.approx(record.raw[key]), name
+            assert not any(f.startswith("learning_") for f in record.flags)
+
+    def test_the_v1_batch_max_clip_ratio_is_corrected(self):
+        uncapped = self.read("uncapped-1024.jsonl", 1024)
+        assert all(r.raw[VERL_CLIP_RATIO_KEY] > 0 and r.raw[VERL_LENGTH_MAX_KEY] < 1024 for r in uncapped)
+        assert all(r.learning["truncation_fraction"] == 0.0 for r in uncapped)
+        capped = self.read("capped-256.jsonl", 256)
+        assert all(r.learning["truncation_fraction"] == r.raw[VERL_CLIP_RATIO_KEY] > 0.1 for r in capped)
 
 
 OPTIMIZER_STEPS = 2
