@@ -113,6 +113,8 @@ class StepRecord:
     """Machine-readable notes on this record, e.g. "nonfinite:perf/x", "mfu_unavailable:unknown device"."""
     raw: dict[str, Any] = field(default_factory=dict)
     """The framework's own metrics for this step, verbatim."""
+    learning: dict[str, float | None] = field(default_factory=dict)
+    """The step's learning signals (`LEARNING_SIGNALS`, normalised units); empty in records written before them."""
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:
@@ -210,6 +212,10 @@ class RunContext:
     """"override", "measured", "table:<key>", or "unavailable: <reason>" when peak_tflops is None."""
     samples_per_step: int | None = None
     """Samples per step from the spec, when known; used only when the sink does not give it."""
+    optimizer_steps_per_step: int | None = None
+    """Optimizer steps per RL step (spec); maps Miles's train-step signals to their rollout."""
+    max_response_tokens: int | None = None
+    """The response-length cap (spec); tells VERL's batch-max clip ratio from a true truncation fraction."""
 
     def __post_init__(self) -> None:
         for name in ("num_train_gpus", "num_rollout_gpus"):
@@ -229,6 +235,8 @@ class RunContext:
         peak_tflops: float | None = None,
         measured_peak_tflops: float | None = None,
         samples_per_step: int | None = None,
+        optimizer_steps_per_step: int | None = None,
+        max_response_tokens: int | None = None,
     ) -> RunContext:
         """Resolve the MFU peak: an explicit override wins, then a measured peak, then the device table."""
         if peak_tflops is not None:
@@ -249,6 +257,8 @@ class RunContext:
             peak_tflops=peak,
             peak_source=source,
             samples_per_step=samples_per_step,
+            optimizer_steps_per_step=optimizer_steps_per_step,
+            max_response_tokens=max_response_tokens,
         )
 
 
@@ -320,3 +330,84 @@ def derive_step_fields(record: StepRecord, ctx: RunContext, *, seq_lens: list[in
             "flags": list(dict.fromkeys(flags)),
         }
     )
+
+
+# Learning signals: what both frameworks learn per step, compared for equivalence (not for speed).
+
+
+@dataclass(frozen=True, kw_only=True)
+class LearningSignal:
+    """One learning signal of `StepRecord.learning`: its unit and its default equivalence margin.
+
+    margin_kind "absolute" compares miles - verl; "relative" compares log(miles / verl) against log(1 + margin);
+    margin None means the signal is plotted and tabled but never judged.
+    """
+
+    name: str
+    unit: str
+    margin_kind: Literal["absolute", "relative"]
+    margin: float | None
+    description: str
+
+
+LEARNING_SIGNALS: dict[str, LearningSignal] = {
+    s.name: s
+    for s in [
+        LearningSignal(
+            name="reward_mean",
+            unit="reward",
+            margin_kind="absolute",
+            margin=0.05,
+            description="mean raw reward-function score over the step's samples",
+        ),
+        LearningSignal(
+            name="response_length_mean",
+            unit="tokens",
+            margin_kind="relative",
+            margin=0.10,
+            description="mean response tokens per sample",
+        ),
+        LearningSignal(
+            name="truncation_fraction",
+            unit="fraction",
+            margin_kind="absolute",
+            margin=0.02,
+            description="share of samples cut at the response-length cap",
+        ),
+        LearningSignal(
+            name="entropy",
+            unit="nats/token",
+            margin_kind="relative",
+            margin=0.10,
+            description="policy entropy on the step's samples before the update",
+        ),
+        LearningSignal(
+            name="clip_fraction",
+            unit="fraction",
+            margin_kind="absolute",
+            margin=0.005,
+            description="share of response tokens where the PPO clip is active",
+        ),
+        LearningSignal(
+            name="approx_kl",
+            unit="nats/token",
+            margin_kind="absolute",
+            margin=0.001,
+            description="k1 estimate of KL(old policy || updated policy) during the update",
+        ),
+        LearningSignal(
+            name="grad_norm",
+            unit="L2",
+            margin_kind="relative",
+            margin=0.25,
+            description="gradient L2 norm before clipping, mean over the step's optimizer steps",
+        ),
+        LearningSignal(
+            name="policy_loss",
+            unit="loss",
+            margin_kind="absolute",
+            margin=None,
+            description="policy-gradient loss (minus the clipped surrogate), mean over optimizer steps",
+        ),
+    ]
+}

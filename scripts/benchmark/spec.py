@@ -43,6 +43,7 @@ from scripts.benchmark.model_config import (  # noqa: F401  (re-exported: the sp
     read_yaml_mapping,
     resolve_model_config,
 )
+from scripts.benchmark.spec_learning import LearningSpec
 
 Backend = Literal["fsdp", "megatron"]
 Layout = Literal["colocate", "disaggregated"]
@@ -257,6 +258,7 @@ class BenchmarkSpec(_Frozen):
     run: RunSpec
     tracking: TrackingSpec = TrackingSpec()
     report: ReportSpec = ReportSpec()
+    learning: LearningSpec = LearningSpec()
 
     def train_gpus(self, layout: Layout | None = None) -> int:
         if (layout or self.placement.layout) == "disaggregated":
@@ -458,8 +460,9 @@ def spec_json(spec: BenchmarkSpec) -> dict[str, Any]:
 
 
 def spec_hash(spec: BenchmarkSpec) -> str:
-    """How the report reads results (`report`) does not change what is measured, so it stays out of the hash."""
-    measured = {k: v for k, v in spec_json(spec).items() if k != "report"}
+    """How the report reads results (`report`) and how learning is judged (`learning`) do not change what is
+    measured, so they stay out of the hash."""
+    measured = {k: v for k, v in spec_json(spec).items() if k not in ("report", "learning")}
     canonical = json.dumps(measured, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 

@@ -137,9 +137,12 @@ def test_regression_check_speaks_the_same_words():
 
 
 def test_learning_signal_warning_shows_in_the_card(gap_runs, tmp_path):
-    """The hook for the learning-signal guard: a warning in the document reaches the card in both renderings."""
+    """The learning-signal guard's word on a pair reaches its card in both renderings."""
     _, doc = gap_runs["half"]
-    warned = {**doc, "learning_signal": [{"backend": "fsdp", "layout": "colocate", "warning": "reward flat"}]}
-    assert "**Warning**: reward flat" in headline_markdown(warned)
-    assert '<p class="warn">Warning: reward flat</p>' in render_html(headline_blocks(warned), tmp_path)
-    assert "Warning" not in render_blocks(headline_blocks(doc))
+    differs = {"backend": "fsdp", "layout": "colocate", "available": True}
+    differs["signals"] = [{"signal": "reward_mean", "verdict": "different"}]
+    equal = {**differs, "signals": [{"signal": "reward_mean", "verdict": "equivalent"}]}
+    warned, fine = {**doc, "learning": [differs]}, {**doc, "learning": [equal]}
+    assert "**Warning: learning differs** (reward_mean)" in headline_markdown(warned)
+    assert "Warning: learning differs" in render_html(headline_blocks(warned), tmp_path)
+    assert "Warning" not in render_blocks(headline_blocks(fine)) and "learning" not in headline_markdown(fine)

@@ -33,6 +33,7 @@ import numpy as np
 
 from miles.utils.bench_metrics import PHASES
 from scripts.benchmark.analysis.compare import SideSamples, compare_sides, refusal_reason
+from scripts.benchmark.analysis.learning import analyse_learning
 from scripts.benchmark.analysis.run_folder import (
     REPORT_METRICS,
     RESPONSE_LENGTH_EXTREMES,
@@ -428,6 +429,7 @@ def analyse_run_folder(
         "attribution": attribution,
         "calibration": calibration,
         "parity": folder.parity,
+        "learning": analyse_learning(folder.cells, cells, folder.plan, seed=settings.seed),
     }
 
 

@@ -132,7 +132,7 @@ def read_step_columns(path: Path, raw_keys: dict[str, tuple[str, ...]]) -> StepC
         col[name] = _column([r.get(name) for r in rows])
     for name in ("rollout_tokens_per_gpu_s", "wait_ratio", "samples"):
         col[name] = _column([r.get(name) for r in rows])
-    for section, prefix in (("phases_s", "phases_s."), ("tokens", "tokens.")):
+    for section, prefix in (("phases_s", "phases_s."), ("tokens", "tokens."), ("learning", "learning.")):
         dicts = [r.get(section) or {} for r in rows]
         for key in sorted({k for d in dicts for k in d}):
             col[prefix + key] = _column([d.get(key) for d in dicts])

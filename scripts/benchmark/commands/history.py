@@ -55,12 +55,14 @@ def check_impl(run_dir: Path, store_url: str, settings: CheckSettings, output: P
     """Judge run_dir, write the markdown verdict (and check.json) and return the exit code."""
     from scripts.benchmark.history.check import exit_code, render_markdown
     from scripts.benchmark.history.gate import check_runs
+    from scripts.benchmark.history.learning_check import learning_changes
     from scripts.benchmark.history.report_input import read_report_runs
     from scripts.benchmark.history.store import HistoryStore
 
     runs = read_report_runs(run_dir)
     with HistoryStore(store_url) as store:
         checks, notes = check_runs(store, runs, settings)
+        notes += learning_changes(store, runs, window=settings.window)
     markdown = render_markdown(checks, title="Performance check", notes=notes)
     output = output or Path(run_dir) / "check.md"
     output.parent.mkdir(parents=True, exist_ok=True)

@@ -95,6 +95,8 @@ def ingest_impl(
     device: str | None,
     peak_tflops: float | None,
     samples_per_step: int | None,
+    optimizer_steps_per_step: int | None = None,
+    max_response_tokens: int | None = None,
 ) -> list:
     from miles.utils.bench_flops import ModelArch
     from miles.utils.bench_metrics import RunContext, write_records
@@ -107,6 +109,8 @@ def ingest_impl(
         device_name=device,
         peak_tflops=peak_tflops,
         samples_per_step=samples_per_step,
+        optimizer_steps_per_step=optimizer_steps_per_step,
+        max_response_tokens=max_response_tokens,
     )
     records = build_step_records(framework, sources, ctx)
     write_records(output, records)
@@ -153,6 +157,12 @@ def register(app: typer.Typer) -> None:
         device: Annotated[str | None, typer.Option(help="torch.cuda.get_device_name() of the training GPUs")] = None,
         peak_tflops: Annotated[float | None, typer.Option(help="MFU peak override, dense TFLOP/s per GPU")] = None,
         samples_per_step: Annotated[int | None, typer.Option(help="samples per step, when the sink lacks it")] = None,
+        optimizer_steps_per_step: Annotated[
+            int | None, typer.Option(min=1, help="optimizer steps per step (Miles train-step signals)")
+        ] = None,
+        max_response_tokens: Annotated[
+            int | None, typer.Option(min=1, help="response-length cap (VERL truncation fraction)")
+        ] = None,
     ) -> None:
         """Read a framework's own metric sink and write schema-v1 records (one JSON object per line)."""
         if framework not in ("miles", "verl"):
@@ -168,6 +178,8 @@ def register(app: typer.Typer) -> None:
                 device=device,
                 peak_tflops=peak_tflops,
                 samples_per_step=samples_per_step,
+                optimizer_steps_per_step=optimizer_steps_per_step,
+                max_response_tokens=max_response_tokens,
             )
         except ValueError as exc:
             typer.echo(f"ingest: {exc}", err=True)

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from miles.utils.bench_metrics import Framework, RunContext, StepRecord, derive_step_fields
+from scripts.benchmark.frameworks.learning_signals import fill_learning
 from scripts.benchmark.frameworks.miles import sink as miles_sink
 from scripts.benchmark.frameworks.native_events import NoStepsError, SinkIssue, merge_native_events
 from scripts.benchmark.frameworks.verl import sink as verl_sink
@@ -53,4 +54,5 @@ def build_step_records(framework: Framework, sources: Iterable[str | Path], ctx:
         records = [verl_sink.verl_record(steps[s], ctx) for s in sorted(steps)]
     else:
         records = miles_sink.normalize_miles_steps(steps, ctx)
+    records = fill_learning(framework, records, paths, ctx)
     return [derive_step_fields(record, ctx) for record in records]

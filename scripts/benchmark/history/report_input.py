@@ -22,6 +22,7 @@ from pathlib import Path
 from miles.utils.bench_metrics import METRICS, is_finite_number
 from scripts.benchmark.contracts.history_record import MetricValue, Provenance, RunToRecord, SeriesKey
 from scripts.benchmark.contracts.report import ReportDocument, SummaryModel, validate_report_file
+from scripts.benchmark.history.learning_check import learning_metric_values
 
 REPORT_FILE = "report.json"
 
@@ -60,7 +61,7 @@ def read_report_runs(run_dir: Path) -> list[RunToRecord]:
                 report_generated_at=report.generated_at,
                 run_dir=str(report.run_dir or run_dir),
                 environment=cell.environment,
-                values=values,
+                values=values + learning_metric_values(cell),
             )
         )
     return runs

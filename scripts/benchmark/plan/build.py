@@ -86,6 +86,8 @@ def _cell(spec: BenchmarkSpec, launch: FrameworkLaunch) -> dict[str, Any]:
             "nodes": spec.run.nodes,
         },
         "num_steps": spec.run.num_steps,
+        "optimizer_steps_per_step": spec.batch.optimizer_steps_per_step,
+        "max_response_tokens": spec.lengths.max_response,
         "model_config": spec.model.config_path(),
         "script": f"cells/{launch.cell_id}.sh",
     }

@@ -10,8 +10,8 @@ matter, and where is the gap" before any table.
 - `headline_markdown(doc)`: the same cards, one line per pair, for the GitHub step summary and the PR comment.
 
 Caveats:
-- Learning-signal warnings (a pair whose rewards or losses do not move, so its speed is not comparable) are shown
-  when the document carries them under `learning_signal` ({backend, layout, warning}); nothing produces them yet.
+- Each card carries the learning-signal guard's word on its pair (report/learning.py): learning differs,
+  equivalence not shown, or not compared; nothing when every judged signal is equivalent.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from scripts.benchmark.analysis.verdict import (
     practical_verdict,
     signed_percent,
 )
+from scripts.benchmark.report.learning import learning_warning
 from scripts.benchmark.report.palette import PHASE_COLORS, UNATTRIBUTED_COLOR, VERDICT_COLORS
 from scripts.benchmark.report.render import BarSegment, Bullets, Card, CardBar, Cards, Paragraph, render_markdown
 
@@ -136,9 +137,8 @@ def pair_card(doc: dict[str, Any], backend: str, layout: str) -> Card:
             if a["component"].startswith("phases_s.") and a[f"{side}_s"] is not None
         }
         bars.append(_bar(label, phases, step[f"{side}_s"] if step else None, cells.get(side)))
-    warnings = [
-        w["warning"] for w in doc.get("learning_signal") or [] if (w["backend"], w["layout"]) == (backend, layout)
-    ]
+    learning = learning_warning(doc, backend, layout)
+    warnings = [learning] if learning else []
     return Card(
         title=f"{backend} / {layout}",
         verdict=short,
@@ -197,7 +197,7 @@ def headline_markdown(doc: dict[str, Any]) -> str:
         card = pair_card(doc, backend, layout)
         steps = [f"{b.label} {b.total_s:.2f} s" for b in card.bars if b.total_s is not None]
         tail = f" Step time {' vs '.join(steps)}." if len(steps) == 2 else ""
-        warn = "".join(f" **Warning**: {w}" for w in card.warnings)
+        warn = "".join(f" {w}" for w in card.warnings)
         lines.append(f"**{card.title}**: {card.verdict} {card.text}.{tail}{warn}")
     lines += _notes(doc)
     return render_markdown([Paragraph("**Miles vs VERL at a glance**"), Bullets(lines)])

@@ -133,7 +133,7 @@ def _card_markdown(card: Card) -> str:
             continue
         phases = ", ".join(f"{s.name} {s.seconds:.2f}" for s in bar.segments)
         text += f" {bar.label} {bar.total_s:.2f} s/step ({phases})."
-    return text + "".join(f" **Warning**: {w}" for w in card.warnings)
+    return text + "".join(f" {w}" for w in card.warnings)
 
 
 def _card_html(card: Card) -> str:
@@ -153,7 +153,7 @@ def _card_html(card: Card) -> str:
             f'<span class="who">{html.escape(bar.label)}</span><div class="track"><div class="bar" '
             f'style="width:{100 * total / scale:.2f}%">{segments}</div></div><span class="tot">{totals}</span>'
         )
-    warnings = "".join(f'<p class="warn">Warning: {_inline_html(w)}</p>' for w in card.warnings)
+    warnings = "".join(f'<p class="warn">{_inline_html(w)}</p>' for w in card.warnings)
     bars = f'<div class="bars">{"".join(rows)}</div>' if rows else ""
     return (
         f'<div class="card" style="border-left-color:{card.color}"><div class="card-title">'

@@ -14,6 +14,7 @@ from scripts.benchmark.analysis.document import parity_tables
 from scripts.benchmark.analysis.run_folder import REPORT_METRICS
 from scripts.benchmark.analysis.verdict import Practical, practical_verdict
 from scripts.benchmark.report.headline import headline_blocks, headline_markdown, threshold_of
+from scripts.benchmark.report.learning import learning_blocks
 from scripts.benchmark.report.palette import VERDICT_LABELS
 from scripts.benchmark.report.render import Code, Details, Heading, Image, Paragraph, Table
 
@@ -345,6 +346,7 @@ def build_blocks(doc: dict[str, Any], images: dict[str, str], *, environment_jso
     blocks: list[Any] = [Heading(1, "Miles vs VERL throughput report"), Paragraph(header)]
     blocks += _headline_section(doc)
     blocks += _comparison_blocks(doc)
+    blocks += learning_blocks(doc, images)
     blocks += _cell_blocks(doc)
     blocks += _steady_blocks(doc)
     blocks += _calibration_blocks(doc)

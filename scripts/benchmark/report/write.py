@@ -64,6 +64,7 @@ def analyse_and_write(
 
 def write_report(doc: dict[str, Any], run_dir: Path) -> dict[str, Path]:
     """report.json, plots/*.png, report.md and report.html in `run_dir`; returns what was written, by name."""
+    from scripts.benchmark.report.learning import LEARNING_PLOT_TITLE, plot_learning
     from scripts.benchmark.report.plots import plot_phase_bars, plot_ratios, plot_step_times
 
     run_dir = Path(run_dir)
@@ -75,6 +76,7 @@ def write_report(doc: dict[str, Any], run_dir: Path) -> dict[str, Path]:
             plot_step_times,
         ),
         "Miles/VERL ratios with confidence intervals, coloured by practical verdict": ("ratios.png", plot_ratios),
+        LEARNING_PLOT_TITLE: ("learning.png", plot_learning),
     }
     images = {}
     for title, (name, plot) in plots.items():

@@ -85,11 +85,21 @@ def build_run_context(context: Mapping[str, Any]):
         int(gpus.get("rollout") or gpus.get("total") or 1),
         context.get("device_name"),
         RunContext,
+        cell.get("optimizer_steps_per_step"),
+        cell.get("max_response_tokens"),
     )
 
 
 @functools.lru_cache(maxsize=16)
-def _cached_run_context(model_config: str, num_train: int, num_rollout: int, device: str | None, run_context_cls):
+def _cached_run_context(
+    model_config: str,
+    num_train: int,
+    num_rollout: int,
+    device: str | None,
+    run_context_cls,
+    optimizer_steps_per_step: int | None = None,
+    max_response_tokens: int | None = None,
+):
     from miles.utils.bench_flops import ModelArch
 
     arch = None
@@ -100,7 +110,14 @@ def _cached_run_context(model_config: str, num_train: int, num_rollout: int, dev
             arch = ModelArch.from_hf_config(resolve_model_config(model_config))
         except Exception:  # no architecture: the readers flag TFLOPs/MFU as unavailable instead
             arch = None
-    return run_context_cls.build(arch=arch, num_train_gpus=num_train, num_rollout_gpus=num_rollout, device_name=device)
+    return run_context_cls.build(
+        arch=arch,
+        num_train_gpus=num_train,
+        num_rollout_gpus=num_rollout,
+        device_name=device,
+        optimizer_steps_per_step=optimizer_steps_per_step,
+        max_response_tokens=max_response_tokens,
+    )
 
 
 @dataclass

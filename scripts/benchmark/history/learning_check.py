@@ -1,0 +1,81 @@
+"""Learning signals in the history: stored with each recorded cell, and a run whose learning moved reported as such.
+
+- `learning_metric_values(cell)`: a report cell's per-signal values (analysis/learning.py::cell_learning) as history
+  metric values named `learning.<signal>`, with no better direction: they are never gated as throughput.
+- `learning_changes(store, runs, window)`: per run and signal, the candidate against the median of the last
+  `window` trusted values of its series; a move beyond the signal's margin (bench_metrics.LEARNING_SIGNALS, absolute
+  or relative) gives a "learning changed" note. A PR that changes what the policy learns is named as such, beside
+  (never inside) the speed verdict, and does not change the check's exit code.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+from miles.utils.bench_metrics import LEARNING_SIGNALS, is_finite_number
+from scripts.benchmark.contracts.history_record import MetricValue, RunToRecord
+from scripts.benchmark.history.store import HistoryStore, baseline_runs
+
+LEARNING_PREFIX = "learning."
+
+
+def learning_metric_values(cell: Any) -> list[MetricValue]:
+    summaries = getattr(cell, "learning", None) or {}
+    values = []
+    for name in LEARNING_SIGNALS:
+        summary = summaries.get(name) or {}
+        value = summary.get("value")
+        values.append(
+            MetricValue(
+                metric=LEARNING_PREFIX + name,
+                value=float(value) if is_finite_number(value) else None,
+                repeat_values=[float(v) for v in summary.get("repeat_values") or []],
+                n=len(summary.get("repeat_values") or []),
+                unit=LEARNING_SIGNALS[name].unit,
+            )
+        )
+    return values
+
+
+def moved_beyond_margin(name: str, baseline: float, candidate: float) -> float | None:
+    """The change (absolute, or relative for relative signals) when it leaves the margin, else None."""
+    spec = LEARNING_SIGNALS[name]
+    if spec.margin is None:
+        return None
+    if spec.margin_kind == "relative":
+        if baseline <= 0 or candidate <= 0:
+            return None
+        change = candidate / baseline - 1
+        return change if abs(math.log1p(change)) > math.log1p(spec.margin) else None
+    change = candidate - baseline
+    return change if abs(change) > spec.margin else None
+
+
+def _note(cell_id: str, name: str, baseline: float, candidate: float, change: float) -> str:
+    spec = LEARNING_SIGNALS[name]
+    shown = f"{change * 100:+.1f}%" if spec.margin_kind == "relative" else f"{change:+.4g}"
+    margin = f"±{spec.margin * 100:.0f}%" if spec.margin_kind == "relative" else f"±{spec.margin:g}"
+    return (
+        f"learning changed: `{cell_id}` {name} {baseline:.4g} -> {candidate:.4g} ({shown}, margin {margin}) "
+        "against the trusted history: this change alters what the policy learns, not only its speed."
+    )
+
+
+def learning_changes(store: HistoryStore, runs: list[RunToRecord], *, window: int = 10) -> list[str]:
+    notes = []
+    for run in runs:
+        trusted = baseline_runs(store.runs(run.series.label()))
+        candidate = {v.metric: v.value for v in run.values}
+        for name in LEARNING_SIGNALS:
+            value = candidate.get(LEARNING_PREFIX + name)
+            history = store.values([r.id for r in trusted], LEARNING_PREFIX + name)
+            recent = [history[r.id] for r in trusted if is_finite_number(history.get(r.id))][-window:]
+            if not is_finite_number(value) or not recent:
+                continue
+            baseline = statistics.median(recent)
+            change = moved_beyond_margin(name, baseline, value)
+            if change is not None:
+                notes.append(_note(run.cell_id, name, baseline, value, change))
+    return notes

@@ -1,0 +1,177 @@
+"""The report's "Do both learn the same?" section, its trajectory plot, and the learning warning of the headline.
+
+- `learning_blocks(doc, images)`: per Miles/VERL pair, a table of every learning signal (both sides' window means,
+  the paired difference with its interval, the margin, the verdict and why) and how much of the generate-time gap
+  the response-length gap explains.
+- `plot_learning(doc, path)`: one PNG, a panel per signal and pair, both frameworks' trajectories, the judged
+  window shaded.
+- `learning_warning(doc, backend, layout)`: the sentence a pair's throughput verdict must carry when its learning
+  differs or its equivalence is not shown (None when every judged signal is equivalent).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from scripts.benchmark.report.render import Heading, Paragraph, Table
+
+LEARNING_PLOT_TITLE = "Learning signals over steps, Miles vs VERL, judged window shaded"
+PANEL_PX = (520, 220)
+PANEL_COLUMNS = 2
+DPI = 100
+
+
+def learning_pair(doc: dict[str, Any], backend: str, layout: str) -> dict[str, Any] | None:
+    return next((p for p in doc.get("learning") or [] if (p["backend"], p["layout"]) == (backend, layout)), None)
+
+
+def learning_warning(doc: dict[str, Any], backend: str, layout: str) -> str | None:
+    """What the throughput verdict of this pair must say about learning; None when nothing needs saying."""
+    if "learning" not in doc:
+        return None  # a report written before learning signals existed
+    pair = learning_pair(doc, backend, layout)
+    if pair is None or not pair["available"]:
+        return "Learning not compared: the step records carry no learning signals."
+    by_verdict: dict[str, list[str]] = {}
+    for row in pair["signals"]:
+        by_verdict.setdefault(row["verdict"], []).append(row["signal"])
+    if by_verdict.get("different"):
+        return (
+            f"**Warning: learning differs** ({', '.join(by_verdict['different'])}): the two runs do not do the same "
+            "learning work, so their speeds are not a like-for-like comparison."
+        )
+    if by_verdict.get("inconclusive"):
+        return f"Learning equivalence not shown ({', '.join(by_verdict['inconclusive'])}: inconclusive)."
+    if not by_verdict.get("equivalent"):
+        return "Learning equivalence not judged: no signal both frameworks log comparably."
+    return None
+
+
+def with_learning_warning(verdict: str, warning: str | None) -> str:
+    """A pair's throughput verdict followed by its learning warning: the verdict is never printed without it."""
+    return verdict if warning is None else f"{verdict} {warning}"
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.4g}"
+
+
+def _difference(row: dict[str, Any], key: str = "difference") -> str:
+    value = row.get(key)
+    if value is None:
+        return "n/a"
+    return f"{value * 100:+.1f}%" if row["margin_kind"] == "relative" else f"{value:+.4g}"
+
+
+def _margin(row: dict[str, Any]) -> str:
+    if row["margin"] is None:
+        return "none"
+    return f"±{row['margin'] * 100:.0f}%" if row["margin_kind"] == "relative" else f"±{row['margin']:g}"
+
+
+def _verdict(row: dict[str, Any]) -> str:
+    text = f"{row['verdict']} ({row['why']})"
+    last = row.get("last_third")
+    if last:
+        text += f"; last third: {last['verdict']} ({_difference({**row, **last})})"
+    return text
+
+
+def _signal_line(row: dict[str, Any]) -> list[str]:
+    interval = "n/a"
+    if row.get("ci_low") is not None:
+        interval = f"{_difference(row, 'ci_low')} .. {_difference(row, 'ci_high')}"
+    return [
+        f"`{row['signal']}`",
+        row["unit"],
+        _number(row["miles"]),
+        _number(row["verl"]),
+        f"{_difference(row)} [{interval}]",
+        _margin(row),
+        _verdict(row),
+    ]
+
+
+def length_sentence(explains: dict[str, float | None]) -> str:
+    generate, length, per_token = (explains.get(k) for k in ("generate_ratio", "length_ratio", "per_token_ratio"))
+    if generate is None or length is None:
+        return "Response length vs generate time: not available (no generate time or no response length)."
+    text = (
+        f"Generate time Miles/VERL {generate:.3f}, response length Miles/VERL {length:.3f}, generate seconds per "
+        f"response token Miles/VERL {_number(per_token)}."
+    )
+    if explains.get("share") is not None:
+        text += f" The response-length gap explains {explains['share'] * 100:.0f}% of the generate-time gap (log)."
+    else:
+        text += " The generate-time gap is under 2%: no share to attribute."
+    return text
+
+
+def learning_blocks(doc: dict[str, Any], images: dict[str, str]) -> list[Any]:
+    pairs = doc.get("learning") or []
+    if not pairs:
+        return []
+    pct = f"{1 - 2 * pairs[0]['alpha']:.0%}"
+    blocks: list[Any] = [
+        Heading(2, "Do both learn the same?"),
+        Paragraph(
+            "Per signal, the mean over the judged window of the step-paired difference Miles - VERL (relative "
+            f"signals: Miles/VERL - 1), its {pct} circular block-bootstrap interval, and the equivalence verdict "
+            "against the signal's margin (docs/benchmark/analysis.md)."
+        ),
+    ]
+    header = ["signal", "unit", "Miles", "VERL", f"Miles - VERL [{pct} CI]", "margin", "verdict"]
+    for pair in pairs:
+        blocks.append(Heading(3, f"{pair['backend']} / {pair['layout']}: from step {pair['from_step']}"))
+        warning = learning_warning(doc, pair["backend"], pair["layout"])
+        if warning:
+            blocks.append(Paragraph(warning))
+        blocks.append(Table(header, [_signal_line(row) for row in pair["signals"]]))
+        blocks.append(Paragraph(length_sentence(pair["length_explains"])))
+    if LEARNING_PLOT_TITLE in images:  # drawn once, under Plots, with the others
+        blocks.append(
+            Paragraph(f'Trajectories: "{LEARNING_PLOT_TITLE}" under Plots (`{images[LEARNING_PLOT_TITLE]}`).')
+        )
+    return blocks
+
+
+def _draw_panel(ax, pair: dict[str, Any], row: dict[str, Any]) -> None:
+    series = pair["series"][row["signal"]]
+    for framework, label in (("miles", "Miles"), ("verl", "VERL")):
+        points = series[framework]
+        if points["steps"]:
+            ax.plot(points["steps"], points["values"], label=label, linewidth=1)
+    ax.axvspan(
+        pair["from_step"], max([pair["from_step"], *series["miles"]["steps"], *series["verl"]["steps"]]), color="0.9"
+    )
+    ax.set_title(f"{pair['backend']}/{pair['layout']} {row['signal']} ({row['unit']}): {row['verdict']}", fontsize=8)
+    ax.tick_params(labelsize=7)
+    if series["miles"]["steps"] or series["verl"]["steps"]:
+        ax.legend(fontsize=7)
+
+
+def plot_learning(doc: dict[str, Any], path: Path) -> Path | None:
+    """Every signal of every pair, one panel each; None when no pair has learning signals."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [(pair, row) for pair in doc.get("learning") or [] if pair["available"] for row in pair["signals"]]
+    if not panels:
+        return None
+    rows = -(-len(panels) // PANEL_COLUMNS)
+    size = (PANEL_PX[0] * PANEL_COLUMNS, PANEL_PX[1] * rows)
+    fig, axes = plt.subplots(rows, PANEL_COLUMNS, figsize=(size[0] / DPI, size[1] / DPI), dpi=DPI, squeeze=False)
+    for ax, (pair, row) in zip(axes.ravel(), panels, strict=False):
+        _draw_panel(ax, pair, row)
+    for ax in axes.ravel()[len(panels) :]:
+        ax.set_visible(False)
+    fig.subplots_adjust(hspace=0.6, wspace=0.2, left=0.06, right=0.98, top=0.97, bottom=0.03)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return Path(path)
