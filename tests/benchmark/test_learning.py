@@ -23,6 +23,7 @@ from scripts.benchmark.analysis.learning import (
     equivalence_test,
     learning_settings,
 )
+from scripts.benchmark.analysis.settings import AnalysisSettings
 from scripts.benchmark.frameworks.learning_signals import VERL_CLIP_RATIO_KEY, VERL_LEARNING_KEYS, VERL_LENGTH_MAX_KEY
 from scripts.benchmark.frameworks.sinks import build_step_records
 from scripts.benchmark.history.report_input import read_report_runs
@@ -258,7 +259,7 @@ def learning_run(tmp_path: Path, *, miles_drift: dict | None = None, miles_lengt
     ]
     run_dir = write_run_folder(tmp_path / "run", cells)
     add_learning(run_dir, {"miles": miles_drift or {}})
-    return run_dir, *analyse_and_write(run_dir, reps=400, calibration=False)
+    return run_dir, *analyse_and_write(run_dir, AnalysisSettings(reps=400), calibration=False)
 
 
 def verdicts(doc: dict) -> dict[str, str]:
@@ -276,11 +277,11 @@ class TestEquivalenceVerdicts:
         assert "learning.png" in written and "## Do both learn the same?" in (run_dir / "report.md").read_text()
 
     def test_a_planted_reward_drift_is_called_different_and_warned_in_the_headline(self, tmp_path):
-        run_dir, doc, _ = learning_run(tmp_path, miles_drift={"reward": 0.12, "after": 10})  # > 2x the margin
+        run_dir, doc, _ = learning_run(tmp_path, miles_drift={"reward": 0.12, "after": 0})  # > 2x the margin, from the start
         assert verdicts(doc)["reward_mean"] == DIFFERENT
         row = next(r for r in doc["learning"][0]["signals"] if r["signal"] == "reward_mean")
         assert row["ci_low"] > 0.05 and row["difference"] == pytest.approx(0.12, abs=0.03)
-        verdict = (run_dir / "report.md").read_text().split("## Verdict", 1)[1].split("\n## ", 1)[0]
+        verdict = (run_dir / "report.md").read_text().split("## At a glance", 1)[1].split("\n## ", 1)[0]
         pair_line = next(line for line in verdict.splitlines() if "**fsdp / colocate**" in line)
         assert "Warning: learning differs" in pair_line and "reward_mean" in pair_line
 
@@ -299,7 +300,7 @@ class TestEquivalenceVerdicts:
         plan = json.loads((run_dir / "plan.json").read_text())
         plan["spec"]["grpo"]["loss_aggregation"] = "token-mean"
         (run_dir / "plan.json").write_text(json.dumps(plan))
-        doc, _ = analyse_and_write(run_dir, reps=200, calibration=False)
+        doc, _ = analyse_and_write(run_dir, AnalysisSettings(reps=200), calibration=False)
         row = next(r for r in doc["learning"][0]["signals"] if r["signal"] == "entropy")
         assert row["verdict"] == "not judged" and "aggregations differ" in row["why"]
 
@@ -307,9 +308,9 @@ class TestEquivalenceVerdicts:
         run_dir = write_run_folder(
             tmp_path / "run", [SyntheticCell(framework="miles"), SyntheticCell(framework="verl")]
         )
-        doc, _ = analyse_and_write(run_dir, reps=200, calibration=False)
+        doc, _ = analyse_and_write(run_dir, AnalysisSettings(reps=200), calibration=False)
         assert "no learning signals" in learning_warning(doc, "fsdp", "colocate")
-        assert "Learning not compared" in (run_dir / "report.md").read_text().split("## Verdict", 1)[1]
+        assert "Learning not compared" in (run_dir / "report.md").read_text().split("## At a glance", 1)[1]
 
 
 class TestEquivalenceTest:

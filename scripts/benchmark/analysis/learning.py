@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from miles.utils.bench_metrics import LEARNING_SIGNALS
-from scripts.benchmark.analysis.compare import block_length, small_sample_factor
+from scripts.benchmark.analysis.intervals import block_bootstrap_means, block_length, small_sample_factor
 from scripts.benchmark.analysis.run_folder import Cell
 from scripts.benchmark.spec_learning import LearningSpec
 
@@ -90,13 +90,12 @@ def equivalence_test(
     d: np.ndarray, bound: float, *, alpha: float, family: int, reps: int, seed: int
 ) -> dict[str, Any]:
     """The three-way call on the mean of d against +-bound (module docstring), with its 1 - 2 alpha interval."""
-    from arch.bootstrap import CircularBlockBootstrap
-
     if len(d) < MIN_PAIRED_STEPS:
         return {"verdict": INCONCLUSIVE, "why": f"only {len(d)} paired steps", "difference": None}
     point = float(d.mean())
     length = block_length(d)
-    means = CircularBlockBootstrap(length, d, seed=seed).apply(np.mean, reps).ravel()
+    rng = np.random.default_rng(seed)
+    means = block_bootstrap_means(d.reshape(-1, 1), np.array([False]), reps, rng, length).ravel()
 
     def interval(level: float) -> tuple[float, float]:
         low, high = np.percentile(means, [100 * (1 - level) / 2, 100 * (1 + level) / 2])
