@@ -466,7 +466,14 @@ def load_preset(name: str) -> BenchmarkSpec:
 
 
 def load_spec_file(path: str | Path) -> BenchmarkSpec:
-    raw = yaml.safe_load(Path(path).read_text())
+    try:
+        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not a text (UTF-8) file: {exc.reason} at byte {exc.start}") from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise ValueError(f"{path}: not valid YAML{where}: {getattr(exc, 'problem', None) or exc}") from exc
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: a spec file must hold a mapping, got {type(raw).__name__}")
     return BenchmarkSpec.model_validate(raw)
