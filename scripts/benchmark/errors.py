@@ -1,6 +1,6 @@
 """The one error path for user mistakes: `UserError` (exit 2, one line naming the file or option, no traceback).
 
-- `UserError(message)`: raised anywhere below a command; click prints `error: <message>` and exits 2.
+- `UserError(message)`: raised anywhere below a command; the wrapper prints `error: <message>` and exits 2.
 - `user_errors(callback)`: wraps every command of run.py, so that a missing optional dependency names the extra to
   install, and an OSError on a path the user gave names that path; anything else is a bug and keeps its traceback.
 - `require(module, purpose)`: import an optional dependency or raise the UserError that names its extra.
@@ -13,7 +13,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-import click
+import typer
 
 EXIT_BAD_INPUT = 2
 
@@ -36,13 +36,11 @@ MODULE_EXTRAS: dict[str, str] = {
 FOREIGN_DRIVERS: dict[str, str] = {"MySQLdb": "mysql", "pymysql": "mysql", "cx_Oracle": "oracle", "pyodbc": "mssql"}
 
 
-class UserError(click.ClickException):
+class UserError(Exception):
     """Bad input: exit 2 with one message, never a traceback."""
 
-    exit_code = EXIT_BAD_INPUT
-
-    def show(self, file: Any = None) -> None:
-        click.echo(f"error: {self.format_message()}", err=True)
+    def format_message(self) -> str:
+        return str(self)
 
 
 def missing_module_error(exc: ModuleNotFoundError) -> UserError | None:
@@ -73,15 +71,18 @@ def user_errors(callback: Callable[..., Any]) -> Callable[..., Any]:
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         try:
             return callback(*args, **kwargs)
+        except UserError as exc:
+            error: UserError | None = exc
         except ModuleNotFoundError as exc:
             error = missing_module_error(exc)
             if error is None:
                 raise
-            raise error from exc
         except OSError as exc:
             if exc.filename is None:
                 raise
-            raise UserError(os_error_message(exc)) from exc
+            error = UserError(os_error_message(exc))
+        typer.echo(f"error: {error.format_message()}", err=True)
+        raise typer.Exit(EXIT_BAD_INPUT)
 
     return wrapped
 

@@ -122,15 +122,15 @@ def _load_manifest(path: Path) -> Manifest:
 
 
 def _check_here(plan: dict[str, Any], options: ExecuteOptions, output_dir: Path, preflight: bool) -> None:
-    """The preflight shared with the main command: what the run starts must exist; the machine (skippable)."""
-    problems = launch_problems(plan, options, output_dir)
-    if problems:
-        raise RunError("cannot start the matrix:\n  " + "\n  ".join(problems))
+    """The preflight shared with the main command (the machine, exit 4; skippable), then what the run starts."""
     missing = check_can_execute(plan, skip_prepare=options.skip_prepare) if preflight else []
     if missing:
         raise CannotExecute(
             "cannot execute the plan on this machine (--no-preflight skips this check):\n  - " + "\n  - ".join(missing)
         )
+    problems = launch_problems(plan, options, output_dir)
+    if problems:
+        raise RunError("cannot start the matrix:\n  " + "\n  ".join(problems))
 
 
 def _prepare(
