@@ -422,7 +422,7 @@ class TestCommand:
 
     def test_not_a_run_folder_is_a_clear_error(self, tmp_path):
         result = CliRunner().invoke(self.app(), ["report", str(tmp_path)])
-        assert result.exit_code == 1
+        assert result.exit_code == 2
         assert "manifest.json not found" in result.output
 
     def test_bad_confidence_is_rejected_before_any_work(self, tmp_path):

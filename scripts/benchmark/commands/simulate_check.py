@@ -24,7 +24,13 @@ def register(app: typer.Typer) -> None:
         between_run_share: Annotated[float, typer.Option(help="share of the step variance that is per run")] = 0.25,
         output: Annotated[Path | None, typer.Option(help="also write the table here")] = None,
     ) -> None:
-        """False-alarm rate and detection power of this check vs last-run and Miles-band gates, same series."""
+        """False-alarm rate and detection power of this check vs last-run and Miles-band gates, same series.
+
+        Example:
+
+        \b
+            run.py simulate-check --trials 4000 --output check-simulation.md
+        """
         from scripts.benchmark.history.simulation import SimulationSettings, render_table, run_simulation
 
         if trials < 100:
