@@ -56,6 +56,13 @@ class PlanCell(BaseModel):
     script: str | None = None
     ray_head_argv: _Argv | None = None
 
+    @field_validator("launch_argv")
+    @classmethod
+    def _has_a_program(cls, value: list[str]) -> list[str]:
+        if not value[0].strip():
+            raise ValueError("launch_argv[0] (the program) is empty")
+        return value
+
     @field_validator("num_steps")
     @classmethod
     def _positive_steps(cls, value: int) -> int:
