@@ -78,8 +78,8 @@ def check_impl(
     from scripts.benchmark.history.report_input import read_report_runs
     from scripts.benchmark.history.store import HistoryStore
 
-    runs = read_report_runs(run_dir)
     with HistoryStore(store_url, create=create) as store:
+        runs = read_report_runs(run_dir)
         checks, notes = check_runs(store, runs, settings)
     markdown = render_markdown(checks, title="Performance check", notes=notes)
     output = output or Path(run_dir) / "check.md"
@@ -113,9 +113,9 @@ def record_impl(
     from scripts.benchmark.history.report_input import read_report_runs
     from scripts.benchmark.history.store import HistoryStore
 
-    runs = read_report_runs(run_dir)
     ids = []
     with HistoryStore(store_url, create=create) as store:
+        runs = read_report_runs(run_dir)
         for run in runs:
             trusted = trust == "yes" or baseline_reset
             if trust == "auto" and not baseline_reset:

@@ -67,6 +67,8 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--confidence must be in (0, 1), got {confidence}")
         if reps < 100:
             raise UserError(f"--reps must be at least 100 for a percentile interval, got {reps}")
+        for module in ("matplotlib", "arch", "scipy"):
+            require(module)
         manifest = run_dir / "manifest.json"
         if not manifest.is_file():
             raise UserError(f"{manifest} not found: {run_dir} is not a benchmark run folder")
@@ -74,8 +76,6 @@ def register(app: typer.Typer) -> None:
             read_manifest_json(manifest)
         except ValueError as exc:
             raise UserError(f"{manifest} cannot be read: {str(exc).strip().splitlines()[0]}") from exc
-        for module in ("matplotlib", "arch", "scipy"):
-            require(module)
         doc, written = report_impl(
             run_dir, reps=reps, confidence=confidence, seed=seed, family_wise=family_wise, calibration=calibration
         )

@@ -121,6 +121,7 @@ def _write(rows: list[dict[str, Any]], path: Path) -> None:
 def _write_both(*outputs: tuple[list[dict[str, Any]], Path]) -> None:
     """Both parquet files or neither: a failure removes what this call already wrote."""
     done: list[Path] = []
+    new_folders = sorted({p for _, path in outputs for p in [path.parent, *path.parent.parents] if not p.exists()})
     try:
         for rows, path in outputs:
             _write(rows, path)
@@ -128,6 +129,9 @@ def _write_both(*outputs: tuple[list[dict[str, Any]], Path]) -> None:
     except BaseException:
         for path in done:
             path.unlink(missing_ok=True)
+        for folder in reversed(new_folders):  # deepest first; only the folders this call made, and only if empty
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
         raise
 
 
