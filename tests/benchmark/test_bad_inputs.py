@@ -105,7 +105,8 @@ SMOKE_TEXT = SMOKE.read_text()
 
 CASES = [
     # The main command (plan).
-    Case("out-is-a-file", lambda s: _smoke(s, "f") if s.file("f", "keep") else [], ("is a file",), lambda s: s.path("f")),
+    Case("out-is-a-file", lambda s: _smoke(s, "f") if s.file("f", "keep") else [], ("is a file",),
+         lambda s: s.path("f")),
     Case("out-read-only", lambda s: ["--preset", "smoke", "--output-dir", str(s.read_only / "o"), "--dry-run"],
          ("--output-dir", "read_only"), lambda s: s.read_only),
     Case("out-under-proc", lambda s: ["--preset", "smoke", "--output-dir", "/proc/bench-out", "--dry-run"],
