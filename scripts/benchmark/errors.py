@@ -96,3 +96,12 @@ def require(module: str) -> Any:
         if error is None:
             raise
         raise error from exc
+
+
+def wrap_commands(app: typer.Typer) -> typer.Typer:
+    """Every command (and the callback) of `app` through `user_errors`: what run.py's app is built with."""
+    for command in app.registered_commands:
+        command.callback = user_errors(command.callback)
+    if app.registered_callback is not None:
+        app.registered_callback.callback = user_errors(app.registered_callback.callback)
+    return app

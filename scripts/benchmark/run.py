@@ -22,7 +22,7 @@ if str(_REPO_ROOT) not in sys.path:  # run as a script from anywhere: make `scri
 
 import typer  # noqa: E402
 
-from scripts.benchmark.errors import user_errors  # noqa: E402
+from scripts.benchmark.errors import wrap_commands  # noqa: E402
 
 # Order is the order of `--help`. The plan command owns the app callback (the main job without a subcommand).
 COMMAND_MODULES: tuple[str, ...] = (
@@ -47,10 +47,7 @@ def build_app() -> typer.Typer:
     )
     for name in COMMAND_MODULES:
         importlib.import_module(f"scripts.benchmark.commands.{name}").register(app)
-    for command in app.registered_commands:
-        command.callback = user_errors(command.callback)
-    if app.registered_callback is not None:
-        app.registered_callback.callback = user_errors(app.registered_callback.callback)
+    wrap_commands(app)
     if app.registered_callback is None:  # keep subcommands addressable by name even when only one is registered
         app.callback()(lambda: None)
     return app

@@ -142,6 +142,8 @@ CASES = [
          RUN),
     Case("plan-wrong-type", lambda s: _execute(s, s.plan(mutate=lambda d: d["cells"][0].update(num_steps="x"))),
          ("num_steps",), RUN),
+    Case("plan-number-as-text", lambda s: _execute(s, s.plan(mutate=lambda d: d["cells"][0].update(num_steps="3"))),
+         ("num_steps", "valid integer"), RUN),
     Case("plan-empty-command", lambda s: _execute(s, s.plan(mutate=lambda d: d["cells"][0].update(launch_argv=[]))),
          ("launch_argv",), RUN),
     Case("plan-blank-program", lambda s: _execute(s, s.plan(mutate=lambda d: d["cells"][0].update(launch_argv=[""]))),

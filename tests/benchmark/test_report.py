@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from scripts.benchmark.analysis.document import analyse_run_folder, calibration_view, unexplained_parity
 from scripts.benchmark.commands.report import register, report_impl
 from scripts.benchmark.contracts.report import validate_report_file
+from scripts.benchmark.errors import wrap_commands
 from scripts.benchmark.report.plots import PHASE_BARS_SIZE_PX, ratio_chart_size_px, ratio_rows, step_times_size_px
 from tests.benchmark.synthetic_runs import SyntheticCell, matched_parity, write_run_folder
 
@@ -398,7 +399,7 @@ class TestCommand:
             """Stands in for the plan command's callback, so `report` is a subcommand as in run.py."""
 
         register(app)
-        return app
+        return wrap_commands(app)
 
     def test_report_command_writes_the_files(self, tmp_path):
         run_dir = write_run_folder(tmp_path, planted_cells()[:2])

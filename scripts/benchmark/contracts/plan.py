@@ -24,7 +24,7 @@ _Argv = list[str]
 
 
 class CellSink(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     format: str
     path: str
@@ -40,7 +40,7 @@ class CellSink(BaseModel):
 class PlanCell(BaseModel):
     """One framework x backend x layout launch of the matrix."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     id: str
     framework: Literal["miles", "verl"]
@@ -74,7 +74,7 @@ class PlanCell(BaseModel):
 class PrepareStep(BaseModel):
     """Harness work run once before the first cell (downloads, data conversion)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     name: str
     argv: _Argv = Field(min_length=1)
@@ -84,7 +84,7 @@ class PrepareStep(BaseModel):
 
 
 class PlanFile(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     schema_version: int
     spec: dict[str, Any] = Field(default_factory=dict)
