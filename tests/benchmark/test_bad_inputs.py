@@ -29,8 +29,14 @@ SMOKE = REPO_ROOT / "scripts" / "benchmark" / "presets" / "smoke.yaml"
 class Setup:
     """The files a case needs, made on demand under one temporary folder."""
 
-    def __init__(self, tmp: Path, read_only: Path):
-        self.tmp, self.read_only = tmp, read_only
+    def __init__(self, tmp: Path, read_only: Path | None):
+        self.tmp, self._read_only = tmp, read_only
+
+    @property
+    def read_only(self) -> Path:
+        if self._read_only is None:
+            pytest.skip("root on a file system without chattr +i and no permission to mount: nothing is read-only")
+        return self._read_only
 
     def path(self, name: str) -> Path:
         return self.tmp / name
@@ -217,25 +223,31 @@ def _snapshot(path: Path) -> dict[str, str] | None:
     }
 
 
-@pytest.fixture
-def read_only_dir(tmp_path: Path):
-    """A folder nobody can write to, root included: immutable (chattr +i) where the file system allows it."""
-    folder = tmp_path / "read_only"
-    folder.mkdir()
+def _lock(folder: Path) -> Callable[[], None] | None:
+    """Make `folder` read-only to everyone, root included; returns how to undo it, or None when no way works here."""
     if os.geteuid() != 0:
         folder.chmod(0o555)
-        yield folder
-        folder.chmod(0o755)
-        return
-    locked = (
-        shutil.which("chattr") and subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode == 0
-    )
-    if not locked:
-        pytest.skip("running as root on a file system without chattr +i: no folder is read-only to root here")
+        return lambda: folder.chmod(0o755)
+    if shutil.which("chattr") and subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode == 0:
+        return lambda: subprocess.run(["chattr", "-i", str(folder)], check=True)
+    if subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(folder)], capture_output=True
+    ).returncode:
+        return None
+    return lambda: subprocess.run(["umount", str(folder)], check=True)
+
+
+@pytest.fixture
+def read_only_dir(tmp_path: Path):
+    """A folder nobody can write to, root included: immutable (chattr +i), else a read-only tmpfs mounted on it."""
+    folder = tmp_path / "read_only"
+    folder.mkdir()
+    unlock = _lock(folder)
     try:
-        yield folder
+        yield folder if unlock is not None else None
     finally:
-        subprocess.run(["chattr", "-i", str(folder)], check=True)
+        if unlock is not None:
+            unlock()
 
 
 def test_the_table_is_large_enough():

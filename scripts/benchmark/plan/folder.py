@@ -21,7 +21,7 @@ from pathlib import Path
 from scripts.benchmark.errors import UserError
 
 PLAN_FILES = ("plan.json", "parity.json", "parity.md")
-SYSTEM_TREES = (Path("/proc"), Path("/sys"), Path("/dev"))
+SYSTEM_TREES = (Path("/proc"), Path("/sys"))
 
 
 def _stored_spec_hash(out: Path) -> str | None:
