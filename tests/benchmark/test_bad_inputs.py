@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -21,6 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from scripts.benchmark.run import build_app
+from tests.benchmark.read_only import lock_read_only
 from tests.benchmark.standins.plans import REPO_ROOT, RUN_PY, STANDINS, standin_cell, write_plan
 
 SMOKE = REPO_ROOT / "scripts" / "benchmark" / "presets" / "smoke.yaml"
@@ -223,26 +223,12 @@ def _snapshot(path: Path) -> dict[str, str] | None:
     }
 
 
-def _lock(folder: Path) -> Callable[[], None] | None:
-    """Make `folder` read-only to everyone, root included; returns how to undo it, or None when no way works here."""
-    if os.geteuid() != 0:
-        folder.chmod(0o555)
-        return lambda: folder.chmod(0o755)
-    if shutil.which("chattr") and subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode == 0:
-        return lambda: subprocess.run(["chattr", "-i", str(folder)], check=True)
-    if subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(folder)], capture_output=True
-    ).returncode:
-        return None
-    return lambda: subprocess.run(["umount", str(folder)], check=True)
-
-
 @pytest.fixture
 def read_only_dir(tmp_path: Path):
     """A folder nobody can write to, root included: immutable (chattr +i), else a read-only tmpfs mounted on it."""
     folder = tmp_path / "read_only"
     folder.mkdir()
-    unlock = _lock(folder)
+    unlock = lock_read_only(folder)
     try:
         yield folder if unlock is not None else None
     finally:
