@@ -37,7 +37,14 @@ def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
     """A YAML file that must hold a mapping (a spec or a preset); ValueError names the file."""
     import yaml
 
-    raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    try:
+        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not a text (UTF-8) file: {exc.reason} at byte {exc.start}") from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise ValueError(f"{path}: not valid YAML{where}: {getattr(exc, 'problem', None) or exc}") from exc
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: a spec file must hold a mapping, got {type(raw).__name__}")
     return raw

@@ -22,6 +22,8 @@ if str(_REPO_ROOT) not in sys.path:  # run as a script from anywhere: make `scri
 
 import typer  # noqa: E402
 
+from scripts.benchmark.errors import wrap_commands  # noqa: E402
+
 # Order is the order of `--help`. The plan command owns the app callback (the main job without a subcommand).
 COMMAND_MODULES: tuple[str, ...] = (
     "plan",
@@ -36,9 +38,17 @@ COMMAND_MODULES: tuple[str, ...] = (
 
 
 def build_app() -> typer.Typer:
-    app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False)
+    # One help style for every command: click's plain layout, each default shown once as [default: ...].
+    app = typer.Typer(
+        add_completion=False,
+        no_args_is_help=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+        context_settings={"show_default": True},
+    )
     for name in COMMAND_MODULES:
         importlib.import_module(f"scripts.benchmark.commands.{name}").register(app)
+    wrap_commands(app)
     if app.registered_callback is None:  # keep subcommands addressable by name even when only one is registered
         app.callback()(lambda: None)
     return app

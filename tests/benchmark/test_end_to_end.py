@@ -54,7 +54,7 @@ def test_dry_run_edit_execute_report_record_check(tmp_path: Path):
     assert [c["id"] for c in plan["cells"]] == ["miles-fsdp-colocate", "verl-fsdp-colocate"]
 
     executed = _run_py("execute", str(plan_dir / "plan.json"), "--output-dir", str(run_dir), "--skip-prepare",
-                       "--poll-interval-s", "0.05")  # fmt: skip
+                       "--no-preflight", "--poll-interval-s", "0.05")  # fmt: skip
     assert executed.returncode == 0, executed.stdout + executed.stderr
 
     manifest = json.loads((run_dir / "manifest.json").read_text())
@@ -91,7 +91,10 @@ def test_dry_run_edit_execute_report_record_check(tmp_path: Path):
         assert (run_dir / name).stat().st_size > 0, name
     assert "Miles vs VERL at a glance" in executed.stdout and "**fsdp / colocate**" in executed.stdout
 
-    checked = _run_py("check", str(run_dir), "--store", store)
+    missing = _run_py("check", str(run_dir), "--store", store)
+    assert missing.returncode == 2 and "no history database" in missing.stderr and store in missing.stderr
+    assert not (tmp_path / "history.db").exists() and "Traceback" not in missing.stderr
+    checked = _run_py("check", str(run_dir), "--store", store, "--create")
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "cold start" in checked.stdout and "ERROR" not in checked.stdout
     recorded = _run_py("record", str(run_dir), "--store", store)

@@ -65,6 +65,7 @@ def _record(store_url: str, run_dir: Path, *, commit: str, trust: str = "auto", 
         trust=trust,
         baseline_reset=reset,
         settings=_settings(None, None, None, None, None),
+        create=True,
     )
 
 
@@ -79,7 +80,7 @@ def _seed_history(store_url: str, root: Path, count: int, *, level=lambda i: 1.0
 
 def _check(store_url: str, run_dir: Path, tmp_path: Path) -> tuple[int, str, dict]:
     out = tmp_path / f"verdict-{uuid.uuid4().hex[:6]}.md"
-    code = check_impl(run_dir, store_url, _settings(None, None, None, None, None), out)
+    code = check_impl(run_dir, store_url, _settings(None, None, None, None, None), out, create=True)
     return code, out.read_text(), json.loads(out.with_suffix(".json").read_text())
 
 
@@ -180,7 +181,8 @@ class TestCheck:
         store = f"postgresql://bench@127.0.0.1:{port}/none?connect_timeout=5"
         result = subprocess.run([sys.executable, str(RUN_PY), "check", str(tmp_path / "cand"), "--store", store],
                                 capture_output=True, text=True, timeout=120)  # fmt: skip
-        assert result.returncode == 2 and "could not judge: OperationalError" in result.stderr
+        assert result.returncode == 2 and "could not judge: --store" in result.stderr
+        assert "cannot open the database" in result.stderr and "Traceback" not in result.stderr
 
     def test_faster_run_is_improved_not_regressed(self, store_url, tmp_path):
         _seed_history(store_url, tmp_path, 8)

@@ -277,7 +277,9 @@ class TestEquivalenceVerdicts:
         assert "learning.png" in written and "## Do both learn the same?" in (run_dir / "report.md").read_text()
 
     def test_a_planted_reward_drift_is_called_different_and_warned_in_the_headline(self, tmp_path):
-        run_dir, doc, _ = learning_run(tmp_path, miles_drift={"reward": 0.12, "after": 0})  # > 2x the margin, from the start
+        run_dir, doc, _ = learning_run(
+            tmp_path, miles_drift={"reward": 0.12, "after": 0}
+        )  # > 2x the margin, from the start
         assert verdicts(doc)["reward_mean"] == DIFFERENT
         row = next(r for r in doc["learning"][0]["signals"] if r["signal"] == "reward_mean")
         assert row["ci_low"] > 0.05 and row["difference"] == pytest.approx(0.12, abs=0.03)

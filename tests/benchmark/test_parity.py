@@ -11,7 +11,7 @@ from scripts.benchmark.frameworks.miles.launch import build_miles_launch
 from scripts.benchmark.frameworks.miles.parity_knobs import parse_miles
 from scripts.benchmark.frameworks.verl.config import compose_overrides
 from scripts.benchmark.frameworks.verl.data import converted_paths, prepare_step
-from scripts.benchmark.frameworks.verl.launch import VerlData, build_verl_launch
+from scripts.benchmark.frameworks.verl.launch import VerlData, build_verl_launch, hydra_string
 from scripts.benchmark.frameworks.verl.parity_knobs import (
     MCORE_ADAM,
     VERL_DEFAULTS,
@@ -369,14 +369,21 @@ class TestOutputs:
         assert pair["counts"]["MISMATCH"] == 0 and pair["counts"]["asymmetry"] == 4
         assert pair["counts"]["matched"] + 4 == len(pair["rows"])
         text = parity_markdown(parity, "qwen3-1.7b-base")
-        assert "| grpo | clip_high | 0.28 | 0.28 | matched |  |" in text
+        clip_high = "| grpo | clip_high | 0.28 | 0.28 | matched | `--eps-clip-high 0.28` | "
+        assert clip_high + "`actor_rollout_ref.actor.clip_ratio_high=0.28` |  |" in text
         assert "| rollout | completion_wait | event-driven | 2 s replay-buffer poll | asymmetry |" in text
+        optimizer = (
+            "| optimizer | optimizer | adamw | adamw | matched | `--optimizer adam` | not set: framework default |"
+        )
+        assert optimizer in text and "Legend:" in text and "docs/benchmark/plan.md#the-parity-table" in text
 
     def test_hydra_values(self):
         assert parse_hydra_value("[console,file]") == ["console", "file"]
         assert parse_hydra_value("{eps:1e-08}") == {"eps": 1e-8}
         assert parse_hydra_value("1000000000.0") == 1e9 and parse_hydra_value("null") is None
         assert parse_hydra_value("True") is True and parse_hydra_value("fsdp2") == "fsdp2"
+        for text in ("/out/a,b=c(d)", '/o/it\'s "q" ${x} back\\slash\\', "/o/new\nline"):
+            assert parse_hydra_value(hydra_string(text)) == text
 
     def test_miles_flag_split_keeps_values(self):
         assert split_flags(["python3", "x/train.py", "--a", "1", "--b", "--c", "x", "y"]) == [

@@ -16,6 +16,7 @@ from scripts.benchmark.analysis.document import analyse_run_folder, calibration_
 from scripts.benchmark.analysis.settings import AnalysisSettings
 from scripts.benchmark.commands.report import register, report_impl
 from scripts.benchmark.contracts.report import validate_report_file
+from scripts.benchmark.errors import wrap_commands
 from scripts.benchmark.report.plots import phase_bars_size_px, ratio_chart_size_px, step_times_size_px
 from tests.benchmark.synthetic_runs import SyntheticCell, matched_parity, write_run_folder
 
@@ -453,7 +454,7 @@ class TestCommand:
             """Stands in for the plan command's callback, so `report` is a subcommand as in run.py."""
 
         register(app)
-        return app
+        return wrap_commands(app)
 
     def test_report_command_writes_the_files(self, tmp_path):
         run_dir = write_run_folder(tmp_path, planted_cells()[:2])
@@ -480,7 +481,7 @@ class TestCommand:
 
     def test_not_a_run_folder_is_a_clear_error(self, tmp_path):
         result = CliRunner().invoke(self.app(), ["report", str(tmp_path)])
-        assert result.exit_code == 1
+        assert result.exit_code == 2
         assert "manifest.json not found" in result.output
 
     def test_bad_confidence_is_rejected_before_any_work(self, tmp_path):

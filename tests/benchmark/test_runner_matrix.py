@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from scripts.benchmark.runner.process import is_alive
+from tests.benchmark.read_only import lock_read_only
 from tests.benchmark.standins.plans import (
     REPO_ROOT,
     STANDINS,
@@ -225,16 +226,18 @@ class TestInputErrors:
         assert f"--output-dir {blocker / 'run'} is not writable" in result.stderr
         assert not pid_file.exists()
 
-    @pytest.mark.skipif(os.geteuid() == 0, reason="root ignores permission bits")
     def test_a_read_only_output_folder_is_refused(self, tmp_path: Path):
+        """Read-only to root too (chattr +i or a read-only tmpfs, see tests/benchmark/read_only.py)."""
         plan = write_plan(tmp_path / "plan", [standin_cell("verl")])
         locked = tmp_path / "locked"
         locked.mkdir()
-        locked.chmod(0o555)
+        unlock = lock_read_only(locked)
+        if unlock is None:
+            pytest.skip("root on a file system without chattr +i and no permission to mount: nothing is read-only")
         try:
             result = run_harness(str(plan), "--output-dir", str(locked))
         finally:
-            locked.chmod(0o755)
+            unlock()
         assert result.returncode == 2 and "is not writable" in result.stderr
 
     def test_a_missing_executable_and_a_plan_secret_are_refused_before_anything_starts(self, tmp_path: Path):

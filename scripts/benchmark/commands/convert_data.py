@@ -12,12 +12,21 @@ def convert_data(
     train_file: str = typer.Option(..., help="parquet to write"),
     val_file: str = typer.Option(..., help="small validation parquet to write"),
     val_rows: int = typer.Option(8, help="rows in the validation parquet"),
-    input_key: str = typer.Option("prompt"),
-    label_key: str = typer.Option("label"),
+    input_key: str = typer.Option("prompt", help="jsonl field of the prompt"),
+    label_key: str = typer.Option("label", help="jsonl field of the answer"),
     data_source: str = typer.Option("math_dapo", help="VERL data_source: routes rows to VERL's scorer"),
 ) -> None:
-    """Convert Miles jsonl rows [start:end) to VERL parquet, keeping Miles's row order."""
+    """Convert Miles jsonl rows [start:end) to VERL parquet, keeping Miles's row order.
+
+    Example:
+
+    \b
+        run.py convert-data --source dapo.jsonl --start 0 --end 96 --train-file d/t.parquet --val-file d/v.parquet
+    """
+    from scripts.benchmark.errors import UserError, require
     from scripts.benchmark.frameworks.verl.data import convert_jsonl_to_parquet
+
+    require("pyarrow")
 
     try:
         report = convert_jsonl_to_parquet(
@@ -31,9 +40,10 @@ def convert_data(
             label_key=label_key,
             data_source=data_source,
         )
-    except (OSError, ValueError) as exc:
-        typer.echo(f"convert-data: {exc}", err=True)
-        raise typer.Exit(2) from exc
+    except OSError as exc:
+        raise UserError(f"convert-data: {exc.filename or source}: {exc.strerror or exc}") from exc
+    except ValueError as exc:
+        raise UserError(f"convert-data: {exc}") from exc
     typer.echo(f"wrote {report.train_rows} rows to {report.train_file} and {report.val_rows} to {report.val_file}")
     if report.rows_with_rm_type:
         typer.echo(

@@ -5,7 +5,10 @@
   keeps the value the run was started with (stored in manifest.json), else its default.
 - `--emit-sbatch FILE` writes a Slurm batch script that starts Ray across the allocation and runs this same command,
   then exits without running anything.
-- Exit status: 0 all cells complete, 1 a cell is not complete, 2 bad input (nothing was started), 130 interrupted.
+- Before anything starts: the plan is validated against its typed definition (contracts/plan.py), and the
+  preflight of the main command runs (runner/preflight.py: GPUs, frameworks, data; `--no-preflight` skips it).
+- Exit status: 0 all cells complete, 1 a cell is not complete, 2 bad input (nothing was started, no folder left
+  behind), 4 this machine cannot execute the plan (preflight), 130 interrupted.
 
 Caveats:
 - RAY_ADDRESS in the environment means "join that cluster" (same as --ray-address); BENCH_RAY_START_ARGS (extra
@@ -22,7 +25,9 @@ from typing import Annotated, Any
 import typer
 
 
-def execute_impl(plan_path: Path | None, output_dir: Path, overrides: dict[str, Any], *, resume: bool) -> int:
+def execute_impl(
+    plan_path: Path | None, output_dir: Path, overrides: dict[str, Any], *, resume: bool, preflight: bool = True
+) -> int:
     """Plan + options -> exit status; also what the main command calls after writing the plan."""
     from scripts.benchmark.contracts.manifest import MANIFEST_NAME, Manifest
     from scripts.benchmark.runner import executor
@@ -35,15 +40,44 @@ def execute_impl(plan_path: Path | None, output_dir: Path, overrides: dict[str, 
         typer.echo(f"error: {exc}", err=True)
         return 2
     stored: dict[str, Any] = {}
-    if resume and (output_dir / MANIFEST_NAME).exists():
-        stored = options_from_manifest(Manifest.load(output_dir / MANIFEST_NAME).options)
+    try:
+        if resume and (output_dir / MANIFEST_NAME).exists():
+            stored = options_from_manifest(Manifest.load(output_dir / MANIFEST_NAME).options)
+    except (ValueError, OSError) as exc:
+        typer.echo(f"error: --resume {output_dir}: {MANIFEST_NAME} cannot be read: {_first_line(exc)}", err=True)
+        return 2
     explicit = {k: v for k, v in overrides.items() if v is not None}
     options = ExecuteOptions(**{**stored, **explicit})
     try:
-        return executor.execute(plan_path, output_dir, options, resume=resume)
+        return executor.execute(plan_path, output_dir, options, resume=resume, preflight=preflight)
     except RunError as exc:
         typer.echo(f"error: {exc}", err=True)
-        return 2
+        return exc.exit_code
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+_NON_NEGATIVE = ("cell_timeout_s", "first_step_timeout_s", "stall_timeout_s", "grace_s", "gpu_release_timeout_s")
+
+
+def check_option_values(overrides: dict[str, Any]) -> None:
+    """Numbers the watch loop cannot use: exit 2 naming the option, before anything is created."""
+    from scripts.benchmark.errors import UserError
+
+    def option(name: str) -> str:
+        return "--" + name.replace("_", "-")
+
+    if overrides.get("repeats") is not None and overrides["repeats"] < 1:
+        raise UserError(f"--repeats must be >= 1, got {overrides['repeats']}")
+    for name in _NON_NEGATIVE:
+        if overrides.get(name) is not None and overrides[name] < 0:
+            raise UserError(f"{option(name)} must be >= 0 (0 = off), got {overrides[name]}")
+    if overrides.get("poll_interval_s") is not None and overrides["poll_interval_s"] <= 0:
+        raise UserError(f"--poll-interval-s must be > 0, got {overrides['poll_interval_s']}")
+    if overrides.get("ray") is not None and overrides["ray"] not in ("auto", "private", "external", "none"):
+        raise UserError(f"--ray {overrides['ray']!r}: expected auto, private, external or none")
 
 
 def register(app: typer.Typer) -> None:
@@ -57,14 +91,21 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option("--resume", help="run folder to resume: reruns every cell not complete")
         ] = None,
         repeats: Annotated[
-            int | None, typer.Option("--repeats", help="repeats of every cell, interleaved [1]")
+            int | None, typer.Option("--repeats", help="repeats of every cell, interleaved", show_default="1")
         ] = None,
         fail_fast: Annotated[
-            bool | None, typer.Option("--fail-fast/--no-fail-fast", help="stop the matrix at the first failure")
+            bool | None,
+            typer.Option(
+                "--fail-fast/--no-fail-fast", help="stop the matrix at the first failure", show_default="no-fail-fast"
+            ),
         ] = None,
         skip_prepare: Annotated[
-            bool | None, typer.Option("--skip-prepare/--prepare", help="skip the download/convert steps")
+            bool | None,
+            typer.Option("--skip-prepare/--prepare", help="skip the download/convert steps", show_default="prepare"),
         ] = None,
+        preflight: Annotated[
+            bool, typer.Option("--preflight/--no-preflight", help="check GPUs, frameworks and data first")
+        ] = True,
         miles_python: Annotated[
             str | None, typer.Option("--miles-python", help="interpreter of the Miles environment")
         ] = None,
@@ -78,54 +119,62 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option("--verl-prefix", help='launch prefix, e.g. "docker exec -i verl"')
         ] = None,
         cell_timeout_s: Annotated[
-            float | None, typer.Option("--cell-timeout-s", help="time limit of one cell [14400; 0=off]")
+            float | None,
+            typer.Option("--cell-timeout-s", help="time limit of one cell, 0 = off", show_default="14400"),
         ] = None,
         first_step_timeout_s: Annotated[
             float | None,
-            typer.Option("--first-step-timeout-s", help="stall limit before the first step [3600; 0=off]"),
+            typer.Option(
+                "--first-step-timeout-s", help="stall limit before the first step, 0 = off", show_default="3600"
+            ),
         ] = None,
         stall_timeout_s: Annotated[
-            float | None, typer.Option("--stall-timeout-s", help="no new step for this long [1200]")
+            float | None, typer.Option("--stall-timeout-s", help="no new step for this long", show_default="1200")
         ] = None,
         grace_s: Annotated[
-            float | None, typer.Option("--grace-s", help="SIGTERM -> SIGKILL grace period [30]")
+            float | None, typer.Option("--grace-s", help="SIGTERM -> SIGKILL grace period", show_default="30")
         ] = None,
-        ray: Annotated[str | None, typer.Option("--ray", help="auto | private | external | none [auto]")] = None,
+        ray: Annotated[
+            str | None, typer.Option("--ray", help="auto | private | external | none", show_default="auto")
+        ] = None,
         ray_address: Annotated[
             str | None, typer.Option("--ray-address", envvar="RAY_ADDRESS", help="join this Ray cluster")
         ] = None,
         ray_dashboard_url: Annotated[
-            str | None, typer.Option("--ray-dashboard-url", help="its job API [http://<host>:8265]")
+            str | None,
+            typer.Option(
+                "--ray-dashboard-url", help="its job API", show_default="http://<host of --ray-address>:8265"
+            ),
         ] = None,
         gpu_release_timeout_s: Annotated[
             float | None,
             typer.Option(
-                "--gpu-release-timeout-s", help="wait for GPU memory to return to its level before the run [120]"
+                "--gpu-release-timeout-s",
+                help="wait for GPU memory to return to its level before the run",
+                show_default="120",
             ),
         ] = None,
         poll_interval_s: Annotated[
-            float | None, typer.Option("--poll-interval-s", help="watch loop period [0.2]")
+            float | None, typer.Option("--poll-interval-s", help="watch loop period", show_default="0.2")
         ] = None,
         emit_sbatch: Annotated[
             Path | None, typer.Option("--emit-sbatch", help="write a Slurm script running this, then exit")
         ] = None,
     ) -> None:
-        """Run an existing plan (or resume a run folder): cells x repeats interleaved, watched and recorded."""
-        if (plan is None) == (resume is None):
-            raise typer.BadParameter("give either PLAN.json with --output-dir, or --resume DIR")
-        if plan is not None and output_dir is None:
-            raise typer.BadParameter("--output-dir is required with PLAN.json")
-        if ray is not None and ray not in ("auto", "private", "external", "none"):
-            raise typer.BadParameter(f"--ray {ray!r}: expected auto, private, external or none")
-        run_dir = resume if resume is not None else output_dir
-        if emit_sbatch is not None:
-            from scripts.benchmark.runner.slurm import write_sbatch
+        """Run an existing plan (or resume a run folder): cells x repeats interleaved, watched and recorded.
 
-            argv = _strip_option(sys.argv[1:], "--emit-sbatch")
-            plan_for_script = plan if plan is not None else run_dir / "plan.json"
-            write_sbatch(emit_sbatch, plan_path=plan_for_script, run_argv=argv)
-            typer.echo(f"wrote {emit_sbatch}; submit it with: sbatch {emit_sbatch}")
-            raise typer.Exit(0)
+        Example:
+
+        \b
+            run.py execute bench-out/q/plan.json --output-dir bench-out/q-run --repeats 3
+        """
+        from scripts.benchmark.errors import UserError
+
+        if (plan is None) == (resume is None):
+            raise UserError("give either PLAN.json with --output-dir, or --resume DIR")
+        if plan is not None and output_dir is None:
+            raise UserError("--output-dir is required with PLAN.json")
+        run_dir = resume if resume is not None else output_dir
         overrides = dict(
             repeats=repeats,
             fail_fast=fail_fast,
@@ -144,8 +193,26 @@ def register(app: typer.Typer) -> None:
             gpu_release_timeout_s=gpu_release_timeout_s,
             poll_interval_s=poll_interval_s,
         )
-        code = execute_impl(plan, run_dir, overrides, resume=resume is not None)
+        check_option_values(overrides)
+        if emit_sbatch is not None:
+            _emit_sbatch(emit_sbatch, plan if plan is not None else run_dir / "plan.json")
+        code = execute_impl(plan, run_dir, overrides, resume=resume is not None, preflight=preflight)
         raise typer.Exit(code)
+
+
+def _emit_sbatch(path: Path, plan_path: Path) -> None:
+    from scripts.benchmark.errors import UserError
+    from scripts.benchmark.runner.slurm import write_sbatch
+
+    argv = _strip_option(sys.argv[1:], "--emit-sbatch")
+    try:
+        write_sbatch(path, plan_path=plan_path, run_argv=argv)
+    except OSError as exc:
+        raise UserError(f"--emit-sbatch {path}: {exc.strerror or exc}") from exc
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
+    typer.echo(f"wrote {path}; submit it with: sbatch {path}")
+    raise typer.Exit(0)
 
 
 def _strip_option(argv: list[str], name: str) -> list[str]:

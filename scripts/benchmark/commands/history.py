@@ -28,6 +28,24 @@ if TYPE_CHECKING:
 _STORE_HELP = "history database: a SQLite file path or URL (sqlite:///x.db), or postgresql://user@host/db"
 
 StoreOpt = Annotated[str, typer.Option("--store", help=_STORE_HELP)]
+CreateOpt = Annotated[
+    bool, typer.Option("--create/--no-create", help="make the database when it does not exist yet (else exit 2)")
+]
+
+
+def _could_not(what: str, exc: Exception) -> typer.Exit:
+    """One line for a failure to judge or record: the extra to install or the store at fault, else the error."""
+    from scripts.benchmark.errors import missing_module_error
+    from scripts.benchmark.history.store import StoreMissing
+
+    if isinstance(exc, ModuleNotFoundError) and (error := missing_module_error(exc)) is not None:
+        message = error.format_message()
+    elif isinstance(exc, StoreMissing):
+        message = str(exc)
+    else:
+        message = f"{type(exc).__name__}: {exc}"
+    typer.echo(f"error: {what}: {message}", err=True)
+    return typer.Exit(2)
 
 
 def _settings(
@@ -51,7 +69,9 @@ def _settings(
     return CheckSettings(gates=gates, **{k: v for k, v in given.items() if v is not None})
 
 
-def check_impl(run_dir: Path, store_url: str, settings: CheckSettings, output: Path | None) -> int:
+def check_impl(
+    run_dir: Path, store_url: str, settings: CheckSettings, output: Path | None, *, create: bool = False
+) -> int:
     """Judge run_dir, write the markdown verdict (and check.json) and return the exit code."""
     from scripts.benchmark.history.check import exit_code, render_markdown
     from scripts.benchmark.history.gate import check_runs
@@ -59,8 +79,8 @@ def check_impl(run_dir: Path, store_url: str, settings: CheckSettings, output: P
     from scripts.benchmark.history.report_input import read_report_runs
     from scripts.benchmark.history.store import HistoryStore
 
-    runs = read_report_runs(run_dir)
-    with HistoryStore(store_url) as store:
+    with HistoryStore(store_url, create=create) as store:
+        runs = read_report_runs(run_dir)
         checks, notes = check_runs(store, runs, settings)
         notes += learning_changes(store, runs, window=settings.window)
     markdown = render_markdown(checks, title="Performance check", notes=notes)
@@ -87,6 +107,7 @@ def record_impl(
     trust: str,
     baseline_reset: bool,
     settings: CheckSettings,
+    create: bool = False,
 ) -> list[int]:
     """Record every cell; trust 'auto' means trusted iff the check passes (0), as in Miles's gate."""
     from scripts.benchmark.history.check import exit_code
@@ -94,9 +115,9 @@ def record_impl(
     from scripts.benchmark.history.report_input import read_report_runs
     from scripts.benchmark.history.store import HistoryStore
 
-    runs = read_report_runs(run_dir)
     ids = []
-    with HistoryStore(store_url) as store:
+    with HistoryStore(store_url, create=create) as store:
+        runs = read_report_runs(run_dir)
         for run in runs:
             trusted = trust == "yes" or baseline_reset
             if trust == "auto" and not baseline_reset:
@@ -113,57 +134,82 @@ def register(app: typer.Typer) -> None:
     def record(
         run_dir: Annotated[Path, typer.Argument(help="run folder holding report.json")],
         store: StoreOpt = "bench-history.db",
-        commit: Annotated[str | None, typer.Option(help="commit sha (default $GITHUB_SHA)")] = None,
-        pr: Annotated[int | None, typer.Option(help="PR number (default from $GITHUB_REF)")] = None,
-        ci_run_id: Annotated[str | None, typer.Option(help="CI run id (default $GITHUB_RUN_ID)")] = None,
+        commit: Annotated[str | None, typer.Option(help="commit sha", show_default="$GITHUB_SHA")] = None,
+        pr: Annotated[int | None, typer.Option(help="PR number", show_default="from $GITHUB_REF")] = None,
+        ci_run_id: Annotated[str | None, typer.Option(help="CI run id", show_default="$GITHUB_RUN_ID")] = None,
         trigger: Annotated[str | None, typer.Option(help="schedule, pull_request, manual...")] = None,
-        ref: Annotated[str | None, typer.Option(help="git ref (default $GITHUB_REF)")] = None,
-        untrusted: Annotated[bool, typer.Option(help="store the run but never use it as a baseline")] = False,
-        trusted: Annotated[bool, typer.Option(help="trust the run without checking it first")] = False,
+        ref: Annotated[str | None, typer.Option(help="git ref", show_default="$GITHUB_REF")] = None,
+        untrusted: Annotated[
+            bool, typer.Option("--untrusted/--auto-trust", help="store the run but never use it as a baseline")
+        ] = False,
+        trusted: Annotated[
+            bool, typer.Option("--trusted/--check-first", help="trust the run without checking it first")
+        ] = False,
         baseline_reset: Annotated[
-            bool, typer.Option(help="an accepted change of level: baselines start again at this run")
+            bool,
+            typer.Option(
+                "--baseline-reset/--no-baseline-reset",
+                help="an accepted change of level: baselines start again at this run",
+            ),
+        ] = False,
+        create: Annotated[
+            bool, typer.Option("--create/--no-create", "--init", help="make the database if it does not exist yet")
         ] = False,
     ) -> None:
-        """Record a run folder's report.json into the history database."""
+        """Record a run folder's report.json into the history database.
+
+        Example (the first run of a new history):
+
+        \b
+            run.py record bench-out/q --store sqlite:///bench-history.db --create
+        """
         from scripts.benchmark.history.report_input import provenance_from_env
 
         if untrusted and (trusted or baseline_reset):
-            raise typer.BadParameter("--untrusted contradicts --trusted / --baseline-reset")
+            raise typer.BadParameter("--untrusted contradicts --trusted / --baseline-reset", param_hint="--untrusted")
         provenance = provenance_from_env(commit=commit, pr=pr, ci_run_id=ci_run_id, trigger=trigger, ref=ref)
         trust = "no" if untrusted else "yes" if trusted else "auto"
         try:
             record_impl(
                 run_dir, store, provenance, trust=trust, baseline_reset=baseline_reset,
-                settings=_settings(None, None, None, None, None),
+                settings=_settings(None, None, None, None, None), create=create,
             )  # fmt: skip
         except Exception as e:  # the nightly job must see the failure, distinct from a regression (1)
-            typer.echo(f"error: not recorded: {type(e).__name__}: {e}", err=True)
-            raise typer.Exit(2) from e
+            raise _could_not("not recorded", e) from e
 
     @app.command("check")
     def check(
         run_dir: Annotated[Path, typer.Argument(help="run folder holding report.json")],
         store: StoreOpt = "bench-history.db",
-        output: Annotated[Path | None, typer.Option(help="markdown verdict (default DIR/check.md)")] = None,
+        output: Annotated[Path | None, typer.Option(help="markdown verdict", show_default="DIR/check.md")] = None,
         threshold: Annotated[
             list[str] | None, typer.Option(help="METRIC=FRACTION practical threshold, repeatable")
         ] = None,
-        window: Annotated[int | None, typer.Option(help="trusted runs in the baseline [20]")] = None,
-        min_history: Annotated[int | None, typer.Option(help="fewer trusted runs: cold start, passes [5]")] = None,
+        window: Annotated[int | None, typer.Option(help="trusted runs in the baseline", show_default="20")] = None,
+        min_history: Annotated[
+            int | None, typer.Option(help="fewer trusted runs: cold start, passes", show_default="5")
+        ] = None,
         alpha: Annotated[
-            float | None, typer.Option(help="significance level of the whole night, split over its cells [0.05]")
+            float | None,
+            typer.Option(help="significance level of the whole night, split over its cells", show_default="0.05"),
         ] = None,
         drift_horizon: Annotated[
-            int | None, typer.Option(help="the anchor window ends this many trusted runs ago [30]")
+            int | None, typer.Option(help="the anchor window ends this many trusted runs ago", show_default="30")
         ] = None,
+        create: CreateOpt = False,
     ) -> None:
-        """Exit 1 if the run regressed against its series' trusted history, 0 if not, 2 if it could not judge."""
+        """Exit 1 if the run regressed against its series' trusted history, 0 if not, 2 if it could not judge.
+
+        Example:
+
+        \b
+            run.py check bench-out/q --store sqlite:///bench-history.db
+        """
         try:
             settings = _settings(threshold, window, min_history, alpha, drift_horizon)
-            code = check_impl(run_dir, store, settings, output)
+            code = check_impl(run_dir, store, settings, output, create=create)
         except Exception as e:  # exit 1 must only ever mean "regression": any failure to judge is 2
-            typer.echo(f"error: could not judge: {type(e).__name__}: {e}", err=True)
-            raise typer.Exit(2) from e
+            raise _could_not("could not judge", e) from e
         raise typer.Exit(code)
 
     @app.command("untrust")
@@ -172,14 +218,25 @@ def register(app: typer.Typer) -> None:
         run_id: Annotated[list[int] | None, typer.Option(help="run id, repeatable")] = None,
         commit: Annotated[str | None, typer.Option(help="every run of this commit (prefix)")] = None,
         reason: Annotated[str, typer.Option(help="why (kept with the run)")] = "",
-        restore: Annotated[bool, typer.Option(help="trust the runs again instead")] = False,
+        restore: Annotated[bool, typer.Option("--restore/--revoke", help="trust the runs again instead")] = False,
     ) -> None:
-        """Revoke (or restore) the trusted flag of runs; no row is ever deleted."""
-        from scripts.benchmark.history.store import HistoryStore
+        """Revoke (or restore) the trusted flag of runs; no row is ever deleted.
+
+        Example:
+
+        \b
+            run.py untrust --store sqlite:///bench-history.db --commit 1a2b3c4 --reason "noisy node"
+        """
+        from scripts.benchmark.errors import UserError
+        from scripts.benchmark.history.store import HistoryStore, StoreMissing
 
         if not reason:
-            raise typer.BadParameter("--reason is required: it is kept with the run")
-        with HistoryStore(store) as db:
+            raise UserError("--reason is required: it is kept with the run")
+        try:
+            db = HistoryStore(store, create=False)
+        except StoreMissing as exc:
+            raise UserError(str(exc)) from exc
+        with db:
             ids = list(run_id or []) + (db.run_ids_for_commit(commit) if commit else [])
             if not ids:
                 typer.echo("error: no run selected (give --run-id or a --commit that has runs)", err=True)
@@ -198,19 +255,31 @@ def register(app: typer.Typer) -> None:
             "bench-history"
         ),
         series: Annotated[str | None, typer.Option(help="only series whose label contains this")] = None,
-        metric: Annotated[list[str] | None, typer.Option(help="metrics (default: the gated ones)")] = None,
+        metric: Annotated[list[str] | None, typer.Option(help="metrics", show_default="the gated ones")] = None,
         p_value: Annotated[float, typer.Option(help="Otava's max p-value")] = 0.001,
         min_segment: Annotated[int, typer.Option(help="minimum runs between change points")] = 5,
         window: Annotated[int, typer.Option(help="Otava's sliding window")] = 50,
         magnitude: Annotated[float, typer.Option(help="Otava's minimum relative change")] = 0.0,
+        create: CreateOpt = False,
     ) -> None:
-        """Change points (E-divisive means + t-test, as Apache Otava) per series, with a trend plot each."""
+        """Change points (E-divisive means + t-test, as Apache Otava) per series, with a trend plot each.
+
+        Example:
+
+        \b
+            run.py history --store sqlite:///bench-history.db --series qwen3-4b/ --output-dir bench-history
+        """
+        from scripts.benchmark.errors import UserError
         from scripts.benchmark.history.check import DEFAULT_GATES
         from scripts.benchmark.history.gate import render_changes_markdown, series_changes
         from scripts.benchmark.history.plot import plot_trace
-        from scripts.benchmark.history.store import HistoryStore
+        from scripts.benchmark.history.store import HistoryStore, StoreMissing
 
-        with HistoryStore(store) as db:
+        try:
+            db = HistoryStore(store, create=create)
+        except StoreMissing as exc:
+            raise UserError(str(exc)) from exc
+        with db:
             traces = series_changes(
                 db, metrics=metric or list(DEFAULT_GATES), series_filter=series, max_pvalue=p_value,
                 min_segment=min_segment, window=window, min_magnitude=magnitude,

@@ -122,12 +122,21 @@ def register(app: typer.Typer) -> None:
     def flops(
         model: Annotated[str, typer.Option(help="preset name, model_configs name, or HF config.json path")],
         seq_lens: Annotated[str, typer.Option(help="comma-separated sequence lengths, e.g. 1024,4096")],
-        json_output: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
+        json_output: Annotated[bool, typer.Option("--json/--table", help="print JSON, or a table")] = False,
         markdown: Annotated[
-            bool, typer.Option(help="print the docs table; --model may then list several, comma-separated")
+            bool,
+            typer.Option(
+                "--markdown/--no-markdown", help="print the docs table; --model may then list several, comma-separated"
+            ),
         ] = False,
     ) -> None:
-        """FLOPs of one sequence per length: forward, train (3x forward), and the frameworks' own formulas."""
+        """FLOPs of one sequence per length: forward, train (3x forward), and the frameworks' own formulas.
+
+        Example:
+
+        \b
+            run.py flops --model qwen3-4b --seq-lens 1024,4096 --json
+        """
         lengths = _parse_seq_lens(seq_lens)
         try:
             if markdown:
@@ -153,7 +162,9 @@ def register(app: typer.Typer) -> None:
         model: Annotated[str, typer.Option(help="preset name, model_configs name, or HF config.json path")],
         gpus: Annotated[int, typer.Option(help="training GPUs of the job")],
         output: Annotated[Path, typer.Option("-o", "--output", help="metrics.jsonl to write")],
-        rollout_gpus: Annotated[int | None, typer.Option(help="generating GPUs (default: --gpus, colocated)")] = None,
+        rollout_gpus: Annotated[
+            int | None, typer.Option(help="generating GPUs", show_default="--gpus, colocated")
+        ] = None,
         device: Annotated[str | None, typer.Option(help="torch.cuda.get_device_name() of the training GPUs")] = None,
         peak_tflops: Annotated[float | None, typer.Option(help="MFU peak override, dense TFLOP/s per GPU")] = None,
         samples_per_step: Annotated[int | None, typer.Option(help="samples per step, when the sink lacks it")] = None,
@@ -164,9 +175,20 @@ def register(app: typer.Typer) -> None:
             int | None, typer.Option(min=1, help="response-length cap (VERL truncation fraction)")
         ] = None,
     ) -> None:
-        """Read a framework's own metric sink and write schema-v1 records (one JSON object per line)."""
+        """Read a framework's own metric sink and write schema-v1 records (one JSON object per line).
+
+        Example:
+
+        \b
+            run.py ingest run/cells/verl-fsdp-colocate/rep-0/sink --framework verl --model qwen3-4b --gpus 8 -o m.jsonl
+        """
+        from scripts.benchmark.errors import UserError
+
         if framework not in ("miles", "verl"):
-            raise typer.BadParameter(f"--framework must be miles or verl, got {framework!r}")
+            raise UserError(f"--framework must be miles or verl, got {framework!r}")
+        for option, value in (("--gpus", gpus), ("--rollout-gpus", rollout_gpus)):
+            if value is not None and value < 1:
+                raise UserError(f"{option} must be >= 1, got {value}")
         try:
             records = ingest_impl(
                 framework=framework,
@@ -182,8 +204,7 @@ def register(app: typer.Typer) -> None:
                 max_response_tokens=max_response_tokens,
             )
         except ValueError as exc:
-            typer.echo(f"ingest: {exc}", err=True)
-            raise typer.Exit(2) from exc
+            raise UserError(f"ingest: {exc}") from exc
         for record in records:
             flags = f" flags={','.join(record.flags)}" if record.flags else ""
             print(f"step {record.step}: step_time_s={record.step_time_s}{flags}", file=sys.stderr)

@@ -2,13 +2,15 @@
 
     run.py --backend {fsdp,megatron,all} [--compare-verl] --preset NAME | --spec FILE
            [--layout colocate|disaggregated] --output-dir DIR [--dry-run] [--num-steps N] [--gpus-per-node N]
-           [--repeats N] [--skip-prepare] [--wandb]
+           [--repeats N] [--skip-prepare] [--wandb] [--force] [--no-preflight]
 
 Writes DIR/plan.json, DIR/cells/<id>.sh, DIR/parity.md and DIR/parity.json, prints a summary; without --dry-run it
-then runs the plan into the same DIR (`run.py execute`, see commands/execute.py). Exit codes: 0 planned (dry run) /
-all cells complete; 1 a cell did not complete; 2 bad input (spec validation, options); 3 the launches do not match
-(parity) or are invalid (flags, VERL strict composition); 4 this machine cannot execute the plan (what is missing is
-printed); 130 interrupted (resume with `run.py execute --resume DIR`).
+then runs the plan into the same DIR (`run.py execute`, see commands/execute.py). DIR must be new, empty, or hold
+the same plan; a run or another plan there is refused unless --force moves it aside (plan/folder.py).
+Exit codes: 0 planned (dry run) / all cells complete; 1 a cell did not complete; 2 bad input (spec validation,
+options, output folder); 3 the launches do not match (parity) or are invalid (flags, VERL strict composition); 4 this
+machine cannot execute the plan (what is missing is printed); 130 interrupted (resume with `run.py execute --resume
+DIR`).
 """
 
 from __future__ import annotations
@@ -41,42 +43,43 @@ def plan_impl(
     wandb: bool = False,
     miles_version: str | None = None,
     check_miles: bool = False,
+    force: bool = False,
+    preflight: bool = True,
 ) -> None:
     from pathlib import Path
 
-    from scripts.benchmark.frameworks.miles.launch import MilesPaths
     from scripts.benchmark.frameworks.miles.versions import DEFAULT_MILES_TARGET, MILES_TARGETS
     from scripts.benchmark.plan.build import PlanError, PlanOptions, build_plan, write_plan
-    from scripts.benchmark.spec import BACKENDS
+    from scripts.benchmark.plan.folder import check_plan_folder, write_plan_atomically
+    from scripts.benchmark.spec import BACKENDS, spec_hash
 
     if backend not in ("fsdp", "megatron", "all"):
         _fail(EXIT_BAD_INPUT, f"--backend must be fsdp, megatron or all, got {backend!r}")
     if miles_version not in (None, *MILES_TARGETS):
         _fail(EXIT_BAD_INPUT, f"--miles-version must be one of {', '.join(MILES_TARGETS)}, got {miles_version!r}")
+    if repeats is not None and repeats < 1:
+        _fail(EXIT_BAD_INPUT, f"--repeats must be >= 1, got {repeats}")
     spec = _load_spec(preset, spec_file, layout, num_steps=num_steps, gpus_per_node=gpus_per_node, wandb=wandb)
-    paths = MilesPaths.from_env()
-    paths = MilesPaths(miles_root=miles_root or paths.miles_root, megatron_root=megatron_root or paths.megatron_root)
-    out = Path(output_dir).resolve()
-    if not dry_run and (out / "manifest.json").exists():
-        _fail(
-            EXIT_BAD_INPUT,
-            f"{out} already holds a run (manifest.json): resume it with `run.py execute --resume {out}`",
-        )
+    out = Path(output_dir).expanduser().absolute()
     options = PlanOptions(
         backends=BACKENDS if backend == "all" else (backend,),
         layout=spec.placement.layout,
         compare_verl=compare_verl,
         output_dir=out,
-        paths=paths,
+        paths=_miles_paths(miles_root, megatron_root),
         miles_version=miles_version or DEFAULT_MILES_TARGET,
     )
+    aside = check_plan_folder(out, spec_hash(spec), force=force)
+    if aside is not None:
+        typer.echo(f"moved the previous contents of {out} to {aside}")
     try:
         plan = build_plan(spec, preset, options)
     except PlanError as exc:
-        if exc.plan is not None:
-            write_plan(exc.plan, out)
+        failed = exc.plan
+        if failed is not None:
+            write_plan_atomically(out, lambda tmp: write_plan(failed, out, into=tmp))
         _fail(EXIT_PARITY, f"{exc} (see {out / 'parity.md'})")
-    written = write_plan(plan, out)
+    written = write_plan_atomically(out, lambda tmp: write_plan(plan, out, into=tmp))
     from scripts.benchmark.analysis.settings import COMPARISON_REPEATS
 
     repeats = repeats if repeats is not None else (COMPARISON_REPEATS if compare_verl else 1)
@@ -88,7 +91,18 @@ def plan_impl(
             _check_with_installed_miles(plan.data)
         typer.echo("dry run: nothing executed")
         return
-    _execute_plan(plan, out, repeats=repeats, skip_prepare=skip_prepare)
+    _execute_plan(plan, out, repeats=repeats, skip_prepare=skip_prepare, preflight=preflight)
+
+
+def _miles_paths(miles_root: str | None, megatron_root: str | None):
+    """--miles-root / --megatron-root (absolute: the cells run in their own folders), else $MILES_ROOT / defaults."""
+    from scripts.benchmark.frameworks.miles.launch import MilesPaths
+
+    for option, value in (("--miles-root", miles_root), ("--megatron-root", megatron_root)):
+        if value is not None and not value.startswith("/"):
+            _fail(EXIT_BAD_INPUT, f"{option} must be an absolute path on the GPU node, got {value!r}")
+    paths = MilesPaths.from_env()
+    return MilesPaths(miles_root=miles_root or paths.miles_root, megatron_root=megatron_root or paths.megatron_root)
 
 
 def _load_spec(preset: str | None, spec_file: str | None, layout: str | None, **overrides):
@@ -102,13 +116,16 @@ def _load_spec(preset: str | None, spec_file: str | None, layout: str | None, **
     if layout not in (None, "colocate", "disaggregated"):
         _fail(EXIT_BAD_INPUT, f"--layout must be colocate or disaggregated, got {layout!r}")
     wandb = True if overrides.pop("wandb") else None
+    source = f"--preset {preset}" if preset else f"--spec {spec_file}"
     try:
         spec = load_preset(preset) if preset else load_spec_file(spec_file)
         return with_overrides(spec, layout=layout, wandb=wandb, **overrides)
     except ValidationError as exc:
         details = [f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg']}" for e in exc.errors()]
-        _fail(EXIT_BAD_INPUT, "invalid spec:\n  - " + "\n  - ".join(details))
-    except (ValueError, OSError) as exc:
+        _fail(EXIT_BAD_INPUT, f"invalid spec ({source}):\n  - " + "\n  - ".join(details))
+    except OSError as exc:
+        _fail(EXIT_BAD_INPUT, f"{source}: {exc.strerror or exc}")
+    except ValueError as exc:
         _fail(EXIT_BAD_INPUT, f"invalid spec: {exc}")
 
 
@@ -130,16 +147,19 @@ def _check_verl_composition(plan) -> None:
         typer.echo(f"VERL strict compose: ok for {len(compose)} cell(s)")
 
 
-def _execute_plan(plan, out, *, repeats: int | None, skip_prepare: bool) -> None:
-    """Preflight (exit 4 naming what is missing), then `run.py execute` of the written plan into the same folder."""
+def _execute_plan(plan, out, *, repeats: int | None, skip_prepare: bool, preflight: bool) -> None:
+    """The machine preflight (exit 4 naming what is missing) and the installed Miles's own parser on the Miles cells,
+    both skipped by --no-preflight, then `run.py execute` of the written plan into the same folder."""
     from scripts.benchmark.commands.execute import execute_impl
     from scripts.benchmark.runner.preflight import check_can_execute
 
-    missing = check_can_execute(plan.data, skip_prepare=skip_prepare)
-    if missing:
-        _fail(EXIT_CANNOT_EXECUTE, "cannot execute the plan on this machine:\n  - " + "\n  - ".join(missing))
-    _check_with_installed_miles(plan.data)
-    code = execute_impl(out / "plan.json", out, {"repeats": repeats, "skip_prepare": skip_prepare}, resume=False)
+    if preflight:
+        missing = check_can_execute(plan.data, skip_prepare=skip_prepare)
+        if missing:
+            _fail(EXIT_CANNOT_EXECUTE, "cannot execute the plan on this machine:\n  - " + "\n  - ".join(missing))
+        _check_with_installed_miles(plan.data)
+    overrides = {"repeats": repeats, "skip_prepare": skip_prepare}
+    code = execute_impl(out / "plan.json", out, overrides, resume=False, preflight=False)
     if code:
         raise typer.Exit(code)
 
@@ -193,22 +213,38 @@ def _print_summary(plan, written, out, repeats: int) -> None:
 def main_callback(
     ctx: typer.Context,
     backend: str = typer.Option("all", help="fsdp, megatron or all"),
-    compare_verl: bool = typer.Option(False, "--compare-verl", help="also plan the matched VERL cells"),
+    compare_verl: bool = typer.Option(
+        False, "--compare-verl/--no-compare-verl", help="also plan the matched VERL cells"
+    ),
     preset: str = typer.Option(None, help="preset name (scripts/benchmark/presets/<name>.yaml)"),
     spec: str = typer.Option(None, "--spec", help="a spec YAML file instead of a preset"),
-    layout: str = typer.Option(None, help="colocate or disaggregated (default: the spec's)"),
-    output_dir: str = typer.Option(None, help="folder for plan.json, cells/, parity.md"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="write the plan and stop"),
-    num_steps: int = typer.Option(None, help="override run.num_steps"),
-    gpus_per_node: int = typer.Option(None, help="override run.gpus_per_node"),
-    miles_root: str = typer.Option(None, help="Miles checkout on the GPU node (default $MILES_ROOT or /root/miles)"),
-    megatron_root: str = typer.Option(None, help="Megatron-LM checkout (default $MEGATRON_ROOT or /root/Megatron-LM)"),
-    repeats: int = typer.Option(
-        None, help="repeats of every cell, interleaved (run only) [3 with --compare-verl, else 1]"
+    layout: str = typer.Option(None, help="colocate or disaggregated", show_default="the spec's"),
+    output_dir: str = typer.Option(None, help="folder for plan.json, cells/, parity.md (required)"),
+    dry_run: bool = typer.Option(False, "--dry-run/--run", help="write the plan and stop, or also run it"),
+    num_steps: int = typer.Option(None, help="override run.num_steps", show_default="the spec's"),
+    gpus_per_node: int = typer.Option(None, help="override run.gpus_per_node", show_default="the spec's"),
+    miles_root: str = typer.Option(
+        None, help="Miles checkout on the GPU node (absolute)", show_default="$MILES_ROOT or /root/miles"
     ),
-    skip_prepare: bool = typer.Option(False, "--skip-prepare", help="skip the download/convert steps (run only)"),
+    megatron_root: str = typer.Option(
+        None, help="Megatron-LM checkout (absolute)", show_default="$MEGATRON_ROOT or /root/Megatron-LM"
+    ),
+    repeats: int = typer.Option(
+        None, help="repeats of every cell, interleaved (run only)", show_default="3 with --compare-verl, else 1"
+    ),
+    skip_prepare: bool = typer.Option(
+        False, "--skip-prepare/--prepare", help="skip the download/convert steps (run only)"
+    ),
     wandb: bool = typer.Option(
-        False, "--wandb", help="also log both frameworks to wandb (spec tracking.wandb; key from $WANDB_API_KEY)"
+        False,
+        "--wandb/--no-wandb",
+        help="also log both frameworks to wandb (spec tracking.wandb; key from $WANDB_API_KEY)",
+    ),
+    force: bool = typer.Option(
+        False, "--force/--no-force", help="move a run or another plan already in --output-dir aside (never deleted)"
+    ),
+    preflight: bool = typer.Option(
+        True, "--preflight/--no-preflight", help="check GPUs, frameworks and data before running (run only)"
     ),
     miles_version: str = typer.Option(
         None, "--miles-version", help="the Miles the launches target: 31f1ca9 (default) or the release 0.0.2"
@@ -219,7 +255,13 @@ def main_callback(
         help="dry run: also run the installed Miles's own parser (--miles-root, python3 on PATH) on the Miles cells",
     ),
 ) -> None:
-    """Plan (and, without --dry-run, run) the Miles vs VERL matrix for one spec."""
+    """Plan (and, without --dry-run, run) the Miles vs VERL matrix for one spec.
+
+    Example:
+
+    \b
+        run.py --backend all --compare-verl --preset qwen3-1.7b-base --output-dir bench-out/q --dry-run
+    """
     if ctx.invoked_subcommand is not None:
         return
     if output_dir is None:
@@ -242,6 +284,8 @@ def main_callback(
         wandb=wandb,
         miles_version=miles_version,
         check_miles=check_miles,
+        force=force,
+        preflight=preflight,
     )
 
 

@@ -3,7 +3,8 @@
 - Reads DIR/manifest.json, each complete repeat's metrics.jsonl and environment.json, DIR/plan.json, DIR/parity.json.
 - Writes DIR/report.md, DIR/report.json (contract 3), DIR/report.html and DIR/plots/*.png; prints the Verdict
   section of report.md and the paths written (the whole report, with every environment record, is in the files).
-- Exit status: 0 when the report was written; 1 when DIR is not a run folder or has no complete cell.
+- Exit status: 0 when the report was written; 1 when DIR has no complete cell; 2 when DIR is not a run folder
+  (no or unreadable manifest.json) or an option is out of range, or the 'analysis' extra is missing.
 
 Caveats:
 - Refused comparisons (parity, hardware) are reported, not errors: the exit status stays 0.
@@ -44,18 +45,38 @@ def register(app: typer.Typer) -> None:
             ),
         ] = True,
         calibration: Annotated[
-            bool, typer.Option(help="use the committed calibration data (measured peak, roofline)")
+            bool,
+            typer.Option(
+                "--calibration/--no-calibration", help="use the committed calibration data (measured peak, roofline)"
+            ),
         ] = True,
-        quiet: Annotated[bool, typer.Option(help="print only the paths written, not the verdict")] = False,
+        quiet: Annotated[
+            bool, typer.Option("--quiet/--verbose", help="print only the paths written, or also the verdict")
+        ] = False,
     ) -> None:
-        """Analyse a run folder and write report.md, report.json, report.html and plots into it."""
+        """Analyse a run folder and write report.md, report.json, report.html and plots into it.
+
+        Example:
+
+        \b
+            run.py report bench-out/qwen3-1.7b-base
+        """
+        from scripts.benchmark.contracts.manifest import read_manifest_json
+        from scripts.benchmark.errors import UserError, require
+
         if not 0 < confidence < 1:
-            raise typer.BadParameter(f"--confidence must be in (0, 1), got {confidence}")
+            raise UserError(f"--confidence must be in (0, 1), got {confidence}")
         if reps < 100:
-            raise typer.BadParameter(f"--reps must be at least 100 for a percentile interval, got {reps}")
-        if not (run_dir / "manifest.json").is_file():
-            typer.echo(f"error: {run_dir}/manifest.json not found: not a benchmark run folder", err=True)
-            raise typer.Exit(1)
+            raise UserError(f"--reps must be at least 100 for a percentile interval, got {reps}")
+        for module in ("matplotlib", "scipy"):
+            require(module)
+        manifest = run_dir / "manifest.json"
+        if not manifest.is_file():
+            raise UserError(f"{manifest} not found: {run_dir} is not a benchmark run folder")
+        try:
+            read_manifest_json(manifest)
+        except ValueError as exc:
+            raise UserError(f"{manifest} cannot be read: {str(exc).strip().splitlines()[0]}") from exc
         from scripts.benchmark.analysis.settings import AnalysisSettings
 
         settings = AnalysisSettings(confidence=confidence, reps=reps, seed=seed, family_wise=family_wise)

@@ -27,7 +27,13 @@ def register(app: typer.Typer) -> None:
         cells: Annotated[int, typer.Option(help="cells judged together in one night")] = 8,
         output: Annotated[Path | None, typer.Option(help="also write the table here")] = None,
     ) -> None:
-        """False-alarm rate and detection power of this check vs last-run and Miles-band gates, same series."""
+        """False-alarm rate and detection power of this check vs last-run and Miles-band gates, same series.
+
+        Example:
+
+        \b
+            run.py simulate-check --trials 4000 --output check-simulation.md
+        """
         from scripts.benchmark.history.simulation import SimulationSettings, render_table, run_simulation
 
         if trials < 100:

@@ -25,7 +25,7 @@ _Argv = list[str]
 class CellSink(BaseModel):
     """Where a cell's metrics appear; format "none" is a cell planned and checked but whose metrics no reader reads."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     format: str
     path: str | None = None
@@ -41,7 +41,7 @@ class CellSink(BaseModel):
 class PlanCell(BaseModel):
     """One framework x backend x layout launch of the matrix."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     id: str
     framework: Literal["miles", "verl"]
@@ -57,6 +57,13 @@ class PlanCell(BaseModel):
     script: str | None = None
     ray_head_argv: _Argv | None = None
 
+    @field_validator("launch_argv")
+    @classmethod
+    def _has_a_program(cls, value: list[str]) -> list[str]:
+        if not value[0].strip():
+            raise ValueError("launch_argv[0] (the program) is empty")
+        return value
+
     @field_validator("num_steps")
     @classmethod
     def _positive_steps(cls, value: int) -> int:
@@ -68,7 +75,7 @@ class PlanCell(BaseModel):
 class PrepareStep(BaseModel):
     """Harness work run once before the first cell (downloads, data conversion)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     name: str
     argv: _Argv = Field(min_length=1)
@@ -78,7 +85,7 @@ class PrepareStep(BaseModel):
 
 
 class PlanFile(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     schema_version: int
     spec: dict[str, Any] = Field(default_factory=dict)

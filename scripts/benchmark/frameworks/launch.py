@@ -5,6 +5,9 @@
   (the named argv blocks, for review).
 - `render_argv(argv)`: one flag per line (a flag and its value share a line), shell-quoted, for goldens and scripts.
 - `BENCH_CELL_DIR`: the literal placeholder the runner replaces by the absolute folder of one cell repeat.
+- `ray_shell_problem(path)` / `ray_entrypoint_guard()`: `ray job submit -- CMD...` joins CMD into one /bin/sh line
+  (subprocess.list2cmdline, which quotes spaces only), so a path with a shell character cannot pass through it
+  intact; such a run folder is refused (by the runner before anything starts, by the cell script before the submit).
 
 Caveats:
 - argv stays a list[str] until `render_argv`; nothing here runs a shell.
@@ -12,10 +15,13 @@ Caveats:
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass, field
 
 BENCH_CELL_DIR = "${BENCH_CELL_DIR}"
+RAY_SHELL_SAFE = "A-Za-z0-9 _.,:=@%+/-"
+"""The characters a path may hold to reach a `ray job submit` entrypoint unchanged."""
 
 
 @dataclass(frozen=True)
@@ -54,3 +60,24 @@ def render_argv(argv: list[str], indent: str = "  ") -> list[str]:
         else:
             lines.append(quote(token))
     return [lines[0]] + [indent + line for line in lines[1:]] if lines else []
+
+
+def ray_shell_problem(path: str) -> str | None:
+    """Why `path` cannot pass through Ray's job entrypoint shell line, or None."""
+    bad = sorted(set(re.sub(f"[{RAY_SHELL_SAFE}]", "", path)))
+    if not bad:
+        return None
+    return (
+        f"{path!r} holds {''.join(bad)!r}: `ray job submit` runs Miles's command as a /bin/sh line, where these "
+        f"characters would be interpreted; use a folder of [{RAY_SHELL_SAFE}] only"
+    )
+
+
+def ray_entrypoint_guard() -> list[str]:
+    """Bash lines that stop a cell script (exit 2) when its cell folder could not pass through `ray job submit`."""
+    pattern = RAY_SHELL_SAFE.replace(" ", "\\ ")
+    message = (
+        "error: BENCH_CELL_DIR=${BENCH_CELL_DIR} holds characters that ray job submit would pass to /bin/sh; "
+        f"use a folder of [{RAY_SHELL_SAFE}] only"
+    )
+    return [f'case "${{BENCH_CELL_DIR}}" in *[!{pattern}]*) echo {quote(message)} >&2; exit 2 ;; esac']

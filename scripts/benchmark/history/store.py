@@ -1,8 +1,11 @@
 # doc-dev: docs/benchmark.md
 """The benchmark history database: one code path (SQLAlchemy Core) for a SQLite file and a PostgreSQL server.
 
-- `open_store(url)` accepts a SQLAlchemy URL (`sqlite:///history.db`, `postgresql+psycopg://user@host/db`), a bare
-  `postgresql://` URL (mapped to the psycopg 3 driver) or a plain file path (a SQLite file); it creates the tables.
+- `HistoryStore(url, create=...)` accepts a SQLAlchemy URL (`sqlite:///history.db`,
+  `postgresql+psycopg://user@host/db`), a bare `postgresql://` URL (mapped to the psycopg 3 driver) or a plain file
+  path (a SQLite file). With create=False a missing SQLite file, an unreachable database or one without the history
+  tables raises `StoreMissing` naming the URL (a mistyped --store must never become a new, empty history); with
+  create=True the file and the tables are made.
 - A run series is `SeriesKey(preset, framework, backend, layout, hardware, spec_hash)`, like the run series of
   Miles's metric-history gate; one recorded run is one cell of one report.json.
 - Each run keeps its provenance (commit, PR, CI run id, trigger, ref, environment record) and a `trusted` flag;
@@ -82,15 +85,31 @@ def normalize_url(url: str) -> str:
     return url
 
 
+class StoreMissing(ValueError):
+    """The --store URL names no history database (and --create was not given), or it cannot be reached."""
+
+
 class HistoryStore:
     """Read and write the history tables; every statement is SQLAlchemy Core, so both backends share it."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, create: bool = True) -> None:
         self.url = normalize_url(url)
+        shown = sa.engine.make_url(self.url).render_as_string(hide_password=True)
         if self.url.startswith("sqlite:///"):
-            Path(self.url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+            path = Path(self.url.removeprefix("sqlite:///"))
+            if not create and not path.is_file():
+                raise StoreMissing(f"--store {shown}: no history database at {path} (pass --create to make one)")
+            path.parent.mkdir(parents=True, exist_ok=True)
         self.engine = sa.create_engine(self.url, future=True)
-        _metadata.create_all(self.engine)
+        try:
+            if create:
+                _metadata.create_all(self.engine)
+            elif not sa.inspect(self.engine).has_table(RUNS.name):
+                raise StoreMissing(f"--store {shown}: holds no benchmark history (pass --create to make one)")
+        except sa.exc.OperationalError as exc:
+            self.engine.dispose()
+            reason = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
+            raise StoreMissing(f"--store {shown}: cannot open the database: {reason}") from exc
 
     def close(self) -> None:
         self.engine.dispose()

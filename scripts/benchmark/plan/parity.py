@@ -3,7 +3,10 @@
 - `build_parity(...) -> list[ParityRow]`: one row per knob: value per cell, `matched` or `asymmetry` (declared, with a
   one-line note of the expected throughput effect). A difference that is not declared raises `ParityError`. The
   values come from each framework's reader (`frameworks/miles/parity_knobs.py`, `frameworks/verl/parity_knobs.py`).
-- `parity_json(...)`, `parity_markdown(...)`: what the plan writes as parity.json / parity.md.
+- Every row also carries the literal words that set the knob in each launch (`miles_launch`, `verl_launch`, from
+  plan/parity_sources.py), so the table can be checked against the cell scripts word for word.
+- `parity_json(...)`, `parity_markdown(...)`: what the plan writes as parity.json / parity.md (with a legend and a
+  link to the manual).
 """
 
 from __future__ import annotations
@@ -15,7 +18,19 @@ from typing import Any
 
 from scripts.benchmark.frameworks.miles.parity_knobs import parse_miles
 from scripts.benchmark.frameworks.verl.parity_knobs import parse_verl
+from scripts.benchmark.plan.parity_sources import launch_words
 from scripts.benchmark.report.render import markdown_table
+
+DOCS = "docs/benchmark/plan.md#the-parity-table-and-declared-asymmetries"
+LEGEND = [
+    "Legend: **Miles** / **VERL** are the canonical values both launches are read back into (the same unit and",
+    "name on both sides); **Miles sets it with** / **VERL sets it with** are the literal flags and overrides of the",
+    "cell scripts (`not set: framework default` when no word sets the knob); **status** is `matched`, `asymmetry`",
+    "(declared, with its expected throughput effect) or `MISMATCH` (not declared: the plan is refused).",
+    "Example: Miles's `--optimizer adam` is Adam with decoupled weight decay, VERL's default `AdamW`: both `adamw`.",
+    "`train_state_offload` (weights and optimizer moved to CPU while SGLang generates) is not",
+    "`optimizer_cpu_offload` (the optimizer step itself on CPU).",
+]
 
 
 class ParityError(ValueError):
@@ -34,6 +49,8 @@ class ParityRow:
     verl: Any
     status: str
     note: str
+    miles_launch: str = ""
+    verl_launch: str = ""
 
 
 # (group, knob) in table order; a knob missing from both parses is skipped (backend-specific groups).
@@ -127,13 +144,14 @@ def build_parity(
         if knob not in miles and knob not in verl:
             continue
         a, b = miles.get(knob, "<absent>"), verl.get(knob, "<absent>")
+        words = launch_words(knob, miles_argv, verl_argv)
         if _same(a, b):
             note = _MATCHED_COST.get(knob, "") if a not in ("off", "none") else ""
-            rows.append(ParityRow(knob, group, a, b, "matched", note))
+            rows.append(ParityRow(knob, group, a, b, "matched", note, *words))
         elif knob in declared:
-            rows.append(ParityRow(knob, group, a, b, "asymmetry", declared[knob]))
+            rows.append(ParityRow(knob, group, a, b, "asymmetry", declared[knob], *words))
         else:
-            rows.append(ParityRow(knob, group, a, b, "MISMATCH", "not a declared asymmetry"))
+            rows.append(ParityRow(knob, group, a, b, "MISMATCH", "not a declared asymmetry", *words))
             errors.append(f"{knob}: miles={a!r} verl={b!r}")
     if errors:
         raise ParityError(f"{backend}/{layout}: " + "; ".join(errors), rows)
@@ -160,8 +178,20 @@ def _knob_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
+def _words(text: str | None) -> str:
+    if not text:
+        return ""
+    return text if text.startswith("not set") else f"`{text}`"
+
+
 def parity_markdown(parity: dict[str, Any], title: str) -> str:
-    lines = [f"# Parity: {title}", "", f"spec_hash `{parity['spec_hash']}`", ""]
+    lines = [
+        f"# Parity: {title}",
+        "",
+        f"spec_hash `{parity['spec_hash']}`; what each row means: [{DOCS}]({DOCS}).",
+        "",
+    ]
+    lines += [" ".join(LEGEND), ""]
     if not parity["pairs"]:
         return "\n".join(lines + ["No VERL cells planned (run with --compare-verl): nothing to compare.", ""])
     for pair in parity["pairs"]:
@@ -171,9 +201,11 @@ def parity_markdown(parity: dict[str, Any], title: str) -> str:
         if pair["error"]:
             lines += [f"**Parity error**: {pair['error']}", ""]
         rows = [
-            [r["group"], r["knob"], _knob_text(r["miles"]), _knob_text(r["verl"]), r["status"], _knob_text(r["note"])]
+            [r["group"], r["knob"], _knob_text(r["miles"]), _knob_text(r["verl"]), r["status"]]
+            + [_words(r.get("miles_launch")), _words(r.get("verl_launch")), _knob_text(r["note"])]
             for r in pair["rows"]
         ]
-        header = ["group", "knob", "Miles", "VERL", "status", "expected throughput effect"]
+        header = ["group", "knob", "Miles", "VERL", "status", "Miles sets it with", "VERL sets it with"]
+        header += ["expected throughput effect"]
         lines += [markdown_table(header, rows), ""]
     return "\n".join(lines)

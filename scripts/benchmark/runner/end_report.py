@@ -7,6 +7,7 @@ import signal
 from typing import Any
 
 from scripts.benchmark.contracts.manifest import Manifest
+from scripts.benchmark.errors import missing_module_error
 from scripts.benchmark.runner.progress import MatrixProgress
 
 
@@ -35,6 +36,10 @@ def report_after_run(manifest: Manifest, progress: MatrixProgress) -> None:
         return
     except _ReportInterrupted as exc:
         warning = f"report: not written, interrupted by {exc}; run `run.py report {run_dir}`"
+    except ModuleNotFoundError as exc:
+        error = missing_module_error(exc)
+        reason = error.format_message() if error is not None else repr(exc)
+        warning = f"report: not written: {reason}; then run `run.py report {run_dir}`"
     except Exception as exc:  # the run's outcome stands whatever the report does
         warning = f"report: failed with {exc!r}; the run itself is recorded as it ended (run.py report {run_dir})"
     finally:

@@ -2,8 +2,9 @@
 """Run a plan: preparation steps once, then cells x repeats interleaved, each watched, recorded and stopped cleanly.
 
 - `execute(plan_path, output_dir, options)` / `execute(None, output_dir, options, resume=True)`: checks everything that
-  can be checked before any process starts (output folder writable, plan well formed and free of secrets,
-  executables present, a Ray CLI where a private head is needed), then writes DIR/plan.json and DIR/manifest.json.
+  can be checked before any process starts (plan well formed and free of secrets, executables present, a Ray CLI
+  where a private head is needed, with preflight=True the machine: runner/preflight.py; then the output folder
+  writable), then writes DIR/plan.json and DIR/manifest.json. A rejected run leaves no folder it created.
 - Order: repeat 0 of every cell, then repeat 1, ...; within a repeat the cells of one (backend, layout) run
   Miles then VERL, so node drift hits both frameworks alike.
 - Preparation steps run once, before the first cell, with this interpreter for a bare python (they are harness
@@ -40,19 +41,21 @@ from miles.utils.bench_metrics import read_records, write_text_atomic
 from scripts.benchmark.contracts.manifest import MANIFEST_NAME, CellRun, Manifest, new_cell_run
 from scripts.benchmark.contracts.plan import read_plan_json
 from scripts.benchmark.frameworks.miles.sink import find_refused_flags
-from scripts.benchmark.runner.cell_command import find_executable_problem
 from scripts.benchmark.runner.leftovers import stop_leftovers
 from scripts.benchmark.runner.matrix import MatrixRunner
-from scripts.benchmark.runner.options import ExecuteOptions, RunError, harness_argv, needs_private_head
+from scripts.benchmark.runner.options import CannotExecute, ExecuteOptions, RunError
+from scripts.benchmark.runner.preflight import check_can_execute, launch_problems, steps_to_prepare  # noqa: F401
 from scripts.benchmark.runner.process import become_child_subreaper
 from scripts.benchmark.runner.progress import MatrixProgress
 from scripts.benchmark.runner.redaction import Redactor, find_plan_secrets, find_words_secrets
-from scripts.benchmark.runner.run_lock import RunLock, hold_run_lock
+from scripts.benchmark.runner.run_lock import LOCK_NAME, RunLock, hold_run_lock
 from scripts.benchmark.runner.write_errors import describe_write_error, write_error_in
 
 
 def check_output_dir(output_dir: Path) -> None:
     """Create the run folder and prove it is writable, or raise RunError naming the folder and the cause."""
+    if output_dir.exists() and not output_dir.is_dir():
+        raise RunError(f"--output-dir {output_dir} is a file, not a folder")
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
         probe = output_dir / f".write-probe-{os.getpid()}"  # one per harness: several may start at once
@@ -105,10 +108,42 @@ def _needs_rerun(cell_run: CellRun, run_dir: Path) -> bool:
 
 
 def prepare_execution(
-    plan_path: Path | None, output_dir: Path, options: ExecuteOptions, *, resume: bool
+    plan_path: Path | None, output_dir: Path, options: ExecuteOptions, *, resume: bool, preflight: bool = False
 ) -> tuple[dict[str, Any], Manifest, list[CellRun]]:
-    """Every check that can fail before anything starts; returns the plan, the manifest and the cells to run."""
-    check_output_dir(output_dir)
+    """Every check that can fail before anything starts; returns the plan, the manifest and the cells to run.
+    A rejected run leaves no folder behind that it created."""
+    created = not output_dir.exists()
+    try:
+        return _prepare(plan_path, output_dir, options, resume=resume, preflight=preflight)
+    except RunError:
+        if created and output_dir.is_dir() and not any(output_dir.iterdir()):
+            output_dir.rmdir()
+        raise
+
+
+def _load_manifest(path: Path) -> Manifest:
+    try:
+        return Manifest.load(path)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RunError(f"{path} cannot be read: {first}") from exc
+
+
+def _check_here(plan: dict[str, Any], options: ExecuteOptions, output_dir: Path, preflight: bool) -> None:
+    """The preflight shared with the main command (the machine, exit 4; skippable), then what the run starts."""
+    missing = check_can_execute(plan, skip_prepare=options.skip_prepare) if preflight else []
+    if missing:
+        raise CannotExecute(
+            "cannot execute the plan on this machine (--no-preflight skips this check):\n  - " + "\n  - ".join(missing)
+        )
+    problems = launch_problems(plan, options, output_dir)
+    if problems:
+        raise RunError("cannot start the matrix:\n  " + "\n  ".join(problems))
+
+
+def _prepare(
+    plan_path: Path | None, output_dir: Path, options: ExecuteOptions, *, resume: bool, preflight: bool
+) -> tuple[dict[str, Any], Manifest, list[CellRun]]:
     manifest_path = output_dir / MANIFEST_NAME
     if resume:
         if not manifest_path.exists():
@@ -125,7 +160,7 @@ def prepare_execution(
         raise RunError(f"--repeats must be >= 1, got {options.repeats}")
     if options.ray == "external" and not options.ray_address:
         raise RunError("--ray external needs --ray-address (or RAY_ADDRESS in the environment)")
-    _check_launchable(plan, options)
+    _check_here(plan, options, output_dir, preflight)
     _check_prefix_secrets(options)
     if not resume:
         _copy_plan_files(plan_path, output_dir)
@@ -135,7 +170,7 @@ def prepare_execution(
             cells=[new_cell_run(cell, rep) for cell, rep in interleaved_order(plan["cells"], options.repeats)],
         )
     else:
-        manifest = Manifest.load(manifest_path)
+        manifest = _load_manifest(manifest_path)
         known = {c.key for c in manifest.cells}
         for cell, rep in interleaved_order(plan["cells"], options.repeats):
             if (cell["id"], rep) not in known:  # --resume --repeats N with a larger N adds repeats
@@ -172,47 +207,6 @@ def _check_prefix_secrets(options: ExecuteOptions) -> None:
         )
 
 
-def steps_to_prepare(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    """The preparation steps that will run: those whose `creates` is missing (or that are never skipped)."""
-    return [
-        step
-        for step in plan.get("prepare") or []
-        if not (step.get("creates") and step.get("skip_if_exists", True) and Path(step["creates"]).exists())
-    ]
-
-
-def _check_launchable(plan: dict[str, Any], options: ExecuteOptions) -> None:
-    problems: list[str] = []
-    for step in [] if options.skip_prepare else steps_to_prepare(plan):
-        if problem := find_executable_problem(harness_argv(step["argv"])):
-            problems.append(
-                f"prepare step {step['name']}: {problem} (it creates {step.get('creates')}; "
-                "install it, create that path, or pass --skip-prepare)"
-            )
-    for framework, python in (("miles", options.miles_python), ("verl", options.verl_python)):
-        runtime = options.runtime(framework)
-        if python and not runtime.prefix and (problem := find_executable_problem([python])):
-            problems.append(f"--{framework}-python: {problem}")
-    for cell in plan["cells"]:
-        runtime = options.runtime(cell["framework"])
-        if runtime.prefix:
-            if problem := find_executable_problem(list(runtime.prefix)):
-                problems.append(f"--{cell['framework']}-prefix: {problem}")
-            continue
-        argv = [runtime.python if runtime.python and w in ("python", "python3") else w for w in cell["launch_argv"]]
-        if argv[0] == "ray":
-            argv[0] = runtime.ray_argv()[-1]
-        if problem := find_executable_problem(argv):
-            problems.append(f"cell {cell['id']} launch_argv[0]: {problem}")
-        if needs_private_head(cell, options) and (problem := find_executable_problem(runtime.ray_argv())):
-            problems.append(
-                f"cell {cell['id']} needs a private Ray head, but {problem} "
-                "(use --{}-python of an environment with Ray, RAY_ADDRESS, or --ray none)".format(cell["framework"])
-            )
-    if problems:
-        raise RunError("cannot start the matrix:\n  " + "\n  ".join(sorted(set(problems))))
-
-
 def execute(
     plan_path: Path | None,
     output_dir: Path,
@@ -220,28 +214,50 @@ def execute(
     *,
     resume: bool = False,
     progress: MatrixProgress | None = None,
+    preflight: bool = False,
 ) -> int:
     # Absolute, because each cell runs with the cell folder as its working directory and ${BENCH_CELL_DIR} in its
     # sink path: a relative run folder would make the sink land one level down, where the runner never looks.
     output_dir = Path(output_dir).resolve()
+    created = not output_dir.exists()
     check_output_dir(output_dir)
-    with hold_run_lock(output_dir) as lock:
-        try:
-            plan, manifest, todo = prepare_execution(plan_path, output_dir, options, resume=resume)
-            _record_lock(manifest, lock)
-        except OSError as exc:
-            if write_error_in(exc) is None:
-                raise
-            raise RunError(f"{describe_write_error(exc)} (nothing was started)") from exc
-        become_child_subreaper()
-        if resume:
-            stop_leftovers(manifest, options.grace_s)
-        progress = progress or MatrixProgress(total_cells=len(todo))
-        if not todo:
-            progress.message(f"nothing to do: all {len(manifest.cells)} cell repeats in {output_dir} are complete")
-            progress.close()
-            return 0
-        return MatrixRunner(plan, manifest, options, progress).run(todo)
+    try:
+        with hold_run_lock(output_dir) as lock:
+            return _execute_locked(
+                plan_path, output_dir, options, lock, resume=resume, progress=progress, preflight=preflight
+            )
+    except RunError:
+        if created and {p.name for p in output_dir.iterdir()} <= {LOCK_NAME}:
+            shutil.rmtree(output_dir)  # a rejected run leaves no folder behind that it created
+        raise
+
+
+def _execute_locked(
+    plan_path: Path | None,
+    output_dir: Path,
+    options: ExecuteOptions,
+    lock: RunLock,
+    *,
+    resume: bool,
+    progress: MatrixProgress | None,
+    preflight: bool,
+) -> int:
+    try:
+        plan, manifest, todo = prepare_execution(plan_path, output_dir, options, resume=resume, preflight=preflight)
+        _record_lock(manifest, lock)
+    except OSError as exc:
+        if write_error_in(exc) is None:
+            raise
+        raise RunError(f"{describe_write_error(exc)} (nothing was started)") from exc
+    become_child_subreaper()
+    if resume:
+        stop_leftovers(manifest, options.grace_s)
+    progress = progress or MatrixProgress(total_cells=len(todo))
+    if not todo:
+        progress.message(f"nothing to do: all {len(manifest.cells)} cell repeats in {output_dir} are complete")
+        progress.close()
+        return 0
+    return MatrixRunner(plan, manifest, options, progress).run(todo)
 
 
 def _record_lock(manifest: Manifest, lock: RunLock) -> None:

@@ -15,7 +15,15 @@ RayMode = Literal["auto", "private", "external", "none"]
 
 
 class RunError(ValueError):
-    """Bad input found before anything was started."""
+    """Bad input found before anything was started (exit 2)."""
+
+    exit_code = 2
+
+
+class CannotExecute(RunError):
+    """This machine lacks what the plan needs (GPUs, frameworks, data): found by the preflight (exit 4)."""
+
+    exit_code = 4
 
 
 @dataclass(kw_only=True)

@@ -75,7 +75,8 @@ def write_plan(folder: Path, cells: list[dict], prepare: list[dict] | None = Non
 
 
 def harness_argv(*args: str) -> list[str]:
-    return [sys.executable, str(RUN_PY), "execute", *args, "--ray", "none", "--poll-interval-s", "0.05"]
+    options = ["--no-preflight", "--ray", "none", "--poll-interval-s", "0.05"]
+    return [sys.executable, str(RUN_PY), "execute", *args, *options]
 
 
 def run_harness(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -13,6 +13,7 @@ Caveats:
 - A string prompt becomes one user message; a message list is kept. Both frameworks then apply the same tokenizer
   chat template with a generation prompt.
 - pyarrow is imported inside the functions (heavy import).
+- Atomic: each file is written to <name>.tmp and renamed; when either file fails, neither is left behind.
 """
 
 from __future__ import annotations
@@ -68,7 +69,10 @@ def _read_slice(path: Path, start: int, end: int) -> list[dict[str, Any]]:
             if index >= end:
                 break
             if index >= start and line.strip():
-                rows.append(json.loads(line))
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path} line {index + 1}: not JSON ({exc.msg})") from exc
     if len(rows) < end - start:
         raise ValueError(f"{path}: asked for rows [{start}:{end}) but the file has only {start + len(rows)} rows")
     return rows
@@ -107,8 +111,28 @@ def _write(rows: list[dict[str, Any]], path: Path) -> None:
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
-    tmp.replace(path)
+    try:
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _write_both(*outputs: tuple[list[dict[str, Any]], Path]) -> None:
+    """Both parquet files or neither: a failure removes what this call already wrote."""
+    done: list[Path] = []
+    new_folders = sorted({p for _, path in outputs for p in [path.parent, *path.parent.parents] if not p.exists()})
+    try:
+        for rows, path in outputs:
+            _write(rows, path)
+            done.append(path)
+    except BaseException:
+        for path in done:
+            path.unlink(missing_ok=True)
+        for folder in reversed(new_folders):  # deepest first; only the folders this call made, and only if empty
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+        raise
 
 
 def convert_jsonl_to_parquet(
@@ -123,11 +147,14 @@ def convert_jsonl_to_parquet(
     label_key: str = "label",
     data_source: str = "math_dapo",
 ) -> ConversionReport:
+    if start < 0 or end <= start:
+        raise ValueError(f"--start {start} --end {end}: the slice [start:end) must hold at least one row")
+    if val_rows < 1:
+        raise ValueError(f"--val-rows must be >= 1, got {val_rows}")
     rows = _read_slice(Path(source), start, end)
     train = _verl_rows(rows, start, input_key, label_key, data_source, "train")
     val = _verl_rows(rows[:val_rows], start, input_key, label_key, data_source, "val")
-    _write(val, Path(val_file))
-    _write(train, Path(train_file))
+    _write_both((val, Path(val_file)), (train, Path(train_file)))
     with_rm_type = sum(1 for row in rows if isinstance(row.get("metadata"), dict) and "rm_type" in row["metadata"])
     return ConversionReport(len(train), len(val), with_rm_type, str(train_file), str(val_file))
 

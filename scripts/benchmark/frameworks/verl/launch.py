@@ -18,11 +18,15 @@
 
 Caveats:
 - The disaggregated VERL cell is asynchronous (partial rollout, off-policy by up to one step): a declared asymmetry.
-- hydra.run.dir points into the cell folder so Hydra's outputs/ never lands in the launch directory.
+- hydra.run.dir points into the cell folder (through ${oc.env:BENCH_CELL_DIR}, so no path is spliced into an
+  override) and Hydra's outputs/ never lands in the launch directory.
+- Every free-text value (paths, names) goes through `hydra_string`: Hydra's own quoting, so `,` `=` `(` quotes,
+  spaces or `${` in a folder name stay one literal string.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from scripts.benchmark.frameworks.launch import BENCH_CELL_DIR, FrameworkLaunch
@@ -39,6 +43,22 @@ class VerlData:
     val_file: str
 
 
+_HYDRA_PLAIN = re.compile(r"[A-Za-z0-9_/.+@%-]+")
+
+
+def hydra_string(value: str) -> str:
+    """A string as one literal Hydra override value: bare when plain, else single-quoted with Hydra's escapes
+    (backslashes before a quote or the end doubled, quotes escaped, `${` escaped so OmegaConf never resolves it)."""
+    if _HYDRA_PLAIN.fullmatch(value) and "${" not in value:
+        return value
+
+    def escape(match: re.Match) -> str:
+        slashes, follower = match.group(1), match.group(2)
+        return slashes * 2 + {"'": "\\'", "${": "\\${", "": ""}[follower]
+
+    return "'" + re.sub(r"(\\*)('|\$\{|$)", escape, value) + "'"
+
+
 def fmt(value: float | int | bool | str) -> str:
     if isinstance(value, bool):
         return "True" if value else "False"
@@ -46,7 +66,8 @@ def fmt(value: float | int | bool | str) -> str:
 
 
 def _data(spec: BenchmarkSpec, data: VerlData) -> list[str]:
-    argv = [f"data.train_files={data.train_file}", f"data.val_files={data.val_file}", "data.prompt_key=prompt"]
+    argv = [f"data.train_files={hydra_string(data.train_file)}", f"data.val_files={hydra_string(data.val_file)}"]
+    argv += ["data.prompt_key=prompt"]
     argv += [
         f"data.max_prompt_length={spec.lengths.max_prompt}",
         f"data.max_response_length={spec.lengths.max_response}",
@@ -68,7 +89,7 @@ def _algorithm(spec: BenchmarkSpec) -> list[str]:
 def _actor(spec: BenchmarkSpec, backend: Backend) -> list[str]:
     grpo, batch = spec.grpo, spec.batch
     actor = f"{AR}.actor"
-    argv = [f"{AR}.model.path={spec.model.hf_checkpoint}", f"{AR}.model.use_remove_padding=True"]
+    argv = [f"{AR}.model.path={hydra_string(spec.model.hf_checkpoint)}", f"{AR}.model.use_remove_padding=True"]
     argv += [f"{actor}.ppo_mini_batch_size={batch.samples_per_optimizer_step // batch.samples_per_prompt}"]
     argv += [f"{actor}.ppo_epochs=1", f"{actor}.shuffle=False", f"{actor}.use_dynamic_bsz=True"]
     argv += [f"{actor}.ppo_max_token_len_per_gpu={spec.max_tokens_per_gpu(backend)}"]
@@ -184,7 +205,8 @@ def _trainer(spec: BenchmarkSpec, backend: Backend, layout: Layout) -> list[str]
     argv += ["trainer.val_before_train=False", "trainer.test_freq=-1", "trainer.save_freq=-1"]
     logger = "[console,file,wandb]" if spec.tracking.wandb else "[console,file]"
     argv += ["trainer.resume_mode=disable", "trainer.critic_warmup=0", f"trainer.logger={logger}"]
-    argv += [f"trainer.project_name={spec.tracking.wandb_project}", f"trainer.experiment_name=verl-{backend}-{layout}"]
+    argv += [f"trainer.project_name={hydra_string(spec.tracking.wandb_project)}"]
+    argv += [f"trainer.experiment_name=verl-{backend}-{layout}"]
     return argv
 
 
@@ -199,7 +221,7 @@ def verl_blocks(spec: BenchmarkSpec, backend: Backend, layout: Layout, data: Ver
         "reward": _reward(),
         "placement": _placement(spec, layout),
         "trainer": _trainer(spec, backend, layout),
-        "sink": [f"hydra.run.dir={BENCH_CELL_DIR}/hydra"],
+        "sink": ["hydra.run.dir=${oc.env:BENCH_CELL_DIR}/hydra"],
     }
 
 

@@ -10,6 +10,7 @@ are VERL 0.9.1 code facts, named as such in the parity notes.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from scripts.benchmark.frameworks.knob_values import NEUTRAL_DUAL_CLIP_MIN, kl_type, offload_state, on_off, recompute
@@ -137,7 +138,14 @@ def parse_hydra_value(text: str) -> Any:
             return cast(text)
         except ValueError:
             pass
-    return text.strip("'\"")
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return _unquote(text[1:-1])
+    return text
+
+
+def _unquote(inner: str) -> str:
+    """The content of a Hydra quoted value (the inverse of verl.launch.hydra_string)."""
+    return re.sub(r"(\\+)('|\"|\$\{|$)", lambda m: m.group(1)[: len(m.group(1)) // 2] + m.group(2), inner)
 
 
 def _verl_overrides(argv: list[str]) -> dict[str, Any]:

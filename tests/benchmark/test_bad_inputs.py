@@ -1,0 +1,280 @@
+"""Bad input, as a new user types it: every case exits with its code, names the culprit, shows no traceback, and
+leaves its output untouched (or absent).
+
+Each row runs the real `run.py` app in-process (CliRunner); the rows about missing extras run it in a subprocess whose
+imports of that extra's modules fail (tests/benchmark/standins/blocker/sitecustomize.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from scripts.benchmark.run import build_app
+from tests.benchmark.read_only import lock_read_only
+from tests.benchmark.standins.plans import REPO_ROOT, RUN_PY, STANDINS, standin_cell, write_plan
+
+SMOKE = REPO_ROOT / "scripts" / "benchmark" / "presets" / "smoke.yaml"
+
+
+class Setup:
+    """The files a case needs, made on demand under one temporary folder."""
+
+    def __init__(self, tmp: Path, read_only: Path | None):
+        self.tmp, self._read_only = tmp, read_only
+
+    @property
+    def read_only(self) -> Path:
+        if self._read_only is None:
+            pytest.skip("root on a file system without chattr +i and no permission to mount: nothing is read-only")
+        return self._read_only
+
+    def path(self, name: str) -> Path:
+        return self.tmp / name
+
+    def file(self, name: str, content: bytes | str) -> Path:
+        path = self.tmp / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+        return path
+
+    def plan(self, name: str = "plan", mutate: Callable[[dict], None] | None = None, miles: bool = False) -> Path:
+        cell = standin_cell("verl", steps=2)
+        if miles:
+            cell = standin_cell("miles", steps=2)
+            cell["launch_argv"] = ["ray", "job", "submit", "--", *cell["launch_argv"]]
+        path = write_plan(self.tmp / name, [cell])
+        if mutate is not None:
+            data = json.loads(path.read_text())
+            mutate(data)
+            path.write_text(json.dumps(data))
+        return path
+
+    def planned(self, name: str, *extra: str) -> Path:
+        out = self.tmp / name
+        result = CliRunner().invoke(build_app(), ["--preset", "smoke", "--output-dir", str(out), "--dry-run", *extra])
+        assert result.exit_code == 0, result.output
+        return out
+
+    def run_folder(self, name: str, manifest: str) -> Path:
+        self.file(f"{name}/manifest.json", manifest)
+        self.file(f"{name}/plan.json", self.plan(f"{name}-plan").read_text())
+        return self.tmp / name
+
+    def store(self) -> str:
+        return f"sqlite:///{self.tmp / 'missing' / 'history.db'}"
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    argv: Callable[[Setup], list[str]]
+    culprit: tuple[str, ...]
+    watched: Callable[[Setup], Path]
+    code: int = 2
+
+
+def _smoke(s: Setup, out: str = "out", *extra: str) -> list[str]:
+    return ["--preset", "smoke", "--output-dir", str(s.path(out)), "--dry-run", *extra]
+
+
+def _execute(s: Setup, plan: Path, *extra: str) -> list[str]:
+    return ["execute", str(plan), "--output-dir", str(s.path("run")), "--ray", "none", "--no-preflight", *extra]
+
+
+def _convert(s: Setup, start: str, end: str, source: Path | None = None, train_dir: Path | None = None) -> list[str]:
+    rows = "".join(json.dumps({"prompt": f"q{i}", "label": "1"}) + "\n" for i in range(20))
+    source = source or s.file("rows.jsonl", rows)
+    train = (train_dir or s.path("data")) / "t.parquet"
+    return ["convert-data", "--source", str(source), "--start", start, "--end", end, "--train-file", str(train),
+            "--val-file", str(s.path("data") / "v.parquet"), "--val-rows", "2"]  # fmt: skip
+
+
+def _spec_file(s: Setup, text: str | bytes) -> list[str]:
+    return ["--spec", str(s.file("spec.yaml", text)), "--output-dir", str(s.path("out")), "--dry-run"]
+
+
+OUT = lambda s: s.path("out")  # noqa: E731
+RUN = lambda s: s.path("run")  # noqa: E731
+DATA = lambda s: s.path("data")  # noqa: E731
+STORE = lambda s: s.path("missing")  # noqa: E731
+SMOKE_TEXT = SMOKE.read_text()
+
+CASES = [
+    # The main command (plan).
+    Case("out-is-a-file", lambda s: _smoke(s, "f") if s.file("f", "keep") else [], ("is a file",),
+         lambda s: s.path("f")),
+    Case("out-read-only", lambda s: ["--preset", "smoke", "--output-dir", str(s.read_only / "o"), "--dry-run"],
+         ("--output-dir", "read_only"), lambda s: s.read_only),
+    Case("out-under-proc", lambda s: ["--preset", "smoke", "--output-dir", "/proc/bench-out", "--dry-run"],
+         ("/proc/bench-out",), OUT),
+    Case("yaml-syntax-error", lambda s: _spec_file(s, "name: [smoke\n"), ("spec.yaml", "not valid YAML", "line"), OUT),
+    Case("binary-yaml", lambda s: _spec_file(s, b"\x89PNG\x00\xff\xfe"), ("spec.yaml", "UTF-8"), OUT),
+    Case("yaml-not-a-mapping", lambda s: _spec_file(s, "- a\n- b\n"), ("spec.yaml", "mapping"), OUT),
+    Case("spec-unknown-field", lambda s: _spec_file(s, SMOKE_TEXT + "bogus_field: 1\n"), ("bogus_field",), OUT),
+    Case("spec-missing", lambda s: ["--spec", str(s.path("nope.yaml")), "--output-dir", str(s.path("out"))],
+         ("nope.yaml",), OUT),
+    Case("unknown-preset", lambda s: ["--preset", "qwen9", "--output-dir", str(s.path("out"))], ("--preset",), OUT),
+    Case("preset-and-spec", lambda s: _smoke(s) + ["--spec", str(SMOKE)], ("--preset NAME or --spec",), OUT),
+    Case("no-preset", lambda s: ["--output-dir", str(s.path("out"))], ("--preset NAME or --spec",), OUT),
+    Case("no-output-dir", lambda s: ["--preset", "smoke", "--dry-run"], ("--output-dir",), OUT),
+    Case("bad-backend", lambda s: _smoke(s, "out", "--backend", "tpu"), ("--backend",), OUT),
+    Case("bad-layout", lambda s: _smoke(s, "out", "--layout", "ring"), ("--layout",), OUT),
+    Case("num-steps-zero", lambda s: _smoke(s, "out", "--num-steps", "0"), ("num_steps",), OUT),
+    Case("num-steps-text", lambda s: _smoke(s, "out", "--num-steps", "ten"), ("--num-steps",), OUT),
+    Case("gpus-per-node-zero", lambda s: _smoke(s, "out", "--gpus-per-node", "0"), ("gpus_per_node",), OUT),
+    Case("repeats-zero", lambda s: _smoke(s, "out", "--repeats", "0"), ("--repeats",), OUT),
+    Case("repeats-negative", lambda s: _smoke(s, "out", "--repeats", "-1"), ("--repeats",), OUT),
+    Case("relative-miles-root", lambda s: _smoke(s, "out", "--miles-root", "miles"), ("--miles-root",), OUT),
+    Case("relative-megatron-root", lambda s: _smoke(s, "out", "--megatron-root", "mg"), ("--megatron-root",), OUT),
+    Case("plan-over-a-run", lambda s: _smoke(s, "r") if s.run_folder("r", "{}") else [], ("already holds a run",),
+         lambda s: s.path("r")),
+    Case("plan-over-another-plan", lambda s: _smoke(s, "p") if s.planned("p", "--num-steps", "5") else [],
+         ("another spec", "--force"), lambda s: s.path("p")),
+    Case("plan-into-a-full-folder", lambda s: _smoke(s, "home") if s.file("home/notes.txt", "mine") else [],
+         ("not empty",), lambda s: s.path("home")),
+    # execute
+    Case("plan-missing", lambda s: _execute(s, s.path("none/plan.json")), ("none/plan.json",), RUN),
+    Case("plan-not-json", lambda s: _execute(s, s.file("p/plan.json", "{not json")), ("plan.json", "not valid JSON"),
+         RUN),
+    Case("plan-wrong-type", lambda s: _execute(s, s.plan(mutate=lambda d: d["cells"][0].update(num_steps="x"))),
+         ("num_steps",), RUN),
+    Case("plan-number-as-text", lambda s: _execute(s, s.plan(mutate=lambda d: d["cells"][0].update(num_steps="3"))),
+         ("num_steps", "valid integer"), RUN),
+    Case("plan-empty-command", lambda s: _execute(s, s.plan(mutate=lambda d: d["cells"][0].update(launch_argv=[]))),
+         ("launch_argv",), RUN),
+    Case("plan-blank-program", lambda s: _execute(s, s.plan(mutate=lambda d: d["cells"][0].update(launch_argv=[""]))),
+         ("launch_argv",), RUN),
+    Case("plan-not-an-object", lambda s: _execute(s, s.file("p/plan.json", "[1, 2]")), ("not a JSON object",), RUN),
+    Case("cell-timeout-negative", lambda s: _execute(s, s.plan(), "--cell-timeout-s", "-5"), ("--cell-timeout-s",),
+         RUN),
+    Case("stall-timeout-negative", lambda s: _execute(s, s.plan(), "--stall-timeout-s", "-1"), ("--stall-timeout-s",),
+         RUN),
+    Case("poll-interval-zero", lambda s: _execute(s, s.plan(), "--poll-interval-s", "0"), ("--poll-interval-s",), RUN),
+    Case("execute-repeats-zero", lambda s: _execute(s, s.plan(), "--repeats", "0"), ("--repeats",), RUN),
+    Case("bad-ray-mode", lambda s: _execute(s, s.plan(), "--ray", "sometimes"), ("--ray",), RUN),
+    Case("ray-external-without-address", lambda s: _execute(s, s.plan()) + ["--ray", "external"],
+         ("--ray external",), RUN),
+    Case("run-folder-is-a-file", lambda s: ["execute", str(s.plan()), "--output-dir", str(s.file("rf", "x")),
+                                            "--no-preflight"], ("is a file",), lambda s: s.path("rf")),
+    Case("resume-not-a-run", lambda s: ["execute", "--resume", str(s.file("nr/x.txt", "x").parent)],
+         ("no manifest.json",), lambda s: s.path("nr")),
+    Case("resume-truncated-manifest", lambda s: ["execute", "--resume", str(s.run_folder("tr", '{"schema_ver'))],
+         ("manifest.json",), lambda s: s.path("tr")),
+    Case("execute-without-plan", lambda s: ["execute", "--output-dir", str(s.path("run"))], ("--resume",), RUN),
+    Case("plan-without-output-dir", lambda s: ["execute", str(s.plan())], ("--output-dir",), RUN),
+    Case("sbatch-into-read-only", lambda s: _execute(s, s.plan()) + ["--emit-sbatch", str(s.read_only / "b.sbatch")],
+         ("--emit-sbatch",), lambda s: s.read_only),
+    Case("ray-unsafe-run-folder", lambda s: ["execute", str(s.plan(miles=True)), "--output-dir",
+                                             str(s.path("$(touch pwned)")), "--ray", "none", "--no-preflight"],
+         ("ray job submit",), lambda s: s.path("$(touch pwned)")),
+    Case("preflight-no-gpu", lambda s: ["execute", str(s.plan()), "--output-dir", str(s.path("run")), "--ray", "none"],
+         ("nvidia-smi", "--no-preflight"), RUN, code=4),
+    # convert-data
+    Case("convert-empty-slice", lambda s: _convert(s, "10", "5"), ("--start 10 --end 5",), DATA),
+    Case("convert-bad-json-row", lambda s: _convert(s, "0", "5", s.file("bad.jsonl", '{"prompt": 1}\n{oops\n')),
+         ("bad.jsonl line 2",), DATA),
+    Case("convert-source-missing", lambda s: _convert(s, "0", "5", s.path("gone.jsonl")), ("gone.jsonl",), DATA),
+    Case("convert-train-file-fails", lambda s: _convert(s, "0", "5", None, s.read_only), ("read_only",), DATA),
+    # report, ingest
+    Case("report-not-a-run", lambda s: ["report", str(s.file("empty/x", "x").parent)], ("manifest.json",),
+         lambda s: s.path("empty")),
+    Case("report-truncated-manifest", lambda s: ["report", str(s.run_folder("tm", '{"cells": ['))],
+         ("manifest.json",), lambda s: s.path("tm")),
+    Case("report-confidence-percent", lambda s: ["report", str(s.path("x")), "--confidence", "95"],
+         ("--confidence",), lambda s: s.path("x")),
+    Case("ingest-zero-gpus", lambda s: ["ingest", str(s.file("sink.jsonl", "")), "--framework", "verl", "--model",
+                                        "qwen3-0.6b", "--gpus", "0", "-o", str(s.path("m.jsonl"))],
+         ("--gpus",), lambda s: s.path("m.jsonl")),
+    Case("ingest-unknown-framework", lambda s: ["ingest", str(s.file("sink.jsonl", "")), "--framework", "slime",
+                                                "--model", "qwen3-0.6b", "--gpus", "1", "-o", str(s.path("m.jsonl"))],
+         ("--framework",), lambda s: s.path("m.jsonl")),
+    # the history store
+    Case("check-store-missing", lambda s: ["check", str(s.path("r")), "--store", s.store()], ("history.db",), STORE),
+    Case("record-store-missing", lambda s: ["record", str(s.path("r")), "--store", s.store()], ("history.db",), STORE),
+    Case("history-store-missing", lambda s: ["history", "--store", s.store(), "--output-dir", str(s.path("h"))],
+         ("history.db",), lambda s: s.path("h")),
+    Case("untrust-store-missing", lambda s: ["untrust", "--store", s.store(), "--run-id", "1", "--reason", "x"],
+         ("history.db",), STORE),
+    Case("mysql-store", lambda s: ["history", "--store", "mysql://u@localhost/db", "--output-dir", str(s.path("h"))],
+         ("mysql", "postgresql://"), lambda s: s.path("h")),
+    Case("postgres-unreachable", lambda s: ["history", "--store", "postgresql://u:pw@127.0.0.1:9/db", "--output-dir",
+                                            str(s.path("h"))], ("127.0.0.1:9", "cannot open"), lambda s: s.path("h")),
+]  # fmt: skip
+
+
+def _snapshot(path: Path) -> dict[str, str] | None:
+    if not path.exists() and not path.is_symlink():
+        return None
+    if path.is_file():
+        return {".": hashlib.sha256(path.read_bytes()).hexdigest()}
+    return {
+        str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+        for p in sorted(path.rglob("*"))
+    }
+
+
+@pytest.fixture
+def read_only_dir(tmp_path: Path):
+    """A folder nobody can write to, root included: immutable (chattr +i), else a read-only tmpfs mounted on it."""
+    folder = tmp_path / "read_only"
+    folder.mkdir()
+    unlock = lock_read_only(folder)
+    try:
+        yield folder if unlock is not None else None
+    finally:
+        if unlock is not None:
+            unlock()
+
+
+def test_the_table_is_large_enough():
+    assert len(CASES) >= 40 and len({case.id for case in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+def test_bad_input(case: Case, tmp_path: Path, read_only_dir: Path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin") + os.pathsep + os.environ["PATH"])
+    monkeypatch.chdir(tmp_path)
+    setup = Setup(tmp_path, read_only_dir)
+    if case.id == "preflight-no-gpu":
+        monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:/bin")
+    argv = case.argv(setup)
+    before = _snapshot(case.watched(setup))
+    result = CliRunner().invoke(build_app(), argv)
+    output = result.output
+    assert result.exit_code == case.code, output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert "Traceback" not in output
+    for culprit in case.culprit:
+        assert culprit in output, f"{culprit!r} not in {output!r}"
+    assert _snapshot(case.watched(setup)) == before
+    assert not (tmp_path / "pwned").exists()
+
+
+EXTRAS = [
+    ("report", "arch", "analysis", lambda s: ["report", str(s.run_folder("r", "{}"))]),
+    ("record", "sqlalchemy", "analysis", lambda s: ["record", str(s.path("r")), "--store", s.store(), "--create"]),
+    ("history", "sqlalchemy", "analysis", lambda s: ["history", "--store", s.store(), "--create"]),
+    ("convert-data", "pyarrow", "verl", lambda s: _convert(s, "0", "5")),
+]
+
+
+@pytest.mark.parametrize("command,module,extra,argv", EXTRAS, ids=[e[0] for e in EXTRAS])
+def test_a_missing_extra_names_what_to_install(command, module, extra, argv, tmp_path: Path):
+    setup = Setup(tmp_path, tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(STANDINS / "blocker"), "BENCH_TEST_BLOCK_MODULES": module}
+    result = subprocess.run([sys.executable, str(RUN_PY), *argv(setup)], capture_output=True, text=True, env=env,
+                            cwd=tmp_path, timeout=120)  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert f"'{extra}' extra" in result.stderr and f'pip install -e ".[{extra}]"' in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "missing").exists() and not (tmp_path / "data").exists()
