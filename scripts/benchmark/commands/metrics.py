@@ -1,8 +1,8 @@
 # doc-dev: docs/benchmark.md
-"""`run.py ingest` (a framework's native sink -> schema-v1 metrics.jsonl) and `run.py flops` (the FLOPs model).
+"""`run.py ingest` (a framework's native sink -> schema-v2 metrics.jsonl) and `run.py flops` (the FLOPs model).
 
-- `ingest --framework {miles,verl} --model <preset|config.json> --gpus N [--rollout-gpus N] SOURCE... -o FILE`
-  reads the sink files (folders stand for their *.jsonl files), writes one StepRecord per line, and prints a
+- `ingest --framework {miles,verl} --model <preset|config.json> --gpus N [--rollout-gpus N] [--layout L] SOURCE...
+  -o FILE` reads the sink files (a Miles stdout log, a Miles event folder, a VERL FileLogger file) (folders stand for their *.jsonl files), writes one StepRecord per line, and prints a
   one-line summary per step to stderr.
 - `flops --model <preset|config.json> --seq-lens 1024,4096 [--json]` prints forward_flops and train_flops of one
   sequence per length, with Miles's and VERL's own formulas next to ours.
@@ -95,6 +95,7 @@ def ingest_impl(
     device: str | None,
     peak_tflops: float | None,
     samples_per_step: int | None,
+    layout: str | None = None,
 ) -> list:
     from miles.utils.bench_flops import ModelArch
     from miles.utils.bench_metrics import RunContext, write_records
@@ -107,6 +108,7 @@ def ingest_impl(
         device_name=device,
         peak_tflops=peak_tflops,
         samples_per_step=samples_per_step,
+        layout=layout,
     )
     records = build_step_records(framework, sources, ctx)
     write_records(output, records)
@@ -153,10 +155,16 @@ def register(app: typer.Typer) -> None:
         device: Annotated[str | None, typer.Option(help="torch.cuda.get_device_name() of the training GPUs")] = None,
         peak_tflops: Annotated[float | None, typer.Option(help="MFU peak override, dense TFLOP/s per GPU")] = None,
         samples_per_step: Annotated[int | None, typer.Option(help="samples per step, when the sink lacks it")] = None,
+        layout: Annotated[
+            str | None,
+            typer.Option(help="colocate or disaggregated: VERL's generation time is known only when colocated"),
+        ] = None,
     ) -> None:
-        """Read a framework's own metric sink and write schema-v1 records (one JSON object per line)."""
+        """Read a framework's own metric sink and write schema-v2 records (one JSON object per line)."""
         if framework not in ("miles", "verl"):
             raise typer.BadParameter(f"--framework must be miles or verl, got {framework!r}")
+        if layout not in (None, "colocate", "disaggregated"):
+            raise typer.BadParameter(f"--layout must be colocate or disaggregated, got {layout!r}")
         try:
             records = ingest_impl(
                 framework=framework,
@@ -168,6 +176,7 @@ def register(app: typer.Typer) -> None:
                 device=device,
                 peak_tflops=peak_tflops,
                 samples_per_step=samples_per_step,
+                layout=layout,
             )
         except ValueError as exc:
             typer.echo(f"ingest: {exc}", err=True)

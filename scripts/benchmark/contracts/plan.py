@@ -15,8 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 PLAN_NAME = "plan.json"
 SCHEMA_VERSION = 1
-SINK_FORMATS: tuple[str, ...] = ("verl-file-logger", "miles-event-log")
-"""VERL's FileLogger JSONL file; the folder of per-process JSONL files of Miles's event log or its stdout."""
+SINK_FORMATS: tuple[str, ...] = ("verl-file-logger", "miles-stdout", "miles-event-log")
+"""VERL's FileLogger JSONL file; a Miles job's stdout log; the folder of per-process JSONL files of Miles's event
+log (older plans)."""
 CELL_KEYS: tuple[str, ...] = ("id", "framework", "backend", "layout", "launch_argv", "sink", "num_steps")
 """The fields a cell cannot run without (the others are descriptive or optional)."""
 

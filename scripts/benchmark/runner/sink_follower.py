@@ -2,9 +2,10 @@
 """Follow a cell's metric sink while it grows and append each completed step to metrics.jsonl at once.
 
 - `read_sink(format, path, context) -> list[StepRecord]`: the one call into the metric readers
-  (`frameworks.sinks.build_step_records`): "verl-file-logger" is VERL's
-  FileLogger JSONL file, "miles-event-log" the folder of per-process JSONL files of Miles's --save-debug-event-data.
-  The readers' RunContext comes from the plan cell (model_config, gpus) and the cell's environment record (GPU name).
+  (`frameworks.sinks.build_step_records`): "verl-file-logger" is VERL's FileLogger JSONL file, "miles-stdout" the
+  cell's log.txt (the Miles job's stdout), "miles-event-log" the folder of per-process JSONL files of Miles's
+  --save-debug-event-data. The readers' RunContext comes from the plan cell (model_config, gpus, layout) and the
+  cell's environment record (GPU name).
 - `SinkFollower.poll(final=False)` re-reads the sink and appends, via `bench_metrics.append_record` (fsync per line),
   every record whose step is newer than the last one written; returns the records it appended. `final=True` is the
   last read after the process ended (a reader may then release a step it was holding back as incomplete).
@@ -72,12 +73,15 @@ def build_run_context(context: Mapping[str, Any]):
         int(gpus.get("train") or gpus.get("total") or 1),
         int(gpus.get("rollout") or gpus.get("total") or 1),
         context.get("device_name"),
+        cell.get("layout"),
         RunContext,
     )
 
 
 @functools.lru_cache(maxsize=16)
-def _cached_run_context(model_config: str, num_train: int, num_rollout: int, device: str | None, run_context_cls):
+def _cached_run_context(
+    model_config: str, num_train: int, num_rollout: int, device: str | None, layout: str | None, run_context_cls
+):
     from miles.utils.bench_flops import ModelArch
 
     arch = None
@@ -88,7 +92,9 @@ def _cached_run_context(model_config: str, num_train: int, num_rollout: int, dev
             arch = ModelArch.from_hf_config(resolve_model_config(model_config))
         except Exception:  # no architecture: the readers flag TFLOPs/MFU as unavailable instead
             arch = None
-    return run_context_cls.build(arch=arch, num_train_gpus=num_train, num_rollout_gpus=num_rollout, device_name=device)
+    return run_context_cls.build(
+        arch=arch, num_train_gpus=num_train, num_rollout_gpus=num_rollout, device_name=device, layout=layout
+    )
 
 
 @dataclass
