@@ -138,9 +138,8 @@ class StepRecord:
     def from_json(cls, line: str) -> StepRecord:
         data = decode_nonfinite(json.loads(line))
         if data.get("schema_version") not in READABLE_SCHEMA_VERSIONS:
-            raise ValueError(
-                f"unsupported schema_version {data.get('schema_version')!r}, expected one of {READABLE_SCHEMA_VERSIONS}"
-            )
+            found = data.get("schema_version")
+            raise ValueError(f"unsupported schema_version {found!r}, expected one of {READABLE_SCHEMA_VERSIONS}")
         return cls(**(_upgrade_v1(data) if data["schema_version"] == 1 else data))
 
 

@@ -2,8 +2,8 @@
 """`run.py ingest` (a framework's native sink -> schema-v2 metrics.jsonl) and `run.py flops` (the FLOPs model).
 
 - `ingest --framework {miles,verl} --model <preset|config.json> --gpus N [--rollout-gpus N] [--layout L] SOURCE...
-  -o FILE` reads the sink files (a Miles stdout log, a Miles event folder, a VERL FileLogger file) (folders stand for their *.jsonl files), writes one StepRecord per line, and prints a
-  one-line summary per step to stderr.
+  -o FILE` reads the sink files (a Miles stdout log, a Miles event folder, a VERL FileLogger file; folders stand
+  for their *.jsonl files), writes one StepRecord per line, and prints a one-line summary per step to stderr.
 - `flops --model <preset|config.json> --seq-lens 1024,4096 [--json]` prints forward_flops and train_flops of one
   sequence per length, with Miles's and VERL's own formulas next to ours.
 - `--model` is a path to an HF config.json (or its folder), a name in scripts/benchmark/model_configs/, or a preset.

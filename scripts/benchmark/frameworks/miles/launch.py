@@ -185,7 +185,8 @@ def _moe_architecture_args(hf: dict) -> list[str]:
     argv = ["--moe-ffn-hidden-size", fmt(hf["moe_intermediate_size"]), "--moe-router-score-function", "softmax"]
     argv += ["--moe-token-dispatcher-type", "alltoall", "--moe-router-topk", fmt(hf["num_experts_per_tok"])]
     argv += ["--moe-layer-freq", "[" + ",".join(map(str, freq)) + "]", "--num-experts", fmt(hf["num_experts"])]
-    argv += ["--moe-grouped-gemm", "--moe-token-drop-policy", "probs", "--moe-router-dtype", "fp32"]
+    # No --moe-router-dtype: bridge mode never copies it onto the model provider (the router runs in bf16).
+    argv += ["--moe-grouped-gemm", "--moe-token-drop-policy", "probs"]
     argv += ["--moe-permute-fusion", "--moe-aux-loss-coeff", "0"]
     return argv
 
@@ -252,7 +253,9 @@ def build_miles_launch(
 ) -> FrameworkLaunch:
     paths = paths or MilesPaths()
     blocks = miles_train_blocks(spec, backend, layout)
-    argv = ["python3", f"{paths.miles_root}/{ENTRY_POINTS[layout]}"] + [token for block in blocks.values() for token in block]
+    argv = ["python3", f"{paths.miles_root}/{ENTRY_POINTS[layout]}"] + [
+        token for block in blocks.values() for token in block
+    ]
     env_json = json.dumps(runtime_env(backend, paths), sort_keys=True)
     launch_argv = ["ray", "job", "submit", "--address", paths.ray_dashboard, "--runtime-env-json", env_json, "--"]
     head = ["ray", "start", "--head", "--block", "--node-ip-address", "127.0.0.1"]
