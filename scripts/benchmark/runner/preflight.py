@@ -2,7 +2,8 @@
 
 - `check_can_execute(plan) -> list[str]`: one human-readable line per missing thing: nvidia-smi / enough GPUs, the
   Miles train.py path, `ray` on PATH, VERL importable by the cells' python3, the checkpoint and the prompt data
-  (each either present, or downloadable by the plan's `hf download` step: the `hf` CLI on PATH).
+  (each either present, or downloadable by the plan's `hf download` step: the `hf` CLI on PATH), and an installed
+  SGLang that accepts the SGLang keys the cells pass (`sglang_check`).
   An empty list means the plan can run here.
 
 Caveats:
@@ -16,6 +17,8 @@ import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
+
+from scripts.benchmark.runner.sglang_check import installed_sglang_version, sglang_key_problems
 
 
 def _gpu_count() -> tuple[int | None, str]:
@@ -54,6 +57,8 @@ def check_can_execute(plan: dict[str, Any], *, skip_prepare: bool = False) -> li
             missing.append("ray not found on PATH (Miles cells run as `ray job submit`)")
     if any(cell["framework"] == "verl" for cell in cells) and not _verl_importable():
         missing.append("verl is not importable by python3 (pip install 'verl[sglang]==0.9.1' on the GPU node)")
+    versions: dict[str, str | None] = {}
+    missing += sglang_key_problems(cells, lambda framework: versions.setdefault("python3", installed_sglang_version()))
     spec, steps = plan["spec"], {step["name"]: step for step in plan.get("prepare") or []}
     for field, path, step in (
         ("model.hf_checkpoint", spec["model"]["hf_checkpoint"], steps.get("download-model")),
