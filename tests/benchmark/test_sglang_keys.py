@@ -72,7 +72,8 @@ def test_preflight_refuses_the_decode_flag_on_an_old_miles_sglang_but_keeps_the_
 
 def test_a_missing_sglang_is_named_and_cells_without_the_key_are_not_checked():
     assert sglang_key_problems(_cells(), {"verl": "0.5.12"}.get) == [
-        "miles-megatron-colocate: passes SGLang's --sglang-cuda-graph-max-bs-decode but no sglang is installed for miles"
+        "miles-megatron-colocate: passes SGLang's --sglang-cuda-graph-max-bs-decode "
+        "but no sglang is installed for miles"
     ]
     dense = build_miles_launch(load_preset("smoke"), "fsdp", "colocate")
     assert sglang_key_problems([{"id": "m", "framework": "miles", "argv": dense.argv}], lambda _: None) == []
