@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from miles.utils.bench_metrics import PHASES
+from miles.utils.bench_metrics import STEP_PHASES
 from scripts.benchmark.analysis.compare import (
     DEFAULT_CONFIDENCE,
     DEFAULT_REPS,
@@ -251,7 +251,7 @@ def _compare_pairs(
         metric_rows, phase_rows = compare_sides(
             sides[miles["id"]],
             sides[verl["id"]],
-            phases=PHASES,
+            phases=STEP_PHASES,  # additive: generate may overlap the step, rollout_wait is its share
             reps=reps,
             confidence=confidence,
             seed=seed,

@@ -48,7 +48,7 @@ def _save(fig, plt, path: Path) -> Path:
 
 
 def plot_phase_bars(doc: dict[str, Any], path: Path) -> Path | None:
-    from miles.utils.bench_metrics import PHASES
+    from miles.utils.bench_metrics import STEP_PHASES as PHASES  # the phases that stack up to the step
 
     cells = doc["cells"]
     if not cells:
