@@ -1,5 +1,5 @@
 # doc-dev: docs/benchmark.md
-"""Schema v1 of the Miles-vs-VERL throughput benchmark: one record per training step, the same for both frameworks.
+"""Schema v2 of the Miles-vs-VERL throughput benchmark: one record per training step, the same for both frameworks.
 
 - `StepRecord` is the record; `METRICS` declares every reported metric once, with its unit and better direction.
 - Records are strict JSON, one object per line: NaN and +-Inf are written as the strings "NaN", "Infinity" and
@@ -8,15 +8,21 @@
   (tmp + fsync + rename) is the one atomic file write of the harness (write_records, manifest.json).
 - `RunContext` holds what the derived fields need beyond the sink (architecture, GPU counts, the MFU peak and where
   it came from); `derive_step_fields` fills train_tflops_per_gpu, train_mfu, train_tokens_per_s,
-  rollout_tokens_per_gpu_s and wait_ratio from phases_s and tokens, the same way for both frameworks.
+  rollout_tokens_per_gpu_s, wait_ratio and overlap_s from phases_s and tokens, the same way for both frameworks.
+- Reading: `StepRecord.from_json` accepts v2 and v1 lines; a v1 line is upgraded (`_upgrade_v1`).
 
-Definitions (docs/benchmark.md, "Metric schema v1", has the native-key mapping):
+Definitions (docs/benchmark/metrics.md has the native-key mapping):
+- phases_s.generate = rollout-side generation wall time of the step's batch, only from a rollout-side measurement
+  (None with a "generate:not_recorded:<why>" flag where the framework logs none, never the trainer's wait).
+- phases_s.rollout_wait = time the trainer was blocked waiting for that batch. STEP_PHASES (every phase but
+  generate) partition step_time_s; generate may overlap the previous step's training.
+- overlap_s = max(0, generate - rollout_wait): generation seconds hidden behind training (0 when synchronous).
 - train_tflops_per_gpu = train FLOPs of the step's sequences (bench_flops, 3x forward) / phases_s.train /
   num_train_gpus / 1e12. phases_s.train is the optimizer-step loop of the step (Miles perf/actor_train_time, VERL
   timing_s/update_actor): forward + backward + optimizer step of every mini-batch, nothing else.
 - train_mfu = train_tflops_per_gpu / RunContext.peak_tflops.
 - train_tokens_per_s = (prompt + response tokens) / phases_s.train, whole job.
-- rollout_tokens_per_gpu_s = response tokens / phases_s.generate / num_rollout_gpus.
+- rollout_tokens_per_gpu_s = response tokens / phases_s.generate / num_rollout_gpus (None when generate is).
 - wait_ratio = 1 - (old_logprob + ref_logprob + train) / step_time_s: the share of the step the training GPUs spend
   outside trainer compute (generation, weight sync, offload, bookkeeping). Unreported trainer phases count as 0.
 
@@ -39,11 +45,14 @@ from typing import Any, Literal
 
 from miles.utils.bench_flops import ModelArch, batch_train_flops, match_device, peak_tflops_for_device
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_SCHEMA_VERSIONS = (1, 2)
 
 Framework = Literal["miles", "verl"]
 
-PHASES: tuple[str, ...] = ("generate", "old_logprob", "ref_logprob", "train", "weight_sync", "other")
+PHASES: tuple[str, ...] = ("generate", "rollout_wait", "old_logprob", "ref_logprob", "train", "weight_sync", "other")
+STEP_PHASES: tuple[str, ...] = tuple(p for p in PHASES if p != "generate")
+"""The phases that partition a step's wall time (generate is rollout-side and may overlap training)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,6 +93,12 @@ METRICS: dict[str, MetricSpec] = {
             description="response tokens generated per second of the generate phase per rollout GPU",
         ),
         MetricSpec(
+            name="overlap_s",
+            unit="s",
+            direction="higher",
+            description="rollout-side generation seconds hidden behind training: max(0, generate - rollout_wait)",
+        ),
+        MetricSpec(
             name="wait_ratio",
             unit="fraction",
             direction="lower",
@@ -95,7 +110,7 @@ METRICS: dict[str, MetricSpec] = {
 
 @dataclass(kw_only=True)
 class StepRecord:
-    """One training step of one framework, in schema v1 units (seconds, tokens, TFLOP/s per GPU, fractions)."""
+    """One training step of one framework, in schema v2 units (seconds, tokens, TFLOP/s per GPU, fractions)."""
 
     framework: Framework
     step: int
@@ -109,6 +124,7 @@ class StepRecord:
     train_tokens_per_s: float | None = None
     rollout_tokens_per_gpu_s: float | None = None
     wait_ratio: float | None = None
+    overlap_s: float | None = None
     flags: list[str] = field(default_factory=list)
     """Machine-readable notes on this record, e.g. "nonfinite:perf/x", "mfu_unavailable:unknown device"."""
     raw: dict[str, Any] = field(default_factory=dict)
@@ -123,9 +139,18 @@ class StepRecord:
     @classmethod
     def from_json(cls, line: str) -> StepRecord:
         data = decode_nonfinite(json.loads(line))
-        if data.get("schema_version") != SCHEMA_VERSION:
-            raise ValueError(f"unsupported schema_version {data.get('schema_version')!r}, expected {SCHEMA_VERSION}")
-        return cls(**data)
+        if data.get("schema_version") not in READABLE_SCHEMA_VERSIONS:
+            found = data.get("schema_version")
+            raise ValueError(f"unsupported schema_version {found!r}, expected one of {READABLE_SCHEMA_VERSIONS}")
+        return cls(**(_upgrade_v1(data) if data["schema_version"] == 1 else data))
+
+
+def _upgrade_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """A v1 record in v2 fields. v1 had no rollout_wait: its generate was VERL's timing_s/gen (the trainer's wait
+    in separate_async) or Miles's rollout time, and its `other` was computed with it. Kept as written, flagged."""
+    phases = {**dict.fromkeys(PHASES), **(data.get("phases_s") or {})}
+    flags = [*data.get("flags", []), "schema_v1:generate_may_be_trainer_wait,no_rollout_wait"]
+    return {**data, "phases_s": phases, "overlap_s": None, "flags": flags, "schema_version": SCHEMA_VERSION}
 
 
 _NONFINITE_TO_STR = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
@@ -216,6 +241,9 @@ class RunContext:
     """Optimizer steps per RL step (spec); maps Miles's train-step signals to their rollout."""
     max_response_tokens: int | None = None
     """The response-length cap (spec); tells VERL's batch-max clip ratio from a true truncation fraction."""
+    layout: Literal["colocate", "disaggregated"] | None = None
+    """The cell's layout: whether the rollout runs alongside training (what a trainer-side timer measures depends on
+    it); None = unknown."""
 
     def __post_init__(self) -> None:
         for name in ("num_train_gpus", "num_rollout_gpus"):
@@ -237,6 +265,7 @@ class RunContext:
         samples_per_step: int | None = None,
         optimizer_steps_per_step: int | None = None,
         max_response_tokens: int | None = None,
+        layout: Literal["colocate", "disaggregated"] | None = None,
     ) -> RunContext:
         """Resolve the MFU peak: an explicit override wins, then a measured peak, then the device table."""
         if peak_tflops is not None:
@@ -259,6 +288,7 @@ class RunContext:
             samples_per_step=samples_per_step,
             optimizer_steps_per_step=optimizer_steps_per_step,
             max_response_tokens=max_response_tokens,
+            layout=layout,
         )
 
 
@@ -279,6 +309,13 @@ def _ratio(numerator: float | None, denominator: float | None, flags: list[str],
         flags.append(f"nonpositive_denominator:{what}")
         return None
     return numerator / denominator
+
+
+def overlap_seconds(generate_s: float | None, rollout_wait_s: float | None) -> float | None:
+    """Generation seconds the trainer did not wait for (hidden behind training); None unless both are known."""
+    if not (is_finite_number(generate_s) and is_finite_number(rollout_wait_s)):
+        return None
+    return max(0.0, generate_s - rollout_wait_s)
 
 
 def derive_step_fields(record: StepRecord, ctx: RunContext, *, seq_lens: list[int] | None = None) -> StepRecord:
@@ -327,6 +364,7 @@ def derive_step_fields(record: StepRecord, ctx: RunContext, *, seq_lens: list[in
             "train_tokens_per_s": _ratio(trained_tokens, train_s, flags, "phases_s.train"),
             "rollout_tokens_per_gpu_s": None if rollout_tps is None else rollout_tps / ctx.num_rollout_gpus,
             "wait_ratio": wait_ratio,
+            "overlap_s": overlap_seconds(generate_s, phases.get("rollout_wait")),
             "flags": list(dict.fromkeys(flags)),
         }
     )

@@ -44,6 +44,7 @@ from scripts.benchmark.model_config import (  # noqa: F401  (re-exported: the sp
     resolve_model_config,
 )
 from scripts.benchmark.spec_learning import LearningSpec
+from scripts.benchmark.spec_pins import AsyncLoopSpec, SglangVersions
 
 Backend = Literal["fsdp", "megatron"]
 Layout = Literal["colocate", "disaggregated"]
@@ -176,6 +177,7 @@ class RewardSpec(_Frozen):
 
 class RolloutSpec(_Frozen):
     engine: Literal["sglang"] = "sglang"
+    sglang_versions: SglangVersions = SglangVersions()
     gpus_per_engine: int = Field(1, gt=0)
     mem_fraction: float = Field(gt=0, lt=1)
     cuda_graphs: bool = True
@@ -221,6 +223,7 @@ class PlacementSpec(_Frozen):
     layout: Layout = "colocate"
     disaggregated: DisaggregatedSplit | None = None
     """The GPU split used when layout is disaggregated (its own total; colocated cells use the whole node set)."""
+    async_loop: AsyncLoopSpec = AsyncLoopSpec()
 
 
 class RunSpec(_Frozen):

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from miles.utils.bench_metrics import PHASES, StepRecord, write_records
+from miles.utils.bench_metrics import PHASES, STEP_PHASES, StepRecord, write_records
 
 SAMPLES_PER_STEP = 256
 PROMPT_TOKENS_PER_SAMPLE = 200
@@ -76,11 +76,12 @@ def build_records(cell: SyntheticCell, repeat: int) -> list[StepRecord]:
     records = []
     for step in range(cell.num_steps):
         slow = warmup_multiplier(cell, step)
-        true_phases = {
-            p: (cell.other_s if p == "other" else cell.phase_means.get(p, 0.0)) * slow * noise[p][step] for p in PHASES
-        }
+        # Synchronous cells: the trainer waits for the whole generation, so rollout_wait is the generation time.
+        mean = {**cell.phase_means, "rollout_wait": cell.phase_means.get("generate", 0.0), "other": cell.other_s}
+        true_phases = {p: mean.get(p, 0.0) * slow * noise[p][step] for p in STEP_PHASES}
         step_time = sum(true_phases.values())
-        phases = {p: None if p in cell.unreported_phases else v for p, v in true_phases.items()}
+        true_phases["generate"] = true_phases["rollout_wait"]
+        phases = {p: None if p in cell.unreported_phases else true_phases[p] for p in PHASES}
         response = int(cell.response_length * SAMPLES_PER_STEP * noise["response"][step])
         prompt = PROMPT_TOKENS_PER_SAMPLE * SAMPLES_PER_STEP
         train = phases["train"]
@@ -98,6 +99,7 @@ def build_records(cell: SyntheticCell, repeat: int) -> list[StepRecord]:
             train_tokens_per_s=None if train is None else (prompt + response) / train,
             rollout_tokens_per_gpu_s=None if generate is None else response / generate / TRAIN_GPUS,
             wait_ratio=None if train is None else 1 - train / step_time,
+            overlap_s=None if generate is None else 0.0,
             flags=["nonfinite:step_time"] if step in cell.nan_steps else [],
             raw={
                 "response_length/min": 10.0,

@@ -65,12 +65,13 @@ def test_dry_run_edit_execute_report_record_check(tmp_path: Path):
     ]
     assert manifest["spec_hash"] == plan["spec_hash"] and manifest["warnings"] == [] and manifest["prepare"] == []
     miles_dir, verl_dir = (run_dir / c["dir"] for c in manifest["cells"])
-    assert (miles_dir / "sink" / "rollout_manager.jsonl").is_file() and (verl_dir / "sink" / "verl.jsonl").is_file()
+    assert " perf 0: {" in (miles_dir / "log.txt").read_text()  # Miles's sink: the job's stdout
+    assert not (miles_dir / "sink" / "rollout_manager.jsonl").exists() and (verl_dir / "sink" / "verl.jsonl").is_file()
     for cell in manifest["cells"]:
         records = [json.loads(line) for line in (run_dir / cell["metrics"]).read_text().splitlines()]
         assert [r["step"] for r in records] == list(range(1, steps + 1))
         assert {r["framework"] for r in records} == {cell["framework"]} and {r["schema_version"] for r in records} == {
-            1
+            2
         }
         assert all(r["phases_s"]["generate"] > 0 and r["phases_s"]["train"] > 0 for r in records)
     miles_last = json.loads((run_dir / manifest["cells"][0]["metrics"]).read_text().splitlines()[-1])

@@ -13,8 +13,13 @@ from scripts.benchmark.frameworks.miles.flags import (
     load_inventory,
     split_flags,
 )
-from scripts.benchmark.frameworks.miles.launch import MilesPaths, build_miles_launch, megatron_architecture_args
-from scripts.benchmark.spec import BACKENDS, LAYOUTS, load_preset, preset_names, with_overrides
+from scripts.benchmark.frameworks.miles.launch import (
+    EXTRA_WORK_SWITCHES,
+    MilesPaths,
+    build_miles_launch,
+    megatron_architecture_args,
+)
+from scripts.benchmark.spec import BACKENDS, LAYOUTS, BenchmarkSpec, load_preset, preset_names, with_overrides
 
 CELLS = [(p, b, lay) for p in preset_names() for b in BACKENDS for lay in LAYOUTS]
 
@@ -105,10 +110,39 @@ class TestPinnedValues:
         assert flags["--prompt-data"] == ["/root/datasets/dapo-math-17k/dapo-math-17k.jsonl@[0:3072]"]
         assert flags["--rm-type"] == ["dapo"] and flags["--reward-key"] == ["score"]
 
-    def test_sink_is_the_event_log_in_the_cell_folder(self):
+    def test_sink_is_the_jobs_stdout_log_in_the_cell_folder(self):
         launch = _launch()
-        assert _flags(launch.argv)["--save-debug-event-data"] == ["${BENCH_CELL_DIR}/sink"]
-        assert launch.sink == {"format": "miles-event-log", "path": "${BENCH_CELL_DIR}/sink"}
+        assert launch.sink == {"format": "miles-stdout", "path": "${BENCH_CELL_DIR}/log.txt"}
+
+    @pytest.mark.parametrize("preset,backend,layout", CELLS)
+    def test_no_switch_whose_code_path_adds_work_per_step(self, preset, backend, layout):
+        """Neither a debug/event flag nor the FT-trainer env (the engine weight checksum after every update)."""
+        launch = _launch(preset, backend, layout)
+        env = json.loads(launch.launch_argv[launch.launch_argv.index("--runtime-env-json") + 1])["env_vars"]
+        switched = (set(_flags(launch.argv)) | set(env) | set(launch.env)) & set(EXTRA_WORK_SWITCHES)
+        assert switched == set()
+
+    def test_the_extra_work_table_names_real_miles_switches(self):
+        inventory = load_inventory()
+        flags = [f for f in EXTRA_WORK_SWITCHES if f.startswith("--")]
+        assert all(flag_problems([f], "megatron", inventory) == [] for f in flags)
+
+    @pytest.mark.parametrize("backend", BACKENDS)
+    def test_disaggregated_runs_train_async_and_colocated_train(self, backend):
+        split, colocated = _launch(backend=backend, layout="disaggregated"), _launch(backend=backend)
+        assert split.argv[1].endswith("/train_async.py") and colocated.argv[1].endswith("/train.py")
+        assert _flags(split.argv)["--update-weights-interval"] == ["1"] and "--colocate" not in _flags(split.argv)
+        assert flag_problems(split.argv, backend) == [] and "--fully-async" not in _flags(split.argv)
+
+    @pytest.mark.parametrize(
+        "version,flag", [("0.5.13", "--sglang-cuda-graph-max-bs"), ("0.5.16", "--sglang-cuda-graph-max-bs-decode")]
+    )
+    def test_cuda_graph_cap_is_spelled_for_the_sglang_miles_runs(self, version, flag):
+        data = load_preset("qwen3-30b-a3b").model_dump()
+        data["rollout"]["sglang_versions"]["miles"] = version
+        spec = BenchmarkSpec.model_validate(data)
+        flags = _flags(build_miles_launch(spec, "megatron", "colocate").argv)
+        assert flag in flags and flag_problems(build_miles_launch(spec, "megatron", "colocate").argv, "megatron") == []
 
     def test_fsdp_launch_carries_the_backend_marker_execute_train_asserts(self):
         """command_utils.execute_train asserts the substring `--train-backend fsdp` for FSDP launches."""

@@ -217,9 +217,16 @@ class TestMilesEventLog:
 
     def test_other_is_what_no_phase_covers(self, records):
         r = Rollout(1)
-        expected = r.rm_overhead + r.wake_up + r.train_overhead + r.sleep
-        assert records[1].phases_s["other"] == pytest.approx(expected)
+        assert records[1].phases_s["other"] == pytest.approx(r.train_overhead + r.sleep)
         assert records[1].phases_s["ref_logprob"] is None  # no reference model: not reported, not 0
+
+    def test_rollout_wait_is_the_trainer_side_and_generate_the_rollout_side(self, records):
+        """The trainer waited for generation plus the hand-over; generation alone comes from the RolloutManager."""
+        r = Rollout(1)
+        assert records[1].phases_s["rollout_wait"] == pytest.approx(r.generate + r.rm_overhead + r.wake_up)
+        assert records[1].phases_s["generate"] == r.generate
+        assert records[1].overlap_s == 0.0  # colocated: nothing hidden behind training
+        assert "miles_shift:post_train_untimed" in records[1].flags  # the event log has no train-end time
 
     def test_tokens_and_derived_fields(self, records):
         step2, r = records[1], Rollout(1)
@@ -344,3 +351,102 @@ class TestMilesProcessIdentity:
         # sync, not the update that followed training 1, so step 2 (rollout 1) gets no step time, and says why.
         assert records[1].step_time_s is None and "miles_shift:next_step_restarted" in records[1].flags
         assert not any(f.startswith("conflict:") for r in records for f in r.flags)
+
+
+MILES_LOG_FORMAT = "[%(asctime)s.%(msecs)03d {name}] %(filename)s:%(lineno)d - %(message)s"
+"""miles/utils/logging_utils.py configure_logger_raw: the format and datefmt every Miles process logs with."""
+MILES_DATEFMT = "%Y-%m-%d %H:%M:%S"
+
+
+class MilesJobLog:
+    """A Miles job's stdout written through `logging` with Miles's own format, at chosen clock times."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def log(self, process: str, filename: str, lineno: int, message: str, at: float) -> None:
+        import logging
+
+        formatter = logging.Formatter(MILES_LOG_FORMAT.format(name=process), datefmt=MILES_DATEFMT)
+        formatter.converter = __import__("time").gmtime
+        record = logging.LogRecord("miles", logging.INFO, filename, lineno, message, None, None)
+        record.created, record.msecs = at, (at % 1) * 1000
+        self.lines.append(formatter.format(record))
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def megatron_colocate_job_log(rollouts: range, post_train: dict[int, float]) -> str:
+    """Per rollout: RolloutManager perf (ray/rollout/metrics.py), the train rank's rollout dict (log_utils.py),
+    `Timer train end` (timer.py), then after the CPU weight backup its perf dict (train_metric_utils.py). The
+    backup after training k is inside record k+1's train_wait, as Miles's inverse_timer books it."""
+    log, clock = MilesJobLog(), 1_796_000_000.0
+    for k in rollouts:
+        r = Rollout(k)
+        calls = [c for c in miles_log_calls(range(k, k + 1)) if "rollout/step" in c[2]]
+        (_, _, rm), (_, _, data), (_, _, perf) = calls[0], calls[1], calls[2]
+        if k > 0:
+            perf["perf/train_wait_time"] += post_train[k - 1]
+        clock += r.generate
+        log.log(
+            "rollout_manager",
+            "metrics.py",
+            89,
+            f"perf {k}: { {x: v for x, v in rm.items() if x != 'rollout/step'} }",
+            clock,
+        )
+        clock += r.rm_overhead + r.wake_up + r.log_probs + r.actor_train + r.train_overhead
+        log.log(
+            "actor_cell0_rank0",
+            "log_utils.py",
+            123,
+            f"rollout {k}: { {x: v for x, v in data.items() if x != 'rollout/step'} }",
+            clock,
+        )
+        log.log("actor_cell0_rank0", "timer.py", 42, "Timer train end (elapsed: 27.1s)", clock)
+        clock += post_train[k]
+        log.log(
+            "actor_cell0_rank0",
+            "train_metric_utils.py",
+            56,
+            f"perf {k}: { {x: v for x, v in perf.items() if x != 'rollout/step'} }",
+            clock,
+        )
+        clock += r.sleep + r.update_weights
+    return log.text()
+
+
+class TestMilesStdoutSink:
+    """The harness's Miles sink: the job's stdout, with the post-train time booked into its own step."""
+
+    POST_TRAIN = {0: 2.5, 1: 2.25, 2: 2.75, 3: 2.0}
+
+    @pytest.fixture
+    def records(self, tmp_path):
+        log = tmp_path / "log.txt"
+        log.write_text(megatron_colocate_job_log(range(4), self.POST_TRAIN))
+        return build_step_records("miles", [log], CTX)
+
+    def test_post_train_work_is_measured_and_booked_into_its_own_step(self, records):
+        for record in records[:3]:
+            k = record.step - 1
+            assert record.raw["stdout/post_train_time"] == pytest.approx(self.POST_TRAIN[k], abs=1e-3)
+            truth = Rollout(k).truth_step_time() + self.POST_TRAIN[k]
+            assert record.step_time_s == pytest.approx(truth, abs=2e-3)
+            assert record.phases_s["other"] == pytest.approx(
+                Rollout(k).train_overhead + Rollout(k).sleep + self.POST_TRAIN[k], abs=2e-3
+            )
+
+    def test_the_next_steps_wait_no_longer_holds_the_backup(self, records):
+        r = Rollout(2)
+        assert records[2].phases_s["rollout_wait"] == pytest.approx(r.generate + r.rm_overhead + r.wake_up, abs=2e-3)
+        assert not any(f.startswith("miles_shift:post_train_untimed") for f in records[2].flags)
+
+    def test_a_line_still_being_written_is_left_for_the_next_read(self, tmp_path):
+        text = megatron_colocate_job_log(range(3), self.POST_TRAIN)
+        log = tmp_path / "log.txt"
+        log.write_text(text[: text.rindex("perf 2:") + 40])  # the last perf line has no end yet
+        records = build_step_records("miles", [log], CTX)
+        assert not any(f.startswith("corrupt_line") for r in records for f in r.flags)
+        assert records[2].phases_s["train"] is None and "missing:perf/actor_train_time" in records[2].flags

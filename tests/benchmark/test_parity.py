@@ -101,12 +101,45 @@ class TestMatchedLaunches:
             "sampling_seed",
             "client_concurrency",
             "completion_wait",
+            "metric_sink",
             "weight_cpu_backup",
         }
 
-    def test_disaggregated_declares_the_async_verl_trainer(self):
-        row = next(r for r in _parity(layout="disaggregated") if r.knob == "layout")
-        assert row.status == "asymmetry" and "separate_async" in row.verl and "stale" in row.note
+    @pytest.mark.parametrize("preset", preset_names())
+    @pytest.mark.parametrize("backend", ["fsdp", "megatron"])
+    def test_disaggregated_loop_and_staleness_rows_are_matched(self, preset, backend):
+        """Miles train_async.py vs VERL separate_async (warm-up 1, threshold 2, wait): one-step off-policy both."""
+        rows = {r.knob: r for r in _parity(preset, backend=backend, layout="disaggregated")}
+        for knob in ("layout", "rollout_loop", "max_policy_lag", "weight_sync_cadence"):
+            assert rows[knob].status == "matched", knob
+        assert rows["rollout_loop"].miles.startswith("one-step off-policy") and rows["max_policy_lag"].verl == 1
+        partial = rows["partial_rollout"]
+        assert partial.status == "asymmetry" and "abort" in partial.verl and "cannot be matched" in partial.note
+
+    def test_the_old_synchronous_verl_staleness_is_caught(self):
+        """Warm-up 0 + threshold 1 (wait) makes separate_async wait for every prompt: not Miles's async loop."""
+        miles, verl, convert = _launches("smoke", "fsdp", "disaggregated")
+        old = both(
+            v_set("trainer.v1.separate_async.num_warmup_batches=0"),
+            v_set("trainer.v1.sampler.max_off_policy_threshold=1"),
+        )
+        with pytest.raises(ParityError, match="rollout_loop: miles='one-step off-policy.*verl='synchronous'"):
+            build_parity(list(miles), old(list(verl)), "fsdp", "disaggregated", list(convert))
+
+    def test_a_synchronous_miles_entry_point_is_caught(self):
+        miles, verl, convert = _launches("smoke", "fsdp", "disaggregated")
+        sync_miles = [token.replace("train_async.py", "train.py") for token in miles]
+        with pytest.raises(ParityError, match="rollout_loop"):
+            build_parity(sync_miles, list(verl), "fsdp", "disaggregated", list(convert))
+
+    def test_bridge_mode_router_dtype_is_what_the_model_uses(self):
+        """--moe-router-dtype never reaches the bridge provider: a VERL fp32 router would be a mismatch."""
+        miles, verl, convert = _launches("qwen3-30b-a3b", "megatron", "colocate")
+        fp32 = v_set(f"+{AR}.actor.megatron.override_transformer_config.moe_router_dtype=fp32")
+        with pytest.raises(ParityError, match="moe_router_dtype: miles='model dtype \\(bf16\\)' verl='fp32'"):
+            build_parity(list(miles), fp32(list(verl)), "megatron", "colocate", list(convert))
+        with_flag = [*miles, "--moe-router-dtype", "fp32"]
+        assert parse_miles(with_flag, "megatron")["moe_router_dtype"] == "model dtype (bf16)"
 
     def test_values_are_read_from_the_launches_not_the_spec(self):
         """Editing only the emitted argv changes the parsed knob."""
@@ -366,8 +399,8 @@ class TestOutputs:
             ],
         )
         pair = parity["pairs"][0]
-        assert pair["counts"]["MISMATCH"] == 0 and pair["counts"]["asymmetry"] == 4
-        assert pair["counts"]["matched"] + 4 == len(pair["rows"])
+        assert pair["counts"]["MISMATCH"] == 0 and pair["counts"]["asymmetry"] == 5
+        assert pair["counts"]["matched"] + 5 == len(pair["rows"])
         text = parity_markdown(parity, "qwen3-1.7b-base")
         clip_high = "| grpo | clip_high | 0.28 | 0.28 | matched | `--eps-clip-high 0.28` | "
         assert clip_high + "`actor_rollout_ref.actor.clip_ratio_high=0.28` |  |" in text

@@ -101,11 +101,13 @@ class TestPlantedDifferences:
             row = comparison(doc, "fsdp", metric)
             assert row["ci_low"] < 1.0 < row["ci_high"], row
 
-    def test_attribution_puts_the_gap_in_generate(self, planted_run):
-        """The planted gap is 15 s of generate per step; attribution finds it there and nowhere else."""
+    def test_attribution_puts_the_gap_in_the_wait_for_generation(self, planted_run):
+        """The planted gap is 15 s of generation per step, which the synchronous trainer waits for: attribution
+        (additive phases only) finds it in rollout_wait and nowhere else."""
         _, doc = planted_run
         rows = {a["component"]: a for a in doc["attribution"] if a["backend"] == "fsdp"}
-        generate = rows["phases_s.generate"]
+        assert "phases_s.generate" not in rows
+        generate = rows["phases_s.rollout_wait"]
         assert generate["ci_low"] < 15.0 < generate["ci_high"]
         assert generate["share_of_gap"] > 0.9
         assert rows["phases_s.train"]["ci_low"] < 0 < rows["phases_s.train"]["ci_high"]

@@ -14,7 +14,10 @@ from scripts.benchmark.frameworks.sinks import build_step_records
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ARCH = ModelArch.from_config_path(REPO_ROOT / "scripts" / "benchmark" / "model_configs" / "qwen3-0.6b.json")
-CTX = RunContext.build(arch=ARCH, num_train_gpus=8, device_name="NVIDIA H200")
+CTX = RunContext.build(arch=ARCH, num_train_gpus=8, device_name="NVIDIA H200", layout="colocate")
+ASYNC_CTX = RunContext.build(
+    arch=ARCH, num_train_gpus=4, num_rollout_gpus=4, device_name="NVIDIA H200", layout="disaggregated"
+)
 SAMPLES = 64  # train_batch_size 16 x rollout.n 4
 
 
@@ -98,6 +101,32 @@ def write_verl_run(file_logger_class, path: Path, monkeypatch, steps: range, *, 
     logger.finish()
 
 
+class TestVerlSeparateAsync:
+    """Disaggregated (separate_async): timing_s/gen is the trainer's wait; VERL logs no rollout-side time."""
+
+    @pytest.fixture
+    def records(self, file_logger_class, tmp_path, monkeypatch):
+        path = tmp_path / "verl.jsonl"
+        write_verl_run(file_logger_class, path, monkeypatch, range(1, 4))
+        return build_step_records("verl", [path], ASYNC_CTX)
+
+    def test_the_wait_is_its_own_field_and_generate_is_null_with_the_reason(self, records):
+        step2 = records[1]
+        assert step2.phases_s["rollout_wait"] == 42.0 and step2.phases_s["generate"] is None
+        assert "generate:not_recorded:verl_separate_async_logs_no_rollout_time" in step2.flags
+        assert step2.rollout_tokens_per_gpu_s is None and step2.overlap_s is None
+
+    def test_other_is_the_step_minus_the_trainer_side_phases(self, records):
+        assert records[1].phases_s["other"] == pytest.approx(0.125 + 0.625)
+
+    def test_an_unknown_layout_never_calls_the_wait_generation(self, file_logger_class, tmp_path, monkeypatch):
+        path = tmp_path / "verl.jsonl"
+        write_verl_run(file_logger_class, path, monkeypatch, range(1, 3))
+        unknown = RunContext.build(arch=ARCH, num_train_gpus=8)
+        record = build_step_records("verl", [path], unknown)[0]
+        assert record.phases_s["generate"] is None and "generate:not_recorded:verl_layout_unknown" in record.flags
+
+
 class TestVerlFileLoggerReader:
     """Records from a real FileLogger file: mapping, tokens, derived fields and the defects of a killed run."""
 
@@ -114,7 +143,8 @@ class TestVerlFileLoggerReader:
     def test_phases_map_from_timing_keys_and_other_is_the_remainder(self, records):
         step2 = records[1]
         assert step2.step_time_s == pytest.approx(40 + 2 + 6.25 + 5.5 + 0.125 + 21 + 3.75 + 0.625)
-        assert step2.phases_s["generate"] == 42.0
+        assert step2.phases_s["generate"] == 42.0 and step2.phases_s["rollout_wait"] == 42.0  # sync: the same wait
+        assert step2.overlap_s == 0.0
         assert step2.phases_s["old_logprob"] == 6.25 and step2.phases_s["ref_logprob"] == 5.5
         assert step2.phases_s["train"] == 21.0 and step2.phases_s["weight_sync"] == 3.75
         assert step2.phases_s["other"] == pytest.approx(0.125 + 0.625)

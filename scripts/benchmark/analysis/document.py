@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from miles.utils.bench_metrics import PHASES
+from miles.utils.bench_metrics import STEP_PHASES
 from scripts.benchmark.analysis.compare import SideSamples, compare_sides, refusal_reason
 from scripts.benchmark.analysis.learning import analyse_learning
 from scripts.benchmark.analysis.run_folder import (
@@ -286,7 +286,7 @@ def _compare_pairs(
         metric_rows, phase_rows = compare_sides(
             sides[miles["id"]],
             sides[verl["id"]],
-            phases=PHASES,
+            phases=STEP_PHASES,  # additive: generate may overlap the step, rollout_wait is its share
             settings=settings,
         )
         for row in metric_rows:

@@ -52,6 +52,8 @@ _REPORT_ORDER = (
     "step_time_s",
     "phases_s.generate",
     "generate_s_per_1k_response_tokens",
+    "phases_s.rollout_wait",
+    "overlap_s",
     "phases_s.train",
     "train_s_per_1k_tokens",
     "phases_s.old_logprob",

@@ -212,6 +212,10 @@ def register(app: typer.Typer) -> None:
             raise _could_not("could not judge", e) from e
         raise typer.Exit(code)
 
+    _register_trust_and_history(app)
+
+
+def _register_trust_and_history(app: typer.Typer) -> None:
     @app.command("untrust")
     def untrust(
         store: StoreOpt = "bench-history.db",

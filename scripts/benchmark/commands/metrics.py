@@ -1,9 +1,9 @@
 # doc-dev: docs/benchmark.md
-"""`run.py ingest` (a framework's native sink -> schema-v1 metrics.jsonl) and `run.py flops` (the FLOPs model).
+"""`run.py ingest` (a framework's native sink -> schema-v2 metrics.jsonl) and `run.py flops` (the FLOPs model).
 
-- `ingest --framework {miles,verl} --model <preset|config.json> --gpus N [--rollout-gpus N] SOURCE... -o FILE`
-  reads the sink files (folders stand for their *.jsonl files), writes one StepRecord per line, and prints a
-  one-line summary per step to stderr.
+- `ingest --framework {miles,verl} --model <preset|config.json> --gpus N [--rollout-gpus N] [--layout L] SOURCE...
+  -o FILE` reads the sink files (a Miles stdout log, a Miles event folder, a VERL FileLogger file; folders stand
+  for their *.jsonl files), writes one StepRecord per line, and prints a one-line summary per step to stderr.
 - `flops --model <preset|config.json> --seq-lens 1024,4096 [--json]` prints forward_flops and train_flops of one
   sequence per length, with Miles's and VERL's own formulas next to ours.
 - `--model` is a path to an HF config.json (or its folder), a name in scripts/benchmark/model_configs/, or a preset.
@@ -97,6 +97,7 @@ def ingest_impl(
     samples_per_step: int | None,
     optimizer_steps_per_step: int | None = None,
     max_response_tokens: int | None = None,
+    layout: str | None = None,
 ) -> list:
     from miles.utils.bench_flops import ModelArch
     from miles.utils.bench_metrics import RunContext, write_records
@@ -111,6 +112,7 @@ def ingest_impl(
         samples_per_step=samples_per_step,
         optimizer_steps_per_step=optimizer_steps_per_step,
         max_response_tokens=max_response_tokens,
+        layout=layout,
     )
     records = build_step_records(framework, sources, ctx)
     write_records(output, records)
@@ -174,8 +176,12 @@ def register(app: typer.Typer) -> None:
         max_response_tokens: Annotated[
             int | None, typer.Option(min=1, help="response-length cap (VERL truncation fraction)")
         ] = None,
+        layout: Annotated[
+            str | None,
+            typer.Option(help="colocate or disaggregated: VERL's generation time is known only when colocated"),
+        ] = None,
     ) -> None:
-        """Read a framework's own metric sink and write schema-v1 records (one JSON object per line).
+        """Read a framework's own metric sink and write schema-v2 records (one JSON object per line).
 
         Example:
 
@@ -189,6 +195,8 @@ def register(app: typer.Typer) -> None:
         for option, value in (("--gpus", gpus), ("--rollout-gpus", rollout_gpus)):
             if value is not None and value < 1:
                 raise UserError(f"{option} must be >= 1, got {value}")
+        if layout not in (None, "colocate", "disaggregated"):
+            raise UserError(f"--layout must be colocate or disaggregated, got {layout!r}")
         try:
             records = ingest_impl(
                 framework=framework,
@@ -202,6 +210,7 @@ def register(app: typer.Typer) -> None:
                 samples_per_step=samples_per_step,
                 optimizer_steps_per_step=optimizer_steps_per_step,
                 max_response_tokens=max_response_tokens,
+                layout=layout,
             )
         except ValueError as exc:
             raise UserError(f"ingest: {exc}") from exc

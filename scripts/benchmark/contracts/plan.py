@@ -14,8 +14,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 SCHEMA_VERSION = 1
-SINK_FORMATS: tuple[str, ...] = ("verl-file-logger", "miles-event-log")
-"""VERL's FileLogger JSONL file; the folder of per-process JSONL files of Miles's event log or its stdout."""
+SINK_FORMATS: tuple[str, ...] = ("verl-file-logger", "miles-stdout", "miles-event-log")
+"""VERL's FileLogger JSONL file; a Miles job's stdout log; the folder of per-process JSONL files of Miles's event
+log (older plans)."""
 CELL_KEYS: tuple[str, ...] = ("id", "framework", "backend", "layout", "launch_argv", "sink", "num_steps")
 """The fields a cell cannot run without (the others are descriptive or optional)."""
 
@@ -23,17 +24,15 @@ _Argv = list[str]
 
 
 class CellSink(BaseModel):
-    """Where a cell's metrics appear; format "none" is a cell planned and checked but whose metrics no reader reads."""
-
     model_config = ConfigDict(extra="allow", strict=True)
 
     format: str
-    path: str | None = None
+    path: str
 
     @field_validator("format")
     @classmethod
     def _known_format(cls, value: str) -> str:
-        if value not in (*SINK_FORMATS, "none"):
+        if value not in SINK_FORMATS:
             raise ValueError(f"sink.format {value!r} is not one of {SINK_FORMATS}")
         return value
 

@@ -164,7 +164,7 @@ def build_plan(spec: BenchmarkSpec, preset: str | None, options: PlanOptions) ->
         "targets": {"miles": target.name},
         "prepare": prepare,
         "cells": [_cell(spec, launch) for launch in launches],
-        "warnings": steady_state_warnings(spec) + _target_warnings(target),
+        "warnings": steady_state_warnings(spec),
     }
     _assert_no_secrets(data)
     title = f"{preset or spec.name} ({options.layout})"
@@ -172,15 +172,6 @@ def build_plan(spec: BenchmarkSpec, preset: str | None, options: PlanOptions) ->
     if errors:
         raise PlanError("; ".join(errors), plan)
     return plan
-
-
-def _target_warnings(target) -> list[str]:
-    if target.event_log:
-        return []
-    return [
-        f"Miles {target.name} has no --save-debug-event-data: its cells are planned and checked, but the harness "
-        "cannot read their step metrics"
-    ]
 
 
 def _assert_no_secrets(data: dict[str, Any]) -> None:

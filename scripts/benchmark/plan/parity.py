@@ -76,9 +76,10 @@ KNOBS: list[tuple[str, str]] = [
     *[("fsdp", k) for k in ("fsdp_cpu_offload_policy", "sequence_packing", "ulysses_sp", "cuda_allocator")],
     *[("megatron", k) for k in ("tp", "pp", "cp", "ep", "etp", "sequence_parallel", "recompute", "dropout")],
     *[("megatron", k) for k in ("megatron_attention_backend", "distributed_optimizer", "optimizer_cpu_offload")],
-    *[("megatron", k) for k in ("precision_aware_optimizer", "grad_reduce_dtype", "moe_kernels")],
+    *[("megatron", k) for k in ("precision_aware_optimizer", "grad_reduce_dtype", "moe_kernels", "moe_router_dtype")],
     *[("megatron", k) for k in ("hf_weights_loading", "weight_cpu_backup")],
     *[("placement", k) for k in ("layout", "train_gpus", "rollout_gpus", "nodes", "train_state_offload")],
+    *[("loop", k) for k in ("rollout_loop", "max_policy_lag", "weight_sync_cadence", "partial_rollout")],
     *[("run", k) for k in ("steps", "training_seed", "evaluation", "checkpoint_save", "resume")],
     *[("run", k) for k in ("external_trackers", "tracking", "metric_sink", "dead_or_ignored_keys")],
 ]
@@ -94,6 +95,8 @@ _ALWAYS_DECLARED = {
     "client_concurrency": "small: both servers cap running requests at the same number; VERL queues the rest "
     "in SGLang, Miles in its client",
     "completion_wait": "VERL's generate phase ends up to 2 s late per step (hard-coded poll_interval=2.0)",
+    "metric_sink": "none: Miles prints its perf lines to stdout whatever the harness does; VERL's FileLogger "
+    "appends one JSON line per step from the driver (milliseconds)",
 }
 _FSDP_DECLARED = {
     "training_seed": "none: weights come from the checkpoint and no dropout is active",
@@ -104,8 +107,9 @@ _MEGATRON_DECLARED = {
     "Miles step (train_wait)",
 }
 _DISAGGREGATED_DECLARED = {
-    "layout": "VERL 0.9.1 has no synchronous disaggregated mode: its separate_async trainer overlaps generation "
-    "of step N+1 with training of N (<= 1 step stale, partial rollout), so its step time is expected lower",
+    "partial_rollout": "cannot be matched: VERL's separate_async always aborts the in-flight requests at the weight "
+    "update and resumes them (tokens after the update are on-policy, the rollout pool keeps working); Miles's "
+    "train_async.py waits for the rollout, so its rollout GPUs idle during the update. Same lag bound (1 step)",
     "rollout_memory_saver": "VERL always enables SGLang's memory saver; without colocation it only adds "
     "bookkeeping, no offload",
 }

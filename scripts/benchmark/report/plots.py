@@ -105,7 +105,7 @@ def phase_bars_size_px(doc: dict[str, Any]) -> tuple[int, int]:
 
 
 def phase_bars_figure(doc: dict[str, Any]):
-    from miles.utils.bench_metrics import PHASES
+    from miles.utils.bench_metrics import STEP_PHASES as PHASES  # the phases that stack up to the step
 
     rows = _bar_rows(doc)
     if not rows:

@@ -153,6 +153,7 @@ def _cell_blocks(doc: dict[str, Any]) -> list[Any]:
             "Median of the steady-state steps with its confidence interval; n/a = not reported by the framework."
         ),
         Table(["metric", "unit", *[f"`{c['id']}`" for c in cells]], rows),
+        *_generation_blocks(cells),
         Heading(3, "Response lengths"),
         Table(
             ["cell", "mean (tokens)", "std of step means", "median per-step min", "median per-step max"],
@@ -169,6 +170,23 @@ def _cell_blocks(doc: dict[str, Any]) -> list[Any]:
         ),
     ]
     return blocks
+
+
+def _generation_blocks(cells: list[dict[str, Any]]) -> list[Any]:
+    """Rollout-side generation, the trainer's wait for it, and the generation hidden behind training, per cell."""
+    names = ("phases_s.generate", "phases_s.rollout_wait", "overlap_s")
+    rows = [
+        [f"`{c['id']}`", *[format_number(c["summaries"].get(n, {}).get("median"), "s") for n in names]] for c in cells
+    ]
+    return [
+        Heading(3, "Generation, trainer wait and overlap"),
+        Paragraph(
+            "Medians. Generation is measured on the rollout side; the wait is the trainer's; overlap = generation "
+            "the trainer did not wait for. n/a generation: the framework logs no rollout-side time in this layout "
+            "(VERL separate_async), so its rollout throughput is n/a too."
+        ),
+        Table(["cell", "generation (s)", "trainer wait (s)", "overlap (s)"], rows),
+    ]
 
 
 def _steady_blocks(doc: dict[str, Any]) -> list[Any]:

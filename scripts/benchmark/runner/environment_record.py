@@ -8,6 +8,7 @@
   (through its launch prefix) on a small script that uses importlib.metadata and reads files. The frameworks are never
   imported into the harness, and the probe imports none of them either (it reads torch/version.py as text).
 - `build_environment_record(...)`: the whole record; every missing fact is null and listed in "missing" with why.
+  `sglang` names the framework's SGLang version and the ServerArgs field of its decode CUDA-graph cap.
 
 Caveats:
 - A commit is known only for a source checkout (editable install inside a git work tree) or a pip install from git
@@ -24,6 +25,7 @@ import socket
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from scripts.benchmark.frameworks.sglang_version import cuda_graph_max_bs_key
 from scripts.benchmark.runner.process import capture_output
 
 PACKAGES: dict[str, str] = {
@@ -122,6 +124,16 @@ def probe_packages(
         return {"packages": None, "missing": "the interpreter probe printed no JSON"}
 
 
+def _sglang_facts(packages: dict[str, Any]) -> dict[str, Any]:
+    """The SGLang this framework runs and the name its ServerArgs gives the decode CUDA-graph cap."""
+    version = ((packages.get("packages") or {}).get("sglang") or {}).get("version")
+    try:
+        key = cuda_graph_max_bs_key(version) if version else None
+    except ValueError:
+        key = None
+    return {"version": version, "cuda_graph_max_bs_key": key}
+
+
 def build_environment_record(*, framework: str, interpreter_argv: Sequence[str], packages: dict[str, Any]) -> dict:
     gpu_info = read_gpus()
     gpus = gpu_info.get("gpus")
@@ -146,5 +158,6 @@ def build_environment_record(*, framework: str, interpreter_argv: Sequence[str],
         "torch_git_version": packages.get("torch_git_version"),
         "python": packages.get("python"),
         "packages": packages.get("packages"),
+        "sglang": _sglang_facts(packages),
         "missing": missing,
     }

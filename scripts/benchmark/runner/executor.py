@@ -219,7 +219,7 @@ def execute(
     # Absolute, because each cell runs with the cell folder as its working directory and ${BENCH_CELL_DIR} in its
     # sink path: a relative run folder would make the sink land one level down, where the runner never looks.
     output_dir = Path(output_dir).resolve()
-    created = not output_dir.exists()
+    created, lock_existed = not output_dir.exists(), (output_dir / LOCK_NAME).exists()
     check_output_dir(output_dir)
     try:
         with hold_run_lock(output_dir) as lock:
@@ -227,8 +227,11 @@ def execute(
                 plan_path, output_dir, options, lock, resume=resume, progress=progress, preflight=preflight
             )
     except RunError:
-        if created and {p.name for p in output_dir.iterdir()} <= {LOCK_NAME}:
-            shutil.rmtree(output_dir)  # a rejected run leaves no folder behind that it created
+        # A rejected run leaves nothing behind that it made: its lock file, and the folder if it created it.
+        if not lock_existed:
+            (output_dir / LOCK_NAME).unlink(missing_ok=True)
+        if created and not any(output_dir.iterdir()):
+            output_dir.rmdir()
         raise
 
 

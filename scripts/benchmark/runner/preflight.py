@@ -6,7 +6,8 @@
 - `check_can_execute(plan, skip_prepare=...) -> list[str]`: the machine (skippable with --no-preflight):
   nvidia-smi / enough GPUs, the Miles train.py path, `ray` on PATH, VERL importable by the cells' python3, the
   checkpoint and the prompt data (each either present, or downloadable by the plan's `hf download` step: the `hf`
-  CLI on PATH), and no Miles cell without a metric sink. An empty list means the plan can run here.
+  CLI on PATH), and an installed SGLang that accepts the SGLang keys the
+  cells pass (`sglang_check`). An empty list means the plan can run here.
 - `miles_parser_rejections(plan, python=None) -> list[str]`: the installed Miles's own parse_args (the checkout the
   cells' PYTHONPATH names) on every Miles cell, one line per rejected cell with Miles's message (the flag it names).
   Raises MilesParserUnavailable when that Miles cannot be imported by `python` (default: python3 on PATH).
@@ -29,6 +30,7 @@ from typing import Any
 from scripts.benchmark.frameworks.launch import ray_shell_problem
 from scripts.benchmark.runner.cell_command import find_executable_problem, uses_ray_job_submit
 from scripts.benchmark.runner.options import ExecuteOptions, harness_argv, needs_private_head
+from scripts.benchmark.runner.sglang_check import installed_sglang_version, sglang_key_problems
 
 
 def _gpu_count() -> tuple[int | None, str]:
@@ -59,12 +61,6 @@ def check_can_execute(plan: dict[str, Any], *, skip_prepare: bool = False) -> li
     elif count < needed:
         missing.append(f"the plan needs {needed} GPUs per cell, nvidia-smi lists {count}")
     miles = [cell for cell in cells if cell["framework"] == "miles"]
-    missing += [
-        f"{cell['id']} has no metric sink (its Miles, {plan.get('targets', {}).get('miles')}, has no event log): "
-        "nothing could be measured; plan for a newer --miles-version"
-        for cell in miles
-        if cell["sink"].get("format") == "none"
-    ]
     if miles:
         train_py = next((word for word in miles[0].get("argv") or [] if word.endswith(".py")), "train.py")
         if not Path(train_py).is_file():
@@ -73,6 +69,8 @@ def check_can_execute(plan: dict[str, Any], *, skip_prepare: bool = False) -> li
             missing.append("ray not found on PATH (Miles cells run as `ray job submit`)")
     if any(cell["framework"] == "verl" for cell in cells) and not _verl_importable():
         missing.append("verl is not importable by python3 (pip install 'verl[sglang]==0.9.1' on the GPU node)")
+    versions: dict[str, str | None] = {}
+    missing += sglang_key_problems(cells, lambda framework: versions.setdefault("python3", installed_sglang_version()))
     return missing + _data_problems(plan, skip_prepare)
 
 

@@ -2,9 +2,10 @@
 """Follow a cell's metric sink while it grows and append each completed step to metrics.jsonl at once.
 
 - `read_sink(format, path, context) -> list[StepRecord]`: the one call into the metric readers
-  (`frameworks.sinks.build_step_records`): "verl-file-logger" is VERL's
-  FileLogger JSONL file, "miles-event-log" the folder of per-process JSONL files of Miles's --save-debug-event-data.
-  The readers' RunContext comes from the plan cell (model_config, gpus) and the cell's environment record (GPU name).
+  (`frameworks.sinks.build_step_records`): "verl-file-logger" is VERL's FileLogger JSONL file, "miles-stdout" the
+  cell's log.txt (the Miles job's stdout), "miles-event-log" the folder of per-process JSONL files of Miles's
+  --save-debug-event-data. The readers' RunContext comes from the plan cell (model_config, gpus, layout) and the
+  cell's environment record (GPU name).
 - `SinkFollower.poll(final=False)` re-reads the sink and appends, via `bench_metrics.append_record` (fsync per line),
   every record of a step not written yet; returns the records it appended. `final=True` is the last read after the
   process ended (a reader may then release a step it was holding back as incomplete).
@@ -84,6 +85,7 @@ def build_run_context(context: Mapping[str, Any]):
         int(gpus.get("train") or gpus.get("total") or 1),
         int(gpus.get("rollout") or gpus.get("total") or 1),
         context.get("device_name"),
+        cell.get("layout"),
         RunContext,
         cell.get("optimizer_steps_per_step"),
         cell.get("max_response_tokens"),
@@ -96,6 +98,7 @@ def _cached_run_context(
     num_train: int,
     num_rollout: int,
     device: str | None,
+    layout: str | None,
     run_context_cls,
     optimizer_steps_per_step: int | None = None,
     max_response_tokens: int | None = None,
@@ -117,6 +120,7 @@ def _cached_run_context(
         device_name=device,
         optimizer_steps_per_step=optimizer_steps_per_step,
         max_response_tokens=max_response_tokens,
+        layout=layout,
     )
 
 

@@ -16,7 +16,7 @@ RUN_PY = REPO_ROOT / "scripts" / "benchmark" / "run.py"
 
 SINKS = {
     "verl": {"format": "verl-file-logger", "path": "${BENCH_CELL_DIR}/sink/verl.jsonl"},
-    "miles": {"format": "miles-event-log", "path": "${BENCH_CELL_DIR}/sink/events"},
+    "miles": {"format": "miles-stdout", "path": "${BENCH_CELL_DIR}/log.txt"},
 }
 
 

@@ -2,6 +2,9 @@
 
 - `--format verl-file-logger --sink FILE`: one VERL FileLogger line per step, `{"step": N, "data": {...}}` (timing_s/*,
   perf/*, response_length/*, prompt_length/*), plus the step-0 validation line VERL writes before training.
+- `--format miles-stdout --sink LOG`: what the harness reads from Miles: the same calls printed to stdout as Miles's
+  loggers print them (`[<time> <process>] <file>:<line> - perf N: {...}`), the train rank's `Timer train end` line
+  before its perf line; the runner writes stdout to LOG (the cell's log.txt), so the stand-in never opens it.
 - `--format miles-event-log --sink DIR`: Miles's --save-debug-event-data layout, one JSONL file per process
   (rollout_manager.jsonl, actor_cell0_rank0.jsonl); per rollout the RolloutManager logs its rollout perf, then the
   train rank its rollout data, train/step series and timers, each a
@@ -202,6 +205,20 @@ def _event(identity: dict, metrics: dict) -> dict:
             "metrics": metrics}  # fmt: skip
 
 
+def _print_miles_line(identity: dict, metrics: dict) -> None:
+    """One Miles logger line: `perf N:` for timers, `rollout N:` for the train rank's data (train/step is skipped)."""
+    if "rollout/step" not in metrics:
+        return
+    process = "rollout_manager" if identity["component"] == "rollout_manager" else "actor_cell0_rank0"
+    now = time.time()
+    prefix = f"[{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(now))}.{int(now * 1000) % 1000:03d} {process}]"
+    body = {k: v for k, v in metrics.items() if k != "rollout/step"}
+    kind = "perf" if any(k.startswith("perf/") for k in body) else "rollout"
+    if kind == "perf" and "perf/train_time" in body:
+        print(f"{prefix} timer.py:42 - Timer train end (elapsed: {body['perf/train_time']:.1f}s)", flush=True)
+    print(f"{prefix} metrics.py:89 - {kind} {metrics['rollout/step']}: {body!r}", flush=True)
+
+
 def _process_file(identity: dict) -> str:
     if identity["component"] == "rollout_manager":
         return "rollout_manager.jsonl"
@@ -210,7 +227,7 @@ def _process_file(identity: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--format", required=True, choices=["verl-file-logger", "miles-event-log"])
+    parser.add_argument("--format", required=True, choices=["verl-file-logger", "miles-stdout", "miles-event-log"])
     parser.add_argument("--sink", type=Path, required=True)
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--step-s", type=float, default=0.15)
@@ -246,7 +263,7 @@ def main() -> None:
         args.sink.parent.mkdir(parents=True, exist_ok=True)
         args.sink.write_bytes(b"")  # FileLogger truncates its file at start-up
         _write_line(args.sink, {"step": 0, "data": {"val-core/math/acc/mean@1": 0.1}})
-    else:
+    elif args.format == "miles-event-log":
         args.sink.mkdir(parents=True, exist_ok=True)
     schedule = [(step, 1.0) for step in range(1, args.steps + 1)]
     if args.restart_after is not None:
@@ -268,8 +285,11 @@ def main() -> None:
         time.sleep(step_s)
         if args.format == "verl-file-logger":
             _write_line(args.sink, _verl_step(step, step_s, rng))
-        else:
+        elif args.format == "miles-stdout":
             for identity, metrics in _miles_rollout_calls(step - 1, step_s, rng):  # Miles counts rollouts from 0
+                _print_miles_line(identity, metrics)
+        else:
+            for identity, metrics in _miles_rollout_calls(step - 1, step_s, rng):
                 _write_line(args.sink / _process_file(identity), _event(identity, metrics))
         _say(f"standin step {step}/{args.steps} {step_s:.3f} s")
         if args.crash_after is not None and step >= args.crash_after:

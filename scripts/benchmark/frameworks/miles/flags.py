@@ -49,8 +49,9 @@ def flag_default(inventory: dict, backend: str, flag: str):
 
 
 def split_flags(argv: list[str]) -> list[tuple[str, list[str]]]:
-    """[(--flag, [values...])] for the train.py part of argv (everything after the script path)."""
-    start = next((i + 1 for i, token in enumerate(argv) if token.endswith("train.py")), 0)
+    """[(--flag, [values...])] for the train.py / train_async.py part of argv (everything after the script path;
+    both scripts parse the same arguments)."""
+    start = next((i + 1 for i, token in enumerate(argv) if token.endswith(("train.py", "train_async.py"))), 0)
     pairs: list[tuple[str, list[str]]] = []
     for token in argv[start:]:
         if token.startswith("--"):

@@ -1,5 +1,6 @@
-"""The Miles launch of one benchmark cell: train.py argv per backend, wrapped in `ray job submit` like Miles's own
-launchers (miles/utils/external_utils/command_utils.py::execute_train), built from named blocks.
+"""The Miles launch of one benchmark cell: train.py (colocate) or train_async.py (disaggregated) argv per backend,
+wrapped in `ray job submit` like Miles's own launchers (miles/utils/external_utils/command_utils.py::execute_train),
+built from named blocks.
 
 - `build_miles_launch(spec, backend, layout, paths) -> FrameworkLaunch`; `MilesPaths` (Miles checkout, Megatron-LM,
   Ray addresses) is where the GPU node keeps things.
@@ -12,8 +13,9 @@ launchers (miles/utils/external_utils/command_utils.py::execute_train), built fr
   /health_generate probe every 30 s per engine and an engine-recovery call before every weight update: overhead VERL
   does not have), --use-kl-loss / ref model unless the spec asks, --rollout-shuffle (one fixed prompt order for both
   frameworks).
-- Sink: --save-debug-event-data ${BENCH_CELL_DIR}/sink (every tracking.log call as JSONL, no Miles change needed),
-  where the targeted Miles has it (versions.py); a target without it gets no sink (format "none").
+- Sink: the job's stdout (the runner's ${BENCH_CELL_DIR}/log.txt): Miles prints every `perf N:` / `rollout N:` dict
+  there anyway. No debug or event option is passed (no --save-debug-event-data, no MILES_EXPERIMENTAL_FT_TRAINER):
+  nothing the harness reads makes Miles do work per step (`EXTRA_WORK_SWITCHES`, tested).
 - Tracking (only with tracking.wandb): --use-wandb --wandb-project P --wandb-group <cell id>
   --disable-wandb-random-suffix; never --wandb-key: wandb reads WANDB_API_KEY, which the Ray head (and so the job)
   inherits from the runner's environment.
@@ -33,9 +35,27 @@ from dataclasses import dataclass
 from miles.utils.bench_flops import moe_layer_flags
 from scripts.benchmark.frameworks.launch import BENCH_CELL_DIR, FrameworkLaunch
 from scripts.benchmark.frameworks.miles.versions import DEFAULT_MILES_TARGET, MilesTarget, miles_target
+from scripts.benchmark.frameworks.sglang_version import miles_cuda_graph_flag
 from scripts.benchmark.spec import Backend, BenchmarkSpec, Layout
 
-SINK_DIR = f"{BENCH_CELL_DIR}/sink"
+SINK_LOG = f"{BENCH_CELL_DIR}/log.txt"
+"""The runner writes the job's merged stdout/stderr here; the Miles reader takes the perf/rollout lines from it."""
+ENTRY_POINTS = {"colocate": "train.py", "disaggregated": "train_async.py"}
+EXTRA_WORK_SWITCHES: dict[str, str] = {
+    "--save-debug-event-data": "event logger: a JSONL append per tracking.log call (and, under the FT trainer, an "
+    "engine weight checksum after every weight update)",
+    "--dump-details": "implies every --save-debug-*-data dump and the event logger",
+    "--save-debug-rollout-data": "pickles every rollout to disk",
+    "--save-debug-train-data": "pickles every train batch to disk after the train timer",
+    "--save-debug-trajectory-data": "writes trajectories to disk",
+    "--enable-witness": "witness ids and per-sample events",
+    "--enable-event-analyzer": "event analysis at every step (FT trainer) and at shutdown",
+    "--save-local-weight-checksum": "checksums the local weights after each update",
+    "--check-weight-update-equal": "compares weights after each update",
+    "--use-fault-tolerance": "health probes every 30 s and engine recovery before every weight update",
+    "MILES_EXPERIMENTAL_FT_TRAINER": "(env) the v2 train group, which checksums engine weights after each update",
+}
+"""Miles switches whose code path adds work per step; the harness passes none of them (test_miles_launch)."""
 RAY_DASHBOARD = "http://127.0.0.1:8265"
 
 
@@ -115,6 +135,7 @@ def _optimizer(spec: BenchmarkSpec) -> list[str]:
 
 
 def _sglang(spec: BenchmarkSpec) -> list[str]:
+    """SGLang knobs in the spelling of the SGLang Miles runs (spec.rollout.sglang_versions.miles)."""
     ro = spec.rollout
     argv = ["--rollout-num-gpus-per-engine", fmt(ro.gpus_per_engine)]
     argv += ["--sglang-mem-fraction-static", fmt(ro.mem_fraction)]
@@ -126,7 +147,7 @@ def _sglang(spec: BenchmarkSpec) -> list[str]:
     if not ro.cuda_graphs:
         argv += ["--sglang-disable-cuda-graph"]
     elif ro.cuda_graph_max_bs is not None:
-        argv += ["--sglang-cuda-graph-max-bs", fmt(ro.cuda_graph_max_bs)]
+        argv += [miles_cuda_graph_flag(ro.sglang_versions.miles), fmt(ro.cuda_graph_max_bs)]
     argv += ["--sglang-decode-log-interval", "1000"]
     argv += ["--update-weight-buffer-size", fmt(ro.weight_sync_bucket_mb * 1024 * 1024)]
     return argv
@@ -165,7 +186,8 @@ def _moe_architecture_args(hf: dict) -> list[str]:
     argv = ["--moe-ffn-hidden-size", fmt(hf["moe_intermediate_size"]), "--moe-router-score-function", "softmax"]
     argv += ["--moe-token-dispatcher-type", "alltoall", "--moe-router-topk", fmt(hf["num_experts_per_tok"])]
     argv += ["--moe-layer-freq", "[" + ",".join(map(str, freq)) + "]", "--num-experts", fmt(hf["num_experts"])]
-    argv += ["--moe-grouped-gemm", "--moe-token-drop-policy", "probs", "--moe-router-dtype", "fp32"]
+    # No --moe-router-dtype: bridge mode never copies it onto the model provider (the router runs in bf16).
+    argv += ["--moe-grouped-gemm", "--moe-token-drop-policy", "probs"]
     argv += ["--moe-permute-fusion", "--moe-aux-loss-coeff", "0"]
     return argv
 
@@ -194,7 +216,8 @@ def _placement(spec: BenchmarkSpec, layout: Layout) -> list[str]:
     argv += ["--num-gpus-per-node", fmt(spec.gpus_per_node(layout))]
     if layout == "colocate":
         return argv + ["--colocate"]
-    return argv + ["--rollout-num-gpus", fmt(spec.rollout_gpus(layout))]
+    argv += ["--rollout-num-gpus", fmt(spec.rollout_gpus(layout))]
+    return argv + ["--update-weights-interval", fmt(spec.placement.async_loop.weight_sync_every_steps)]
 
 
 def _tracking(spec: BenchmarkSpec, backend: Backend, layout: Layout) -> list[str]:
@@ -217,7 +240,6 @@ def miles_train_blocks(
         "sglang": _sglang(spec),
         "backend": _megatron(spec) if backend == "megatron" else _fsdp(spec),
         "placement": _placement(spec, layout),
-        "sink": ["--save-debug-event-data", SINK_DIR] if target.event_log else [],
         "tracking": _tracking(spec, backend, layout),
     }
 
@@ -240,7 +262,9 @@ def build_miles_launch(
     paths = paths or MilesPaths()
     target = target or miles_target(DEFAULT_MILES_TARGET)
     blocks = miles_train_blocks(spec, backend, layout, target)
-    argv = ["python3", f"{paths.miles_root}/train.py"] + [token for block in blocks.values() for token in block]
+    argv = ["python3", f"{paths.miles_root}/{ENTRY_POINTS[layout]}"] + [
+        token for block in blocks.values() for token in block
+    ]
     env_json = json.dumps(runtime_env(backend, paths), sort_keys=True)
     launch_argv = ["ray", "job", "submit", "--address", paths.ray_dashboard, "--runtime-env-json", env_json, "--"]
     head = ["ray", "start", "--head", "--block", "--node-ip-address", "127.0.0.1"]
@@ -252,7 +276,7 @@ def build_miles_launch(
         argv=argv,
         launch_argv=launch_argv + argv,
         env={"PYTHONUNBUFFERED": "1"},
-        sink={"format": "miles-event-log", "path": SINK_DIR} if target.event_log else {"format": "none"},
+        sink={"format": "miles-stdout", "path": SINK_LOG},
         ray_head_argv=head,
         blocks=blocks,
     )

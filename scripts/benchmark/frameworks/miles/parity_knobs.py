@@ -1,7 +1,9 @@
 """A Miles train.py argv read back into the parity table's knobs, in Miles's units.
 
 `parse_miles(argv, backend, inventory)` reads the argv as Miles would (last occurrence wins); an absent flag takes
-the default Miles applies for that backend (from the flag inventory).
+the default Miles applies for that backend (from the flag inventory). The entry point (train.py or train_async.py)
+decides the loop rows; in --megatron-to-hf-mode bridge only the args Miles copies onto the model provider
+(`_apply_bridge_runtime_config`) reach the model, so the MoE router dtype row says what the model really uses.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ class _Miles:
     def __init__(self, argv: list[str], backend: str, inventory: dict):
         self.backend, self.inventory = backend, inventory
         self.flags = {flag: values for flag, values in split_flags(argv)}
+        self.entry = next((Path(token).name for token in argv if token.endswith(".py")), "train.py")
 
     def has(self, flag: str) -> bool:
         return flag in self.flags
@@ -51,7 +54,29 @@ def parse_miles(argv: list[str], backend: str, inventory: dict | None = None) ->
     knobs.update(_miles_rollout(m, colocate))
     knobs.update(_miles_backend(m, backend, colocate))
     knobs.update(_miles_run(m, colocate))
+    knobs.update(_miles_loop(m))
     return knobs
+
+
+ONE_STEP_OFF_POLICY = "one-step off-policy: rollout N+1 generates while step N trains"
+
+
+def _miles_loop(m: _Miles) -> dict[str, Any]:
+    """train.py: generate, train, update, in turn. train_async.py: the next rollout starts before training and the
+    weight update waits for it (`train_async.py`), so every sample is exactly --update-weights-interval stale."""
+    interval = m.get("--update-weights-interval", int) or 1
+    if m.entry != "train_async.py":
+        loop, lag = "synchronous", 0
+    elif m.has("--fully-async"):
+        loop, lag = "fully async (persistent producer)", m.get("--max-weight-staleness") or "unbounded"
+    else:
+        loop, lag = (ONE_STEP_OFF_POLICY if interval == 1 else f"off-policy by {interval} steps"), interval
+    return {
+        "rollout_loop": loop,
+        "max_policy_lag": lag,
+        "weight_sync_cadence": "every step" if interval == 1 or m.entry == "train.py" else f"every {interval} steps",
+        "partial_rollout": "none: no request in flight at a weight update",
+    }
 
 
 def _miles_data(m: _Miles) -> dict[str, Any]:
@@ -144,7 +169,11 @@ def _miles_rollout(m: _Miles, colocate: bool) -> dict[str, Any]:
         "chunked_prefill": m.get("--sglang-chunked-prefill-size", int) or "sglang default",
         "rollout_attention_backend": m.get("--sglang-attention-backend") or "sglang default",
         "cuda_graphs": on_off(not m.has("--sglang-disable-cuda-graph")),
-        "cuda_graph_max_bs": m.get("--sglang-cuda-graph-max-bs", int) or "sglang default",
+        "cuda_graph_max_bs": (
+            m.get("--sglang-cuda-graph-max-bs-decode", int)
+            or m.get("--sglang-cuda-graph-max-bs", int)
+            or "sglang default"
+        ),
         "weight_sync_bucket_mb": (m.get("--update-weight-buffer-size", int) or 0) // MIB,
         "rollout_memory_release": "released after generation" if colocate else "kept",
         "rollout_memory_saver": on_off(colocate),
@@ -189,6 +218,7 @@ def _miles_backend(m: _Miles, backend: str, colocate: bool) -> dict[str, Any]:
         "precision_aware_optimizer": m.has("--use-precision-aware-optimizer"),
         "grad_reduce_dtype": "fp32" if m.has("--accumulate-allreduce-grads-in-fp32") else "bf16",
         "moe_kernels": _moe(m) if m.has("--num-experts") else "n/a (dense)",
+        "moe_router_dtype": _router_dtype(m) if m.has("--num-experts") else "n/a (dense)",
         "hf_weights_loading": (
             "megatron-bridge" if m.get("--megatron-to-hf-mode") == "bridge" else "torch_dist checkpoint"
         ),
@@ -202,16 +232,23 @@ def _miles_backend(m: _Miles, backend: str, colocate: bool) -> dict[str, Any]:
 
 def _moe(m: _Miles) -> str:
     parts = [f"dispatcher={m.get('--moe-token-dispatcher-type')}", f"grouped_gemm={m.has('--moe-grouped-gemm')}"]
-    parts += [f"permute_fusion={m.has('--moe-permute-fusion')}", f"router_dtype={m.get('--moe-router-dtype')}"]
+    parts += [f"permute_fusion={m.has('--moe-permute-fusion')}"]
     parts += [f"aux_loss={float(m.get('--moe-aux-loss-coeff') or 0.0)}"]
     return ", ".join(parts)
+
+
+def _router_dtype(m: _Miles) -> str:
+    """Bridge mode never copies --moe-router-dtype onto the provider: the router runs in the model dtype."""
+    if m.get("--megatron-to-hf-mode") == "bridge":
+        return "model dtype (bf16)"
+    return m.get("--moe-router-dtype") or "model dtype (bf16)"
 
 
 def _miles_run(m: _Miles, colocate: bool) -> dict[str, Any]:
     nodes, per_node = m.get("--actor-num-nodes", int), m.get("--actor-num-gpus-per-node", int)
     trackers = [f for f in ("--use-wandb", "--use-tensorboard", "--use-mlflow", "--use-prometheus") if m.has(f)]
     return {
-        "layout": "colocated, synchronous" if colocate else "disaggregated, synchronous",
+        "layout": "colocated" if colocate else "disaggregated",
         "train_gpus": nodes * per_node,
         "rollout_gpus": nodes * per_node if colocate else m.get("--rollout-num-gpus", int),
         "nodes": nodes,
@@ -221,5 +258,5 @@ def _miles_run(m: _Miles, colocate: bool) -> dict[str, Any]:
         "resume": "possible (--load)" if m.has("--load") else "off",
         "external_trackers": [f.removeprefix("--use-") for f in trackers] or "none",
         "tracking": f"wandb (project {m.get('--wandb-project')})" if m.has("--use-wandb") else "off",
-        "metric_sink": "on" if m.has("--save-debug-event-data") else "off",
+        "metric_sink": "event log (--save-debug-event-data)" if m.has("--save-debug-event-data") else "stdout",
     }

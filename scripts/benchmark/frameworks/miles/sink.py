@@ -1,10 +1,15 @@
-"""Miles's sinks -> schema records: the event log of `--save-debug-event-data` (one JSONL per process; every
-`tracking.log` call is a `{"type": "metric", "metrics": {...}, "source", ...}` line) or the `perf N:` /
-`rollout N:` dict lines of a Miles job's stdout; the kind is detected per file. The RolloutManager's and the train
-rank's records of one rollout are merged.
+"""Miles's sinks -> schema records: the `perf N:` / `rollout N:` dict lines of a Miles job's stdout (what the
+harness reads: Miles prints them anyway), or the event log of `--save-debug-event-data` (one JSONL per process;
+every `tracking.log` call is a `{"type": "metric", "metrics": {...}, "source", ...}` line); the kind is detected per
+file. The RolloutManager's and the train rank's records of one rollout are merged.
+
+phases_s.generate = the RolloutManager's perf/rollout_time (rollout side, the rollout id whose data it is);
+phases_s.rollout_wait = the trainer's perf/train_wait_time minus the work booked into it from the previous step.
 
 `normalize_miles_steps` moves the work Miles books into the next step's `train_wait` (weight update, trainer
-offload, checkpoint save) back into the step that caused it, as VERL books it. Miles's time after its last training
+offload, checkpoint save, and from stdout the post-train time: the Megatron actor's CPU weight backup and any
+debug dump between the `Timer train end` line and the `perf N:` line of the train rank) back into the step that
+caused it, as VERL books it. Miles's time after its last training
 block (the final weight update) is in no record, so the last Miles step has step_time_s and phases_s.weight_sync
 None (`miles_shift:no_next_step`). Token counts come from per-step means and totals (`_miles_tokens`).
 """
@@ -16,7 +21,7 @@ import json
 import math
 import re
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +58,9 @@ MILES_REQUIRED_KEYS: tuple[str, ...] = (
     "rollout/total_lengths",
     "rollout/response_lengths",
 )
+POST_TRAIN_KEY = "stdout/post_train_time"
+"""Seconds from the train rank's `Timer train end` line to its `perf N:` line (stdout timestamps, ms): work after the
+train timer that Miles books into the next record's train_wait. Only in stdout sinks."""
 COMPLETE_ANCHORS: tuple[str, ...] = ("perf/train_time", "perf/rollout_time")
 """A process's record of a step is complete once its anchor is there (the train rank's timers, or the
 RolloutManager's rollout perf)."""
@@ -176,10 +184,30 @@ def _miles_jsonl_events(
     return events
 
 
+_LOG_PREFIX = re.compile(r"\[(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) (?P<process>[^\]\s]+)\]")
+_TRAIN_END = re.compile(r" - Timer train end \(elapsed: ")
+
+
+def _stamp(line: str) -> tuple[str, float] | None:
+    """(process, seconds) from Miles's `[%Y-%m-%d %H:%M:%S.mmm <process>]` log prefix."""
+    match = _LOG_PREFIX.search(line)
+    if match is None:
+        return None
+    when = datetime.strptime(match.group("time"), "%Y-%m-%d %H:%M:%S.%f")
+    return match.group("process"), when.replace(tzinfo=timezone.utc).timestamp()
+
+
 def _miles_stdout_events(path: Path, issues: list[SinkIssue], offset: int) -> list[NativeEvent]:
-    """`perf N: {...}` / `rollout N: {...}` lines; the process is the last word of the `[<time> <process>]` prefix."""
-    events = []
-    for index, line in enumerate(path.read_text(encoding="utf-8", errors="replace").split("\n"), start=1):
+    """`perf N: {...}` / `rollout N: {...}` lines; the process is the last word of the `[<time> <process>]` prefix.
+
+    A line still being written (no newline yet) is left for the next read. A train rank's `perf N:` line following
+    its `Timer train end` line gets POST_TRAIN_KEY."""
+    lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
+    events, train_end = [], {}
+    for index, line in enumerate(lines, start=1):
+        unfinished = index == len(lines) and line != ""
+        if _TRAIN_END.search(line) and (stamp := _stamp(line)):
+            train_end[stamp[0]] = stamp[1]
         match = _STDOUT_DICT_LINE.search(line)
         if match is None:
             continue
@@ -187,8 +215,12 @@ def _miles_stdout_events(path: Path, issues: list[SinkIssue], offset: int) -> li
         try:
             metrics = _literal_dict(match.group("d"))
         except (ValueError, SyntaxError):
-            issues.append(SinkIssue(source=source, order=offset + index, flag=f"corrupt_line:{path.name}:{index}"))
+            if not unfinished:
+                issues.append(SinkIssue(source=source, order=offset + index, flag=f"corrupt_line:{path.name}:{index}"))
             continue
+        stamp = _stamp(line)
+        if match.group("kind") == "perf" and stamp and stamp[0] in train_end and "perf/train_time" in metrics:
+            metrics[POST_TRAIN_KEY] = round(stamp[1] - train_end.pop(stamp[0]), 3)
         events.append(NativeEvent(source=source, order=offset + index, step=int(match.group("id")), metrics=metrics))
     return events
 
@@ -197,6 +229,17 @@ def _carried_seconds(metrics: dict[str, Any]) -> float:
     """Seconds of MILES_CARRIED_KEYS work in a record (absent timer = that work did not run)."""
     values = [metrics.get(k) for k in MILES_CARRIED_KEYS if k in metrics]
     return sum(math.nan if v is None else float(v) for v in values)
+
+
+def _post_train_seconds(native: NativeStep | None, flags: list[str]) -> float:
+    """The post-train time of a record (0 with a flag when the sink does not time it: an event log, no timer line)."""
+    if native is None:
+        return 0.0
+    value = native.metrics.get(POST_TRAIN_KEY)
+    if value is None:
+        flags.append("miles_shift:post_train_untimed")
+        return 0.0
+    return float(value)
 
 
 def _miles_tokens(metrics: dict[str, Any], flags: list[str], ctx: RunContext) -> tuple[int | None, dict]:
@@ -248,11 +291,12 @@ def _check_rollout_axis(steps: dict[int, NativeStep]) -> None:
 def normalize_miles_steps(steps: dict[int, NativeStep], ctx: RunContext) -> list[StepRecord]:
     """Rollout k -> schema step k+1 (VERL counts from 1), with the work done after training k moved into it.
 
-    Miles's record k holds, in train_wait, the weight update / trainer offload / save that followed training k-1;
-    record k+1 holds those that followed training k. So:
-    step_time(k) = train_wait(k) + train(k) - carried(k) + carried(k+1), weight_sync(k) = update_weights(k+1),
-    where carried = update_weights + sleep + save_model. Rollout 0's carried work is the initial weight sync and
-    offload, which VERL also leaves out of its steps.
+    Miles's record k holds, in train_wait, the work that followed training k-1; record k+1 holds the work that
+    followed training k. With carried(k) = update_weights + sleep + save_model of record k plus the post-train time
+    of record k-1: step_time(k) = train_wait(k) + train(k) - carried(k) + carried(k+1),
+    rollout_wait(k) = train_wait(k) - carried(k), weight_sync(k) = update_weights(k+1). The post-train time of k
+    stays in step k's `other`. Rollout 0's carried work is the initial weight sync and offload, which VERL also
+    leaves out of its steps.
     """
     _check_rollout_axis(steps)
     records = []
@@ -266,6 +310,8 @@ def normalize_miles_steps(steps: dict[int, NativeStep], ctx: RunContext) -> list
             for phase, key in MILES_PHASE_KEYS.items()
             if phase != "weight_sync"
         }
+        carried_in = _carried_seconds(metrics) + _post_train_seconds(steps.get(rollout_id - 1), flags)
+        phases["rollout_wait"] = None if train_wait is None else train_wait - carried_in
         step_time = weight_sync = None
         if following is None or "perf/train_wait_time" not in following.metrics:
             flags.append("miles_shift:no_next_step")
@@ -274,10 +320,10 @@ def normalize_miles_steps(steps: dict[int, NativeStep], ctx: RunContext) -> list
         else:
             weight_sync = metric_value(following.metrics, "perf/update_weights_time", flags, required=True)
             if train_wait is not None and train_block is not None:
-                carried_in, carried_out = _carried_seconds(metrics), _carried_seconds(following.metrics)
+                carried_out = _carried_seconds(following.metrics) + _post_train_seconds(native, flags)
                 step_time = train_wait + train_block - carried_in + carried_out
         phases["weight_sync"] = weight_sync
-        phases["other"] = residual_other(step_time, phases, flags)
+        phases["other"] = residual_other(step_time, {p: v for p, v in phases.items() if p != "generate"}, flags)
         samples, tokens = _miles_tokens(metrics, flags, ctx)
         records.append(
             StepRecord(

@@ -13,11 +13,18 @@
   the key comes from WANDB_API_KEY in the environment, never from an override).
 - Rollout: SGLang with the same engine size, memory fraction, running-request cap, chunked prefill, attention backend
   and CUDA-graph settings as Miles (the sglang knobs VERL does not expose go through +engine_kwargs.sglang.*).
-- Disaggregated: VERL 0.9.1 has no synchronous disaggregated mode; the closest is trainer.v1.trainer_mode=
-  separate_async with a standalone rollout pool, one parameter sync per RL step and at most one step of staleness.
+- Disaggregated: trainer.v1.trainer_mode=separate_async with a standalone rollout pool, matched to Miles's
+  train_async.py (spec.placement.async_loop): one parameter sync per RL step (parameter_sync_step = optimizer steps
+  per step, which VERL asserts), num_warmup_batches = max_policy_lag (one batch generating ahead) and
+  max_off_policy_threshold = max_policy_lag + 1 with strategy wait (the trainer blocks only on the previous
+  step's prompts). With threshold 1 and no warm-up batch the trainer would wait for every in-flight prompt:
+  synchronous.
+- SGLang keys VERL passes straight to ServerArgs (+engine_kwargs.sglang.*) use the field names of
+  spec.rollout.sglang_versions.verl.
 
 Caveats:
-- The disaggregated VERL cell is asynchronous (partial rollout, off-policy by up to one step): a declared asymmetry.
+- Partial rollout cannot be matched: at every weight sync VERL's separate_async aborts the in-flight requests and
+  resumes them with the new weights (no switch); Miles's train_async waits for the rollout instead. Declared.
 - hydra.run.dir points into the cell folder (through ${oc.env:BENCH_CELL_DIR}, so no path is spliced into an
   override) and Hydra's outputs/ never lands in the launch directory.
 - Every free-text value (paths, names) goes through `hydra_string`: Hydra's own quoting, so `,` `=` `(` quotes,
@@ -30,6 +37,7 @@ import re
 from dataclasses import dataclass
 
 from scripts.benchmark.frameworks.launch import BENCH_CELL_DIR, FrameworkLaunch
+from scripts.benchmark.frameworks.sglang_version import cuda_graph_max_bs_key
 from scripts.benchmark.spec import Backend, BenchmarkSpec, Layout
 
 AR = "actor_rollout_ref"
@@ -150,7 +158,7 @@ def _megatron(spec: BenchmarkSpec, layout: Layout) -> list[str]:
     argv += [f"{tc}.attention_backend={mg.attention_backend}"]
     if spec.architecture() == "qwen3_moe":
         argv += [f"+{tc}.moe_grouped_gemm=True", f"+{tc}.moe_permute_fusion=True"]
-        argv += [f"+{tc}.moe_token_dispatcher_type=alltoall", f"+{tc}.moe_router_dtype=fp32"]
+        argv += [f"+{tc}.moe_token_dispatcher_type=alltoall"]  # router dtype: the model's, as in Miles bridge mode
         argv += [f"+{tc}.moe_aux_loss_coeff=0.0"]
     return argv
 
@@ -174,7 +182,7 @@ def _rollout(spec: BenchmarkSpec, backend: Backend) -> list[str]:
         argv += [f"{sglang}.chunked_prefill_size={ro.chunked_prefill_size}"]
     argv += [f"{sglang}.attention_backend={ro.attention_backend}"]
     if ro.cuda_graphs and ro.cuda_graph_max_bs is not None:
-        argv += [f"{sglang}.cuda_graph_max_bs={ro.cuda_graph_max_bs}"]
+        argv += [f"{sglang}.{cuda_graph_max_bs_key(ro.sglang_versions.verl)}={ro.cuda_graph_max_bs}"]
     return argv
 
 
@@ -188,15 +196,18 @@ def _placement(spec: BenchmarkSpec, layout: Layout) -> list[str]:
     argv += ["trainer.use_v1=True"]
     if layout == "colocate":
         return argv + ["trainer.v1.trainer_mode=sync", f"{AR}.hybrid_engine=True"]
-    steps = spec.batch.optimizer_steps_per_step
+    steps, lag = spec.batch.optimizer_steps_per_step, spec.placement.async_loop.max_policy_lag
     argv += ["trainer.v1.trainer_mode=separate_async", f"{AR}.hybrid_engine=False"]
     argv += [f"{AR}.rollout.nnodes=1", f"{AR}.rollout.n_gpus_per_node={spec.rollout_gpus(layout)}"]
     argv += [f"{AR}.rollout.checkpoint_engine.backend=nccl"]
     argv += [
         f"trainer.v1.separate_async.parameter_sync_step={steps}",
-        "trainer.v1.separate_async.num_warmup_batches=0",
+        f"trainer.v1.separate_async.num_warmup_batches={lag}",
     ]
-    argv += ["trainer.v1.sampler.max_off_policy_threshold=1", "trainer.v1.sampler.max_off_policy_strategy=wait"]
+    argv += [
+        f"trainer.v1.sampler.max_off_policy_threshold={lag + 1}",
+        "trainer.v1.sampler.max_off_policy_strategy=wait",
+    ]
     return argv
 
 

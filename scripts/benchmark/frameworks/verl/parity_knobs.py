@@ -77,6 +77,10 @@ VERL_DEFAULTS: dict[str, Any] = {
     "trainer.project_name": "verl_examples",
     "trainer.rollout_data_dir": None,
     "trainer.v1.trainer_mode": "sync",
+    "trainer.v1.separate_async.num_warmup_batches": 1,
+    "trainer.v1.separate_async.parameter_sync_step": 4,
+    "trainer.v1.sampler.max_off_policy_threshold": 8,
+    "trainer.v1.sampler.max_off_policy_strategy": "drop",
 }
 VERL_FSDP_DEFAULTS: dict[str, Any] = {
     f"{AR}.actor.ulysses_sequence_parallel_size": 1,
@@ -180,7 +184,45 @@ def parse_verl(argv: list[str], prepare_argv: list[str] | None = None) -> dict[s
     knobs.update(_verl_rollout(v))
     knobs.update(_verl_backend(v))
     knobs.update(_verl_run(v))
+    knobs.update(_verl_loop(v))
     return knobs
+
+
+ONE_STEP_OFF_POLICY = "one-step off-policy: rollout N+1 generates while step N trains"
+
+
+def _verl_loop(v: _Verl) -> dict[str, Any]:
+    """sync: generate, train, update in turn. separate_async (ReplayBufferAsync): num_warmup_batches batches are
+    submitted ahead; with strategy wait the trainer blocks while an in-flight prompt is threshold steps old, so
+    warm-up 1 + threshold 2 trains on the previous step's prompts while the current ones generate, and warm-up 0 +
+    threshold 1 waits for every prompt (synchronous). Weights are pushed once per step; the push aborts the
+    in-flight requests and resumes them with the new weights (checkpoint_engine/base.py), with no switch."""
+    mode = v.get("trainer.v1.trainer_mode")
+    if mode == "sync":
+        return {
+            "rollout_loop": "synchronous",
+            "max_policy_lag": 0,
+            "weight_sync_cadence": "every step",
+            "partial_rollout": "none: no request in flight at a weight update",
+        }
+    warmup = v.get(f"trainer.v1.{mode}.num_warmup_batches")
+    threshold = v.get("trainer.v1.sampler.max_off_policy_threshold")
+    strategy = v.get("trainer.v1.sampler.max_off_policy_strategy")
+    lag = threshold - 1 if threshold else "unbounded"
+    if strategy == "wait" and isinstance(lag, int):
+        lag = min(warmup, lag)
+    if strategy == "wait" and lag == 0:
+        loop = "synchronous"
+    elif strategy == "wait" and lag == 1:
+        loop = ONE_STEP_OFF_POLICY
+    else:
+        loop = f"{mode} (warm-up {warmup}, threshold {threshold}, {strategy})"
+    return {
+        "rollout_loop": loop,
+        "max_policy_lag": lag,
+        "weight_sync_cadence": "every step",
+        "partial_rollout": "in-flight requests aborted at each weight update and resumed with the new weights",
+    }
 
 
 def _prepare_value(prepare_argv: list[str], flag: str) -> str | None:
@@ -304,7 +346,7 @@ def _verl_rollout(v: _Verl) -> dict[str, Any]:
         "chunked_prefill": sglang.get("chunked_prefill_size", "sglang default"),
         "rollout_attention_backend": sglang.get("attention_backend", "flashinfer"),
         "cuda_graphs": on_off(not v.get(f"{ro}.enforce_eager")),
-        "cuda_graph_max_bs": sglang.get("cuda_graph_max_bs", "sglang default"),
+        "cuda_graph_max_bs": sglang.get("cuda_graph_max_bs_decode", sglang.get("cuda_graph_max_bs", "sglang default")),
         "weight_sync_bucket_mb": v.get(f"{ro}.checkpoint_engine.update_weights_bucket_megabytes"),
         "rollout_memory_release": (
             "released after generation" if hybrid and v.get(f"{ro}.free_cache_engine") else "kept"
@@ -357,6 +399,11 @@ def _verl_backend(v: _Verl) -> dict[str, Any]:
         "precision_aware_optimizer": bool(v.get(f"{AR}.actor.optim.use_precision_aware_optimizer")),
         "grad_reduce_dtype": "fp32",
         "moe_kernels": _verl_moe(extra) if any(k in extra for k in moe_keys) else "n/a (dense)",
+        "moe_router_dtype": (
+            (extra.get("moe_router_dtype") or "model dtype (bf16)")
+            if any(k in extra for k in moe_keys)
+            else "n/a (dense)"
+        ),
         "hf_weights_loading": "megatron-bridge" if v.get(f"{mg}.use_mbridge") else "torch_dist checkpoint",
         "train_state_offload": offload_state(v.get(f"{mg}.param_offload"), v.get(f"{mg}.optimizer_offload")),
         "training_seed": seed,
@@ -369,10 +416,7 @@ def _verl_moe(extra: dict) -> str:
         f"dispatcher={extra.get('moe_token_dispatcher_type')}",
         f"grouped_gemm={bool(extra.get('moe_grouped_gemm'))}",
     ]
-    parts += [
-        f"permute_fusion={bool(extra.get('moe_permute_fusion'))}",
-        f"router_dtype={extra.get('moe_router_dtype')}",
-    ]
+    parts += [f"permute_fusion={bool(extra.get('moe_permute_fusion'))}"]
     parts += [f"aux_loss={float(extra.get('moe_aux_loss_coeff', 0.0))}"]
     return ", ".join(parts)
 
@@ -381,9 +425,9 @@ def _verl_run(v: _Verl) -> dict[str, Any]:
     mode = v.get("trainer.v1.trainer_mode")
     nodes, per_node = v.get("trainer.nnodes"), v.get("trainer.n_gpus_per_node")
     if mode == "sync":
-        layout, rollout_gpus = "colocated, synchronous", nodes * per_node
+        layout, rollout_gpus = "colocated", nodes * per_node
     else:
-        layout = f"{'disaggregated' if mode == 'separate_async' else 'colocated'}, asynchronous ({mode})"
+        layout = "disaggregated" if mode == "separate_async" else "colocated"
         rollout_gpus = v.get(f"{AR}.rollout.nnodes") * v.get(f"{AR}.rollout.n_gpus_per_node")
     logger = v.get("trainer.logger") or []
     return {
@@ -397,5 +441,5 @@ def _verl_run(v: _Verl) -> dict[str, Any]:
         "resume": "off" if v.get("trainer.resume_mode") == "disable" else f"{v.get('trainer.resume_mode')} (resumes)",
         "external_trackers": [x for x in logger if x not in ("console", "file")] or "none",
         "tracking": f"wandb (project {v.get('trainer.project_name')})" if "wandb" in logger else "off",
-        "metric_sink": "on" if "file" in logger else "off",
+        "metric_sink": "FileLogger (file)" if "file" in logger else "off",
     }

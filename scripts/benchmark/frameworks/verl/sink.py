@@ -1,5 +1,10 @@
 """VERL 0.9.1's FileLogger sink (`trainer.logger=[file]`) -> schema records: one `{"step", "data"}` line per step.
 
+`timing_s/gen` wraps the trainer's `replay_buffer.sample()` (v1 trainer_base `_step_once`): the trainer's wait for
+the step's batch. In the colocated sync trainer generation runs inside that wait, so it is also the generation wall
+time (plus <= one 2 s poll and the replica sleep); in separate_async (disaggregated) generation runs on the rollout
+pool meanwhile and VERL 0.9.1 logs no rollout-side time at all: phases_s.generate is then None, flagged.
+
 The step-0 validation line (only `val-*` keys) is skipped. All files are one driver process: FileLogger truncates
 on start, so a restart gives a new file. Token counts come from per-step means and totals (`_verl_tokens`).
 """
@@ -26,8 +31,9 @@ from scripts.benchmark.frameworks.native_events import (
 )
 
 VERL_STEP_TIME_KEY = "timing_s/step"
+VERL_WAIT_KEY = "timing_s/gen"
 VERL_PHASE_KEYS: dict[str, str] = {
-    "generate": "timing_s/gen",
+    "rollout_wait": VERL_WAIT_KEY,
     "old_logprob": "timing_s/old_log_prob",
     "ref_logprob": "timing_s/ref",
     "train": "timing_s/update_actor",
@@ -35,7 +41,7 @@ VERL_PHASE_KEYS: dict[str, str] = {
 }
 VERL_REQUIRED_KEYS: tuple[str, ...] = (
     VERL_STEP_TIME_KEY,
-    *(VERL_PHASE_KEYS[p] for p in ("generate", "old_logprob", "train", "weight_sync")),
+    *(VERL_PHASE_KEYS[p] for p in ("rollout_wait", "old_logprob", "train", "weight_sync")),
     "perf/total_num_tokens",
     "prompt_length/mean",
     "response_length/mean",
@@ -92,6 +98,16 @@ def _verl_tokens(metrics: dict[str, Any], flags: list[str], ctx: RunContext) -> 
     return samples, {"prompt": prompt, "response": response}
 
 
+def _rollout_side_generate(wait: float | None, ctx: RunContext, flags: list[str]) -> float | None:
+    """Generation wall time: the trainer's wait when the trainer is the one generating (colocated sync), else
+    nothing VERL logs."""
+    if ctx.layout == "colocate":
+        return wait
+    why = "verl_separate_async_logs_no_rollout_time" if ctx.layout == "disaggregated" else "verl_layout_unknown"
+    flags.append(f"generate:not_recorded:{why}")
+    return None
+
+
 def verl_record(native: NativeStep, ctx: RunContext) -> StepRecord:
     metrics, flags = native.metrics, [*native.flags, *scan_values(native.metrics)]
     step_time = metric_value(metrics, VERL_STEP_TIME_KEY, flags, required=True)
@@ -99,7 +115,8 @@ def verl_record(native: NativeStep, ctx: RunContext) -> StepRecord:
         phase: metric_value(metrics, key, flags, required=key in VERL_REQUIRED_KEYS)
         for phase, key in VERL_PHASE_KEYS.items()
     }
-    phases["other"] = residual_other(step_time, phases, flags)
+    phases["generate"] = _rollout_side_generate(phases["rollout_wait"], ctx, flags)
+    phases["other"] = residual_other(step_time, {p: v for p, v in phases.items() if p != "generate"}, flags)
     samples, tokens = _verl_tokens(metrics, flags, ctx)
     return StepRecord(
         framework="verl",

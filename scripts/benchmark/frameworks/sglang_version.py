@@ -1,0 +1,31 @@
+"""SGLang's own key names per release: the launches spell them for the version each framework runs.
+
+- `version_tuple("0.5.16rc1") -> (0, 5, 16)`; `cuda_graph_max_bs_key(version)`: the ServerArgs field capping the
+  decode CUDA-graph batch (renamed in 0.5.14); `miles_cuda_graph_flag(version)`: Miles's --sglang-* spelling of it.
+"""
+
+from __future__ import annotations
+
+import re
+
+SGLANG_DECODE_GRAPH_RENAME = (0, 5, 14)
+"""The SGLang release that renamed ServerArgs.cuda_graph_max_bs to cuda_graph_max_bs_decode."""
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """Leading numeric release parts ("0.5.16rc1" -> (0, 5, 16)); a version without any is refused."""
+    match = re.match(r"\d+(?:\.\d+)*", version.strip().lstrip("v"))
+    if match is None:
+        raise ValueError(f"{version!r} is not a version number")
+    return tuple(int(part) for part in match.group(0).split("."))
+
+
+def cuda_graph_max_bs_key(sglang_version: str) -> str:
+    """The ServerArgs field that caps the decode CUDA-graph batch size in this SGLang version."""
+    renamed = version_tuple(sglang_version) >= SGLANG_DECODE_GRAPH_RENAME
+    return "cuda_graph_max_bs_decode" if renamed else "cuda_graph_max_bs"
+
+
+def miles_cuda_graph_flag(sglang_version: str) -> str:
+    """Miles re-registers SGLang's CLI with a --sglang- prefix: the field name, dashed."""
+    return "--sglang-" + cuda_graph_max_bs_key(sglang_version).replace("_", "-")
