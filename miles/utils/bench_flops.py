@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """The one FLOPs model of the benchmark, and the per-device peak table that turns it into MFU.
 
 - `ModelArch` holds the architecture facts of a Qwen3 dense (`qwen3`) or Qwen3 MoE (`qwen3_moe`) model, read from its

@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """Schema v2 of the Miles-vs-VERL throughput benchmark: one record per training step, the same for both frameworks.
 
 - `StepRecord` is the record; `METRICS` declares every reported metric once, with its unit and better direction.

@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """Measure a node's ceilings: achieved bf16 peak, copy bandwidth, training-step roofline, FLOPs check, interconnect.
 
 Writes `<output-dir>/<device key>.json` (schema in docs/benchmark.md, read back by `calibration/results.py`);
@@ -307,7 +306,7 @@ def _preset_roofline(name: str) -> dict[str, Any]:
     }
 
 
-def build_plan(
+def build_calibration_plan(
     *,
     output_dir: Path,
     device: str,
@@ -363,7 +362,7 @@ def main(
     parts: Annotated[str, typer.Option(help="comma-separated parts to measure")] = ",".join(PARTS),
     roofline_runs: Annotated[int, typer.Option(help="back-to-back roofline runs, pooled with their spread")] = 2,
 ) -> None:
-    plan = build_plan(
+    plan = build_calibration_plan(
         output_dir=output_dir,
         device=device,
         tiny=tiny,

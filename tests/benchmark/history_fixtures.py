@@ -1,4 +1,4 @@
-"""Test helpers for the history: report.json files that follow contract 3, and a private PostgreSQL server.
+"""Test helpers for the history: report.json files that follow its typed definition, and a private PostgreSQL server.
 
 - `write_report(run_dir, ...)` writes DIR/report.json with one cell per framework and every METRICS key summarised,
   samples per repeat included, exactly the shape `run.py report` writes.

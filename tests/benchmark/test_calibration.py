@@ -467,16 +467,20 @@ class TestCollectiveLaunch:
 
 class TestPlanValidation:
     def test_bad_parts_and_shapes_fail_before_any_measurement(self, tmp_path):
-        from scripts.benchmark.calibrate import build_plan
+        from scripts.benchmark.calibrate import build_calibration_plan
 
         with pytest.raises(ValueError, match="unknown parts"):
-            build_plan(output_dir=tmp_path, device="cpu", tiny=True, presets=[], moe_num_layers=1, parts=["gemm"])
+            build_calibration_plan(
+                output_dir=tmp_path, device="cpu", tiny=True, presets=[], moe_num_layers=1, parts=["gemm"]
+            )
         with pytest.raises(ValueError, match="no preset named 'qwen3-5b'"):
-            build_plan(
+            build_calibration_plan(
                 output_dir=tmp_path, device="cuda", tiny=False, presets=["qwen3-5b"], moe_num_layers=1, parts=[]
             )
         with pytest.raises(ValueError, match="device must be"):
-            build_plan(output_dir=tmp_path, device="tpu", tiny=False, presets=["smoke"], moe_num_layers=1, parts=[])
+            build_calibration_plan(
+                output_dir=tmp_path, device="tpu", tiny=False, presets=["smoke"], moe_num_layers=1, parts=[]
+            )
 
 
 @pytest.mark.gpu

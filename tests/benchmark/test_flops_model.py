@@ -68,7 +68,7 @@ def moe_model():
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
     torch.manual_seed(0)
-    # The default grouped_mm experts path is invisible to FlopCounterMode (measured.md); eager is counted.
+    # The default grouped_mm experts path is invisible to FlopCounterMode; eager is counted.
     config = Qwen3MoeConfig(**SMALL_COMMON, **SMALL_MOE, attn_implementation="eager", experts_implementation="eager")
     return Qwen3MoeForCausalLM(config).eval()
 
@@ -153,7 +153,7 @@ class TestNativeFormulas:
         ],
     )
     def test_per_token_costs_match_the_independent_anchor_table(self, name, miles_gf, matmul_gf, verl_gf):
-        """anchors.md 1.8 computed these by hand (its matmul column leaves out the MoE router, so we do too)."""
+        """Computed by hand (its matmul column leaves out the MoE router, so we do too)."""
         arch = ModelArch.from_config_path(MODEL_CONFIGS / f"{name}.json")
         router = 3 * flops_breakdown(arch, 1)["router"]
         ours = self._per_token_linear_term(lambda s: train_flops(arch, s)) - router

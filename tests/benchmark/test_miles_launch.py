@@ -77,7 +77,7 @@ class TestInventory:
         assert check_with_miles_parser(_launch().argv, "fsdp") is None
 
     def test_backend_defaults_differ_where_miles_md_says(self):
-        """Gotcha 12: without pinning, the two Miles backends would train differently."""
+        """Without pinning, the two Miles backends would train differently."""
         inv = load_inventory()
         assert flag_default(inv, "megatron", "--adam-beta2") == 0.999
         assert flag_default(inv, "fsdp", "--adam-beta2") == 0.95

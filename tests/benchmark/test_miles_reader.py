@@ -1,6 +1,6 @@
 """The Miles readers (event log, stdout fallback) and the one-step shift normalisation.
 
-The sinks are built here call by call, as a colocated Miles FSDP job makes them (miles.md 3.1-3.6 and 4.6): per
+The sinks are built here call by call, as a colocated Miles FSDP job makes them: per
 rollout, the RolloutManager logs its rollout perf, then the train rank logs the rollout data, the train/step series
 and its timers. The train rank's record k carries in train_wait the trainer offload (sleep) and weight update that
 followed training k-1; rollout 0 carries the initial ones.

@@ -1,4 +1,4 @@
-"""The parity proof: the two launches parsed back match knob by knob, and every gotcha of miles.md / verl.md,
+"""The parity proof: the two launches parsed back match knob by knob, and every known trap of the two frameworks,
 planted in a launch, is caught before anything runs."""
 
 from functools import cache
@@ -348,7 +348,7 @@ class TestGotchasAreCaught:
         assert any(r.knob == knob and r.status == "MISMATCH" for r in info.value.rows)
 
     def test_etp_left_to_verl_default_follows_tp(self):
-        """verl.md 2.6: expert_tensor_parallel_size null means ETP = TP (4 on the MoE preset), Miles pins 1."""
+        """VERL: expert_tensor_parallel_size null means ETP = TP (4 on the MoE preset), Miles pins 1."""
         with pytest.raises(ParityError, match="etp: miles=1 verl=4"):
             _parity("qwen3-30b-a3b", "megatron", verl_edit=v_drop(f"{AR}.actor.megatron.expert_tensor_parallel_size"))
 

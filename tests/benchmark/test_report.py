@@ -411,7 +411,7 @@ class TestCalibrationHook:
         assert {call[2] for call in asked} == {"d2d_copy"} and len(asked) == len(rows)
 
     def test_committed_h200_calibration_gives_a_copy_floor(self, planted_run):
-        """With the committed H200 JSON the report fills the d2d floor of the cells' model (issue 8 adds NCCL)."""
+        """With the committed H200 JSON the report fills the d2d floor of the cells' model."""
         from scripts.benchmark.calibration.results import weight_sync_floor_s
 
         run_dir, doc = planted_run

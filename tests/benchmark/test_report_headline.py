@@ -13,7 +13,7 @@ import pytest
 from scripts.benchmark.analysis.document import analyse_run_folder
 from scripts.benchmark.analysis.settings import AnalysisSettings
 from scripts.benchmark.analysis.verdict import Practical, ReportSpec, practical_verdict, verdict_words
-from scripts.benchmark.history.check import CheckSettings, check_metric, render_markdown
+from scripts.benchmark.history.check import CheckSettings, check_metric, render_check_markdown
 from scripts.benchmark.report.headline import headline_blocks, headline_markdown
 from scripts.benchmark.report.render import render_html
 from scripts.benchmark.report.render import render_markdown as render_blocks
@@ -130,7 +130,7 @@ def test_regression_check_speaks_the_same_words():
     same = check_metric(
         cell_id="c", metric="step_time_s", candidate=100.2, recent=recent, anchor=[], settings=settings
     )
-    text = render_markdown([slow, same], title="check", notes=[])
+    text = render_check_markdown([slow, same], title="check", notes=[])
     rows = [line for line in text.splitlines() if line.startswith("| c |")]
     assert "| slower | **REGRESSED** |" in rows[0]
     assert "| no practical difference | UNCHANGED" in rows[1]

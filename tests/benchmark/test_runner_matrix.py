@@ -331,7 +331,7 @@ class TestPrepare:
 
 
 class TestEndOfRunReport:
-    """Every run ends with `run.py report DIR` (issue 5), whatever the cells did; the report never sets the status."""
+    """Every run ends with `run.py report DIR`, whatever the cells did; the report never sets the status."""
 
     def test_an_interrupted_run_is_reported_with_the_steps_it_has(self, tmp_path: Path):
         plan = write_plan(tmp_path / "plan", [standin_cell("miles", steps=40, step_s=0.1)])

@@ -1,5 +1,5 @@
 """The VERL launch: every cell composes against the real VERL 0.9.1 config in strict mode, with the values that
-match Miles (units converted, the traps of verl.md's Gotchas avoided)."""
+match Miles (units converted, VERL's known traps avoided)."""
 
 from functools import cache
 
@@ -64,7 +64,7 @@ class TestStrictComposition:
 
 class TestConvertedValues:
     def test_batch_units_are_converted(self, verl_root):
-        """Gotcha 1: VERL counts prompts; Miles's 1024-sample optimizer batch is 32 prompts x 32 samples."""
+        """VERL counts prompts; Miles's 1024-sample optimizer batch is 32 prompts x 32 samples."""
         cfg = _cfg(verl_root)
         assert cfg.data.train_batch_size == 128 and cfg.actor_rollout_ref.rollout.n == 32
         assert cfg.actor_rollout_ref.actor.ppo_mini_batch_size == 32

@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """Miles vs VERL for one backend and layout: ratios with intervals, and the step-time gap by phase.
 
 - Input per framework: `SideSamples`, one matrix per repeat (steady-state steps x metrics, NaN where missing).

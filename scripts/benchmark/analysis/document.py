@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """A run folder in, the report.json document out: steady state, summaries, comparisons, attribution.
 
 - `analyse_run_folder(run_dir, ...)` reads the folder (cells.py), detects each repeat's steady state on step time

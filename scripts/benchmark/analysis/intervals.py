@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """The interval arithmetic behind the comparisons: t intervals over repeats and a vectorised circular block
 bootstrap within one run.
 

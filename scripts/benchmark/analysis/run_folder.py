@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """Read a run folder  into cells: repeats of one (framework, backend, layout), with their step records.
 
 - `read_run_folder(run_dir)` reads manifest.json, plan.json and parity.json (each optional but the manifest) and,

@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """The statistics options of one report, in one object: what `run.py report` takes and every analysis step reads.
 
 Caveats:

@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """Per-cell summaries: the median of a metric's steady-state steps with a 95% confidence interval.
 
 - `summarise(runs, confidence)` takes one list of steady-state values per repeat and returns a `Summary`

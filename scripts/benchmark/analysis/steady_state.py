@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """Warm-up detection for one step series: where the steady state starts, or "not reached" with the steps missing.
 
 - `detect_steady_state(values)` finds the warm-up as the leading block of steps far above the steady level:

@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """A metrics.jsonl (schema v1) read as columns: one float array per report metric, no per-step object.
 
 - `read_step_columns(path, names)` parses each line once (json.loads), checks its schema version and fields against

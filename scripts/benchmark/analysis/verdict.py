@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark/report.md
 """Practical significance: does a measured change matter, not only is it detectable?
 
 With thousands of steps any difference is statistically significant; a maintainer needs to know whether it is

@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """Collective bandwidth between the GPUs of one node: the floor under weight sync and FSDP collectives.
 
 - `measure_collectives(world_size, ...)` starts one process per GPU (torch.multiprocessing, spawn) and times

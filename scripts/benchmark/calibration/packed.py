@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark/calibration.md
 """One packed micro-batch per step, as both Miles backends run it: every sequence in one row, attention per sequence.
 
 Megatron (THD, `--qkv-format thd`) and Miles's FSDP backend (`flash_attention_2/3` with packed sequences) run a

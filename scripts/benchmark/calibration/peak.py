@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """Device ceilings measured on the card: achieved dense BF16 matmul rate and device-to-device copy bandwidth.
 
 - `measure_matmul(device, shapes, ...)` times `torch.matmul` on random bf16 operands (never zeros: they run faster),

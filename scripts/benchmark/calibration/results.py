@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """The committed calibration results, read for reports: measured peak, training roofline and weight-sync floors.
 
 - One JSON per GPU model in `calibration/results/<device key>.json`, written by `calibrate.py` on that GPU; the key

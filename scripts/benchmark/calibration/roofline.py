@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark/calibration.md
 """Training-step roofline of a preset model on one device, and the check of the FLOPs model against PyTorch's counter.
 
 - `build_causal_lm(config, ...)` random-initialises the real transformers model class of an HF config.json dict
@@ -14,7 +13,7 @@
   (non-causal) for every kernel, plus the score recompute the counter charges to the fused attention backward.
 
 Caveats:
-- The counter does not see the CPU SDPA kernel or grouped-mm experts (see the research note `measured.md`), so the
+- The counter does not see the CPU SDPA kernel or grouped-mm experts, so the
   CPU check runs attention "eager" and MoE experts "eager"; on a GPU the timed packed step itself is counted too.
 - A MoE model cut to fewer layers is timed as cut: its rate is that of the cut model (its LM-head share is larger).
 - A packed row keeps every sequence's activations at once: without checkpointing the largest budgets do not fit

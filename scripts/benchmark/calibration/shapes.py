@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """The training shapes a preset gives one GPU, for the roofline: its token budget per GPU packed with its lengths.
 
 - `read_preset_shapes(name)` reads `presets/<name>.yaml` without spec validation (the calibration runs on bare GPU

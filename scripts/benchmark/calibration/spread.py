@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark/calibration.md
 """The figures of one roofline measurement, and the same figures pooled over back-to-back runs with their spread.
 
 - `mode_figures(flops, tokens, kernel_s, wall_s, ...)`: for one shape and checkpointing mode, the headline

@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark/calibration.md
 """Timing one training step two ways: host-launched wall time, and the GPU's own kernel time.
 
 A plain transformers step is launched op by op from Python. On a small model or a short pack the host cannot queue

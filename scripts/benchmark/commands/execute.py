@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """`run.py execute PLAN.json --output-dir DIR` / `run.py execute --resume DIR`: run a plan's matrix.
 
 - Options are the fields of `runner.options.ExecuteOptions`; every option left unset on the command line of `--resume`

@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """`record`, `check`, `untrust` and `history`: the benchmark's history database and its regression check.
 
 - `record DIR --store URL`: store every cell of DIR/report.json as one run of its series, with provenance; the run is
@@ -73,7 +72,7 @@ def check_impl(
     run_dir: Path, store_url: str, settings: CheckSettings, output: Path | None, *, create: bool = False
 ) -> int:
     """Judge run_dir, write the markdown verdict (and check.json) and return the exit code."""
-    from scripts.benchmark.history.check import exit_code, render_markdown
+    from scripts.benchmark.history.check import exit_code, render_check_markdown
     from scripts.benchmark.history.gate import check_runs
     from scripts.benchmark.history.learning_check import learning_changes
     from scripts.benchmark.history.report_input import read_report_runs
@@ -83,7 +82,7 @@ def check_impl(
         runs = read_report_runs(run_dir)
         checks, notes = check_runs(store, runs, settings)
         notes += learning_changes(store, runs, window=settings.window)
-    markdown = render_markdown(checks, title="Performance check", notes=notes)
+    markdown = render_check_markdown(checks, title="Performance check", notes=notes)
     output = output or Path(run_dir) / "check.md"
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(markdown, encoding="utf-8")

@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """`run.py ingest` (a framework's native sink -> schema-v2 metrics.jsonl) and `run.py flops` (the FLOPs model).
 
 - `ingest --framework {miles,verl} --model <preset|config.json> --gpus N [--rollout-gpus N] [--layout L] SOURCE...

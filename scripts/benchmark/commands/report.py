@@ -1,7 +1,7 @@
 """`run.py report DIR`: steady state, summaries with CIs, Miles/VERL comparison and plots for one run folder.
 
 - Reads DIR/manifest.json, each complete repeat's metrics.jsonl and environment.json, DIR/plan.json, DIR/parity.json.
-- Writes DIR/report.md, DIR/report.json (contract 3), DIR/report.html and DIR/plots/*.png; prints the Verdict
+- Writes DIR/report.md, DIR/report.json, DIR/report.html and DIR/plots/*.png; prints the Verdict
   section of report.md and the paths written (the whole report, with every environment record, is in the files).
 - Exit status: 0 when the report was written; 1 when DIR has no complete cell; 2 when DIR is not a run folder
   (no or unreadable manifest.json) or an option is out of range, or the 'analysis' extra is missing.

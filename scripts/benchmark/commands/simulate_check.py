@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """`simulate-check`: measure the regression check's false alarms and power on simulated series (CPU, seconds).
 
 - Prints (and with --output writes) the markdown tables that the docs carry: per cell against last-run and band

@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """DIR/manifest.json: what the runner did to every cell repeat, written atomically after every change.
 
 - Shared contract fields per cell: id, framework, backend, layout, repeat, state (pending | running | complete |

@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """Change points in a nightly series: Apache Otava's E-divisive means with a Student t-test, plus a minimum segment.
 
 - `find_change_points(values, ...)` calls `otava.analysis.compute_change_points` (split on sliding windows with the

@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """The regression check: is a candidate run worse than the trusted history of its series, both significantly and
 by more than a practical threshold?
 
@@ -270,7 +269,7 @@ def exit_code(checks: list[MetricCheck]) -> int:
     return 0
 
 
-def render_markdown(checks: list[MetricCheck], *, title: str, notes: list[str]) -> str:
+def render_check_markdown(checks: list[MetricCheck], *, title: str, notes: list[str]) -> str:
     """The verdict as GitHub markdown: one headline, one table row per (cell, metric), then notes."""
     code = exit_code(checks)
     headline = {0: "PASS", 1: "REGRESSION", 2: "COULD NOT JUDGE"}[code]

@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """Glue between the history store and the pure statistics: judge a run folder, find change points per series.
 
 - `check_runs(store, runs, settings)` returns one `MetricCheck` per (cell, gated metric) plus notes naming the

@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """Trend plot of one series and metric: every run (untrusted ones crossed out), segment means, change points.
 
 Caveats:

@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """A benchmark of the regression check itself: false alarms and detection power on simulated nightly series.
 
 - Each trial is a series of `history` trusted runs plus one candidate run of step time (lower is better). A run is

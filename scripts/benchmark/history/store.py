@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """The benchmark history database: one code path (SQLAlchemy Core) for a SQLite file and a PostgreSQL server.
 
 - `HistoryStore(url, create=...)` accepts a SQLAlchemy URL (`sqlite:///history.db`,

@@ -68,7 +68,7 @@ class Plan:
     title: str
 
 
-def _cell(spec: BenchmarkSpec, launch: FrameworkLaunch) -> dict[str, Any]:
+def _plan_cell(spec: BenchmarkSpec, launch: FrameworkLaunch) -> dict[str, Any]:
     layout = launch.layout
     cell = {
         "id": launch.cell_id,
@@ -163,7 +163,7 @@ def build_plan(spec: BenchmarkSpec, preset: str | None, options: PlanOptions) ->
         "preset": preset,
         "targets": {"miles": target.name},
         "prepare": prepare,
-        "cells": [_cell(spec, launch) for launch in launches],
+        "cells": [_plan_cell(spec, launch) for launch in launches],
         "warnings": steady_state_warnings(spec),
     }
     _assert_no_secrets(data)

@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark/report.md
 """The report's PNG plots, drawn from the report.json document (matplotlib imported inside each function, Agg).
 
 - `phase_bars_figure(doc)`: per cell one horizontal bar of its median phase seconds, stacked; the cells of a

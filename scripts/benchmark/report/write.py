@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """Render the report document (analysis.py) as report.md, report.json, report.html and PNG plots in the run folder.
 
 - `build_blocks(doc, images)` turns the document into a list of blocks (headings, paragraphs, bullets, tables,

@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """What the runner executes for one cell repeat: the plan's launch_argv made concrete for this machine.
 
 - `${BENCH_CELL_DIR}` in argv, env values and the sink path becomes the absolute folder of the cell repeat.

@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """environment.json of a cell repeat: the hardware and software a measurement was taken on.
 
 - `read_gpus()`: GPU model, count, memory and driver via `nvidia-smi --query-gpu`, plus the CUDA version the driver

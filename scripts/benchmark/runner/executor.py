@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """Run a plan: preparation steps once, then cells x repeats interleaved, each watched, recorded and stopped cleanly.
 
 - `execute(plan_path, output_dir, options)` / `execute(None, output_dir, options, resume=True)`: checks everything that

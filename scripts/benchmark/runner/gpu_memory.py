@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """Is GPU memory back to where it was before the matrix started? Checked between cells via nvidia-smi.
 
 - `read_used_mib()`: used memory per GPU index, or None when nvidia-smi is absent or fails.

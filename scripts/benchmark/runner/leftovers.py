@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """What a killed harness left running: found from the manifest's per-cell process records, stopped before --resume.
 
 - `find_leftovers(record)`: the live processes of one recorded cell, pid -> start time. A process belongs to it when

@@ -29,7 +29,7 @@ from scripts.benchmark.runner.progress import MatrixProgress
 from scripts.benchmark.runner.ray_head import PrivateRayHead, RayTarget, external_target, start_private_head
 from scripts.benchmark.runner.redaction import Redactor
 from scripts.benchmark.runner.sink_follower import SinkFollower
-from scripts.benchmark.runner.watchdog import Verdict, Watchdog
+from scripts.benchmark.runner.watchdog import CellOutcome, Watchdog
 from scripts.benchmark.runner.write_errors import SpaceReserve, describe_write_error, write_error_in
 
 
@@ -114,7 +114,7 @@ class MatrixRunner:
         try:
             if cell_run.state != "running":
                 self.manifest.set_state(cell_run, "running")
-            return self._finish(cell_run, Verdict("failed", reason), steps=cell_run.steps_completed)
+            return self._finish(cell_run, CellOutcome("failed", reason), steps=cell_run.steps_completed)
         except OSError as again:
             self.write_failure = self.write_failure or describe_write_error(again)
             print(f"error: cannot record {cell_run.id} rep {cell_run.repeat} as failed: {again}", file=sys.stderr)
@@ -172,7 +172,7 @@ class MatrixRunner:
             pids = sorted(p.pid for p in survivors)
             self.manifest.set_state(cell_run, "running")
             reason = f"not rerun: pids {pids} of its previous attempt are still alive and could write into its sink"
-            return self._finish(cell_run, Verdict("failed", reason), steps=0)
+            return self._finish(cell_run, CellOutcome("failed", reason), steps=0)
         self._archive_previous_attempt(cell, cell_run, cell_dir)
         (cell_dir / "sink").mkdir(parents=True, exist_ok=True)
         runtime = self.options.runtime(cell["framework"])
@@ -198,9 +198,9 @@ class MatrixRunner:
         except RuntimeError as exc:
             if self._stop_requested():
                 return self._finish(
-                    cell_run, Verdict("interrupted", f"interrupted by {self.stop.signal_name}"), steps=0
+                    cell_run, CellOutcome("interrupted", f"interrupted by {self.stop.signal_name}"), steps=0
                 )
-            return self._finish(cell_run, Verdict("failed", f"Ray head: {exc}"), steps=0)
+            return self._finish(cell_run, CellOutcome("failed", f"Ray head: {exc}"), steps=0)
         try:  # from here on, whatever fails (a full disk too) the private head is stopped
             if head is not None:
                 write_json_atomic(cell_dir / "ray.json", head.describe())
@@ -229,7 +229,7 @@ class MatrixRunner:
         cell_dir: Path,
         command: CellCommand,
         target: RayTarget | None,
-    ) -> tuple[Verdict, int]:
+    ) -> tuple[CellOutcome, int]:
         follower = SinkFollower(
             format=cell["sink"]["format"],
             path=Path(substitute_cell_dir(cell["sink"]["path"], cell_dir)),
@@ -263,8 +263,8 @@ class MatrixRunner:
         cell_run: CellRun,
         command: CellCommand,
         target: RayTarget | None,
-    ) -> tuple[Verdict, int]:
-        verdict: Verdict | None = None
+    ) -> tuple[CellOutcome, int]:
+        verdict: CellOutcome | None = None
         exited = False
         while verdict is None:
             time.sleep(self.options.poll_interval_s)
@@ -278,7 +278,7 @@ class MatrixRunner:
                 verdict = self._verdict_for_error(exc)
                 break
             if self.stop.signal_name:
-                verdict = Verdict("interrupted", f"interrupted by {self.stop.signal_name}")
+                verdict = CellOutcome("interrupted", f"interrupted by {self.stop.signal_name}")
                 break
             verdict = watchdog.check(time.monotonic(), exit_code)
             exited = exit_code is not None
@@ -303,13 +303,13 @@ class MatrixRunner:
             self.manifest.warnings.append(f"{cell_run.id} rep {cell_run.repeat}: pids {pids} survived SIGKILL")
         return verdict, follower.steps_written
 
-    def _verdict_for_error(self, exc: Exception) -> Verdict:
+    def _verdict_for_error(self, exc: Exception) -> CellOutcome:
         write_error = write_error_in(exc)
         if write_error is None:
-            return Verdict("failed", f"metric sink unreadable: {exc}")
+            return CellOutcome("failed", f"metric sink unreadable: {exc}")
         self.write_failure = self.write_failure or describe_write_error(write_error)
         self.reserve.release()
-        return Verdict("failed", self.write_failure)
+        return CellOutcome("failed", self.write_failure)
 
     def _record_processes(self, cell_run: CellRun, process: ManagedProcess) -> None:
         """Keep the cell's process record in the manifest current (saved only when a process appeared)."""
@@ -346,7 +346,7 @@ class MatrixRunner:
             env=command.process_env,
         )
 
-    def _finish(self, cell_run: CellRun, verdict: Verdict, *, steps: int) -> str:
+    def _finish(self, cell_run: CellRun, verdict: CellOutcome, *, steps: int) -> str:
         cell_run.steps_completed = steps
         cell_run.processes = None  # stopped; what could not be stopped is in cell_run.survivors
         self.manifest.set_state(cell_run, verdict.state, reason=verdict.reason)  # type: ignore[arg-type]

@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """Launch and stop exactly the processes the harness started: one session (process group) per command.
 
 - `ManagedProcess(argv, env=..., cwd=..., log_path=..., redactor=...)`: `start()` runs argv in a new session

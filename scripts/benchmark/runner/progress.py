@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """Live progress of a matrix run: cells done and remaining, the running cell's step N of M, last step time, ETA.
 
 - `MatrixProgress(total_cells, live=None)`: a rich live panel when stdout is a terminal, otherwise one plain line per

@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """The Ray cluster a cell runs on: a private head started by the harness, or an existing cluster it joins.
 
 - `RayTarget`: where a cell's Ray clients connect: `gcs_address` ("host:port", what `ray.init` takes; VERL) and

@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """Redaction of secrets from everything the runner writes (argv, environment records, log lines, records).
 
 - `is_secret_name(name)`: WANDB_API_KEY, HF_TOKEN, and any name ending in _TOKEN, _KEY, _SECRET or containing

@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """One owner per run folder: an exclusive advisory lock on DIR/run.lock, held by the harness for the whole run.
 
 - `hold_run_lock(run_dir)` (a context manager) takes the lock without waiting, writes the holder into the file

@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """Follow a cell's metric sink while it grows and append each completed step to metrics.jsonl at once.
 
 - `read_sink(format, path, context) -> list[StepRecord]`: the one call into the metric readers

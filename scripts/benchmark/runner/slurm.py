@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """--emit-sbatch: a Slurm batch script that starts Ray across the allocation and runs the same run.py command.
 
 - `build_sbatch(plan, run_argv, ...)`: #SBATCH lines sized from the plan (nodes = the largest cell's gpus.nodes,

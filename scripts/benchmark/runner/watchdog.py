@@ -1,9 +1,8 @@
-# doc-dev: docs/benchmark.md
 """Why a running cell must be stopped: it exited non-zero, ran past its time limit, or stopped making steps.
 
 - `WatchdogLimits`: cell_timeout_s (whole cell), first_step_timeout_s (start-up: model load, engine start, CUDA
   graphs), stall_timeout_s (no new step since the previous one). 0 disables a limit.
-- `Watchdog.check(now, exit_code)` returns None while the cell may continue, else a `Verdict` (state + reason).
+- `Watchdog.check(now, exit_code)` returns None while the cell may continue, else a `CellOutcome` (state + reason).
   A cell that exits 0 having made fewer steps than the plan's num_steps is failed, not complete.
 
 Caveats:
@@ -25,7 +24,7 @@ class WatchdogLimits:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class CellOutcome:
     state: str
     """complete or failed."""
     reason: str | None
@@ -44,32 +43,34 @@ class Watchdog:
             self.steps_done = steps_done
             self.last_step_at = now
 
-    def check(self, now: float, exit_code: int | None) -> Verdict | None:
+    def check(self, now: float, exit_code: int | None) -> CellOutcome | None:
         if exit_code is not None:
             return self._verdict_on_exit(exit_code)
         limits = self.limits
         elapsed = now - self.started_at
         if limits.cell_timeout_s and elapsed > limits.cell_timeout_s:
-            return Verdict("failed", f"time limit: ran {elapsed:.0f} s > --cell-timeout-s {limits.cell_timeout_s:g}")
+            return CellOutcome(
+                "failed", f"time limit: ran {elapsed:.0f} s > --cell-timeout-s {limits.cell_timeout_s:g}"
+            )
         if self.last_step_at is None:
             if limits.first_step_timeout_s and elapsed > limits.first_step_timeout_s:
-                return Verdict(
+                return CellOutcome(
                     "failed",
                     f"stalled: no step within {elapsed:.0f} s of start "
                     f"(--first-step-timeout-s {limits.first_step_timeout_s:g})",
                 )
         elif limits.stall_timeout_s and now - self.last_step_at > limits.stall_timeout_s:
-            return Verdict(
+            return CellOutcome(
                 "failed",
                 f"stalled: no new step for {now - self.last_step_at:.0f} s after step {self.steps_done} "
                 f"(--stall-timeout-s {limits.stall_timeout_s:g})",
             )
         return None
 
-    def _verdict_on_exit(self, exit_code: int) -> Verdict:
+    def _verdict_on_exit(self, exit_code: int) -> CellOutcome:
         if exit_code != 0:
             how = f"killed by signal {-exit_code}" if exit_code < 0 else f"exited with code {exit_code}"
-            return Verdict("failed", f"{how} after {self.steps_done} of {self.num_steps or '?'} steps")
+            return CellOutcome("failed", f"{how} after {self.steps_done} of {self.num_steps or '?'} steps")
         if self.num_steps is not None and self.steps_done < self.num_steps:
-            return Verdict("failed", f"exited with code 0 after only {self.steps_done} of {self.num_steps} steps")
-        return Verdict("complete", None)
+            return CellOutcome("failed", f"exited with code 0 after only {self.steps_done} of {self.num_steps} steps")
+        return CellOutcome("complete", None)

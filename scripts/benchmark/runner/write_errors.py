@@ -1,4 +1,3 @@
-# doc-dev: docs/benchmark.md
 """Write errors in the run folder (a full disk, a quota, a read-only remount): end the run cleanly, never half-way.
 
 - `RunFolderWriteError(path, error)`: what the runner's writers raise when the run folder refuses a write; the

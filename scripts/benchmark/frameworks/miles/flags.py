@@ -5,7 +5,7 @@
 - `flag_problems(argv, backend, inventory) -> list[str]`: flags unknown to that backend, and values outside a flag's
   declared choices. `check_miles_argv` raises ValueError with all of them.
 - `check_with_miles_parser(argv)`: where Miles itself is importable, also parse with Miles's own flag provider
-  (miles.md section 2.1: argparse + get_miles_extra_args_provider + parse_known_args); returns None when it is not.
+  (argparse + get_miles_extra_args_provider + parse_known_args); returns None when it is not.
 
 Caveats:
 - The parser branch cannot run on a machine without Miles (and its sglang/ray/torch imports); it only sees the Miles

@@ -73,7 +73,7 @@ class MilesPaths:
         )
 
 
-def fmt(value: float | int | str) -> str:
+def flag_value(value: float | int | str) -> str:
     """Numbers as Python writes them (1e-06, 0.0): the parity parser reads them back with float()/int()."""
     return str(value)
 
@@ -92,32 +92,37 @@ def _rollout(spec: BenchmarkSpec) -> list[str]:
     argv += ["--apply-chat-template"]
     if data.apply_chat_template_kwargs:
         argv += ["--apply-chat-template-kwargs", json.dumps(data.apply_chat_template_kwargs, sort_keys=True)]
-    argv += ["--rollout-max-prompt-len", fmt(spec.lengths.max_prompt)]
+    argv += ["--rollout-max-prompt-len", flag_value(spec.lengths.max_prompt)]
     argv += ["--rm-type", "dapo", "--reward-key", "score"]
-    argv += ["--num-rollout", fmt(spec.run.num_steps), "--rollout-batch-size", fmt(batch.prompts_per_step)]
-    argv += ["--n-samples-per-prompt", fmt(batch.samples_per_prompt)]
-    argv += ["--rollout-max-response-len", fmt(spec.lengths.max_response)]
-    argv += ["--rollout-temperature", fmt(sampling.temperature), "--rollout-top-p", fmt(sampling.top_p)]
-    argv += ["--rollout-top-k", fmt(sampling.top_k)]
-    argv += ["--global-batch-size", fmt(batch.samples_per_optimizer_step), "--balance-data"]
-    argv += ["--rollout-seed", fmt(spec.run.rollout_seed)]
+    argv += [
+        "--num-rollout",
+        flag_value(spec.run.num_steps),
+        "--rollout-batch-size",
+        flag_value(batch.prompts_per_step),
+    ]
+    argv += ["--n-samples-per-prompt", flag_value(batch.samples_per_prompt)]
+    argv += ["--rollout-max-response-len", flag_value(spec.lengths.max_response)]
+    argv += ["--rollout-temperature", flag_value(sampling.temperature), "--rollout-top-p", flag_value(sampling.top_p)]
+    argv += ["--rollout-top-k", flag_value(sampling.top_k)]
+    argv += ["--global-batch-size", flag_value(batch.samples_per_optimizer_step), "--balance-data"]
+    argv += ["--rollout-seed", flag_value(spec.run.rollout_seed)]
     return argv
 
 
 def _perf(spec: BenchmarkSpec, backend: Backend) -> list[str]:
-    return ["--use-dynamic-batch-size", "--max-tokens-per-gpu", fmt(spec.max_tokens_per_gpu(backend))]
+    return ["--use-dynamic-batch-size", "--max-tokens-per-gpu", flag_value(spec.max_tokens_per_gpu(backend))]
 
 
 def _grpo(spec: BenchmarkSpec) -> list[str]:
     grpo = spec.grpo
     argv = ["--advantage-estimator", grpo.advantage_estimator]
-    argv += ["--eps-clip", fmt(grpo.eps_clip), "--eps-clip-high", fmt(grpo.eps_clip_high)]
+    argv += ["--eps-clip", flag_value(grpo.eps_clip), "--eps-clip-high", flag_value(grpo.eps_clip_high)]
     if grpo.dual_clip_c is not None:
-        argv += ["--eps-clip-c", fmt(grpo.dual_clip_c)]
+        argv += ["--eps-clip-c", flag_value(grpo.dual_clip_c)]
     if grpo.use_kl_loss:
         argv += ["--use-kl-loss"]
-    argv += ["--kl-loss-coef", fmt(grpo.kl_loss_coef), "--kl-loss-type", grpo.kl_loss_type, "--kl-coef", "0.0"]
-    argv += ["--entropy-coef", fmt(grpo.entropy_coef)]
+    argv += ["--kl-loss-coef", flag_value(grpo.kl_loss_coef), "--kl-loss-type", grpo.kl_loss_type, "--kl-coef", "0.0"]
+    argv += ["--entropy-coef", flag_value(grpo.entropy_coef)]
     if grpo.loss_aggregation == "token-mean":
         argv += ["--calculate-per-token-loss"]
     if not grpo.std_normalization:
@@ -127,29 +132,36 @@ def _grpo(spec: BenchmarkSpec) -> list[str]:
 
 def _optimizer(spec: BenchmarkSpec) -> list[str]:
     opt = spec.optimizer
-    argv = ["--optimizer", "adam", "--lr", fmt(opt.lr), "--lr-decay-style", opt.lr_schedule]
-    argv += ["--lr-warmup-iters", fmt(opt.warmup_steps), "--weight-decay", fmt(opt.weight_decay)]
-    argv += ["--adam-beta1", fmt(opt.adam_beta1), "--adam-beta2", fmt(opt.adam_beta2)]
-    argv += ["--adam-eps", fmt(opt.adam_eps), "--clip-grad", fmt(opt.clip_grad), "--seed", fmt(spec.run.seed)]
+    argv = ["--optimizer", "adam", "--lr", flag_value(opt.lr), "--lr-decay-style", opt.lr_schedule]
+    argv += ["--lr-warmup-iters", flag_value(opt.warmup_steps), "--weight-decay", flag_value(opt.weight_decay)]
+    argv += ["--adam-beta1", flag_value(opt.adam_beta1), "--adam-beta2", flag_value(opt.adam_beta2)]
+    argv += [
+        "--adam-eps",
+        flag_value(opt.adam_eps),
+        "--clip-grad",
+        flag_value(opt.clip_grad),
+        "--seed",
+        flag_value(spec.run.seed),
+    ]
     return argv
 
 
 def _sglang(spec: BenchmarkSpec) -> list[str]:
     """SGLang knobs in the spelling of the SGLang Miles runs (spec.rollout.sglang_versions.miles)."""
     ro = spec.rollout
-    argv = ["--rollout-num-gpus-per-engine", fmt(ro.gpus_per_engine)]
-    argv += ["--sglang-mem-fraction-static", fmt(ro.mem_fraction)]
-    argv += ["--sglang-max-running-requests", fmt(ro.max_running_requests)]
-    argv += ["--sglang-server-concurrency", fmt(ro.max_running_requests)]
+    argv = ["--rollout-num-gpus-per-engine", flag_value(ro.gpus_per_engine)]
+    argv += ["--sglang-mem-fraction-static", flag_value(ro.mem_fraction)]
+    argv += ["--sglang-max-running-requests", flag_value(ro.max_running_requests)]
+    argv += ["--sglang-server-concurrency", flag_value(ro.max_running_requests)]
     if ro.chunked_prefill_size is not None:
-        argv += ["--sglang-chunked-prefill-size", fmt(ro.chunked_prefill_size)]
+        argv += ["--sglang-chunked-prefill-size", flag_value(ro.chunked_prefill_size)]
     argv += ["--sglang-attention-backend", ro.attention_backend]
     if not ro.cuda_graphs:
         argv += ["--sglang-disable-cuda-graph"]
     elif ro.cuda_graph_max_bs is not None:
-        argv += [miles_cuda_graph_flag(ro.sglang_versions.miles), fmt(ro.cuda_graph_max_bs)]
+        argv += [miles_cuda_graph_flag(ro.sglang_versions.miles), flag_value(ro.cuda_graph_max_bs)]
     argv += ["--sglang-decode-log-interval", "1000"]
-    argv += ["--update-weight-buffer-size", fmt(ro.weight_sync_bucket_mb * 1024 * 1024)]
+    argv += ["--update-weight-buffer-size", flag_value(ro.weight_sync_bucket_mb * 1024 * 1024)]
     return argv
 
 
@@ -166,14 +178,25 @@ def _fsdp(spec: BenchmarkSpec) -> list[str]:
 
 def megatron_architecture_args(hf: dict) -> list[str]:
     """What scripts/models/qwen3-*.py hand to Megatron, derived from the HF config instead of a per-model file."""
-    argv = ["--swiglu", "--num-layers", fmt(hf["num_hidden_layers"]), "--hidden-size", fmt(hf["hidden_size"])]
-    argv += ["--ffn-hidden-size", fmt(hf["intermediate_size"])]
-    argv += ["--num-attention-heads", fmt(hf["num_attention_heads"]), "--group-query-attention"]
-    argv += ["--num-query-groups", fmt(hf["num_key_value_heads"])]
-    argv += ["--kv-channels", fmt(hf.get("head_dim", hf["hidden_size"] // hf["num_attention_heads"]))]
+    argv = [
+        "--swiglu",
+        "--num-layers",
+        flag_value(hf["num_hidden_layers"]),
+        "--hidden-size",
+        flag_value(hf["hidden_size"]),
+    ]
+    argv += ["--ffn-hidden-size", flag_value(hf["intermediate_size"])]
+    argv += ["--num-attention-heads", flag_value(hf["num_attention_heads"]), "--group-query-attention"]
+    argv += ["--num-query-groups", flag_value(hf["num_key_value_heads"])]
+    argv += ["--kv-channels", flag_value(hf.get("head_dim", hf["hidden_size"] // hf["num_attention_heads"]))]
     argv += ["--use-rotary-position-embeddings", "--disable-bias-linear", "--normalization", "RMSNorm"]
-    argv += ["--norm-epsilon", fmt(hf.get("rms_norm_eps", 1e-6)), "--rotary-base", fmt(hf.get("rope_theta", 10000))]
-    argv += ["--vocab-size", fmt(hf["vocab_size"]), "--qk-layernorm"]
+    argv += [
+        "--norm-epsilon",
+        flag_value(hf.get("rms_norm_eps", 1e-6)),
+        "--rotary-base",
+        flag_value(hf.get("rope_theta", 10000)),
+    ]
+    argv += ["--vocab-size", flag_value(hf["vocab_size"]), "--qk-layernorm"]
     if not hf.get("tie_word_embeddings", False):
         argv += ["--untie-embeddings-and-output-weights"]
     if hf.get("model_type") == "qwen3_moe":
@@ -183,9 +206,9 @@ def megatron_architecture_args(hf: dict) -> list[str]:
 
 def _moe_architecture_args(hf: dict) -> list[str]:
     freq = [int(is_moe) for is_moe in moe_layer_flags(hf)]
-    argv = ["--moe-ffn-hidden-size", fmt(hf["moe_intermediate_size"]), "--moe-router-score-function", "softmax"]
-    argv += ["--moe-token-dispatcher-type", "alltoall", "--moe-router-topk", fmt(hf["num_experts_per_tok"])]
-    argv += ["--moe-layer-freq", "[" + ",".join(map(str, freq)) + "]", "--num-experts", fmt(hf["num_experts"])]
+    argv = ["--moe-ffn-hidden-size", flag_value(hf["moe_intermediate_size"]), "--moe-router-score-function", "softmax"]
+    argv += ["--moe-token-dispatcher-type", "alltoall", "--moe-router-topk", flag_value(hf["num_experts_per_tok"])]
+    argv += ["--moe-layer-freq", "[" + ",".join(map(str, freq)) + "]", "--num-experts", flag_value(hf["num_experts"])]
     # No --moe-router-dtype: bridge mode never copies it onto the model provider (the router runs in bf16).
     argv += ["--moe-grouped-gemm", "--moe-token-drop-policy", "probs"]
     argv += ["--moe-permute-fusion", "--moe-aux-loss-coeff", "0"]
@@ -196,10 +219,10 @@ def _megatron(spec: BenchmarkSpec) -> list[str]:
     mg = spec.megatron
     argv = ["--train-backend", "megatron", "--megatron-to-hf-mode", "bridge"]
     argv += megatron_architecture_args(spec.model.hf_config())
-    argv += ["--tensor-model-parallel-size", fmt(mg.tp)]
+    argv += ["--tensor-model-parallel-size", flag_value(mg.tp)]
     argv += ["--sequence-parallel"] if mg.sequence_parallel else []
-    argv += ["--pipeline-model-parallel-size", fmt(mg.pp), "--context-parallel-size", fmt(mg.cp)]
-    argv += ["--expert-model-parallel-size", fmt(mg.ep), "--expert-tensor-parallel-size", fmt(mg.etp)]
+    argv += ["--pipeline-model-parallel-size", flag_value(mg.pp), "--context-parallel-size", flag_value(mg.cp)]
+    argv += ["--expert-model-parallel-size", flag_value(mg.ep), "--expert-tensor-parallel-size", flag_value(mg.etp)]
     if mg.recompute == "full":
         argv += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
     argv += ["--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
@@ -212,12 +235,17 @@ def _megatron(spec: BenchmarkSpec) -> list[str]:
 
 def _placement(spec: BenchmarkSpec, layout: Layout) -> list[str]:
     nodes = spec.run.nodes
-    argv = ["--actor-num-nodes", fmt(nodes), "--actor-num-gpus-per-node", fmt(spec.train_gpus(layout) // nodes)]
-    argv += ["--num-gpus-per-node", fmt(spec.gpus_per_node(layout))]
+    argv = [
+        "--actor-num-nodes",
+        flag_value(nodes),
+        "--actor-num-gpus-per-node",
+        flag_value(spec.train_gpus(layout) // nodes),
+    ]
+    argv += ["--num-gpus-per-node", flag_value(spec.gpus_per_node(layout))]
     if layout == "colocate":
         return argv + ["--colocate"]
-    argv += ["--rollout-num-gpus", fmt(spec.rollout_gpus(layout))]
-    return argv + ["--update-weights-interval", fmt(spec.placement.async_loop.weight_sync_every_steps)]
+    argv += ["--rollout-num-gpus", flag_value(spec.rollout_gpus(layout))]
+    return argv + ["--update-weights-interval", flag_value(spec.placement.async_loop.weight_sync_every_steps)]
 
 
 def _tracking(spec: BenchmarkSpec, backend: Backend, layout: Layout) -> list[str]:

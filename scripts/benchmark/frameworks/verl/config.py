@@ -9,7 +9,7 @@
 - `verl_override_problems(overrides, root) -> list[str]`: composition errors, plus mandatory values left missing.
 
 Caveats:
-- Hydra does not type-check at compose time (verl.md 1.4): a wrong type composes; VERL's validate_config catches it
+- Hydra does not type-check at compose time: a wrong type composes; VERL's validate_config catches it
   on the GPU node. Never import `verl`: the wheel's top-level `scripts`/`tests` packages shadow ours.
 """
 

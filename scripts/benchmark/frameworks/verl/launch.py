@@ -4,7 +4,7 @@
   (written by the plan's `prepare` step from the Miles jsonl, rows in Miles's order).
 - FSDP uses the default config (FSDP2 via actor.strategy=fsdp2, as Miles's FSDP backend); Megatron adds the group
   override model_engine=megatron.
-- Every hyperparameter is converted to VERL's keys and units (verl.md section 2): prompts vs samples
+- Every hyperparameter is converted to VERL's keys and units: prompts vs samples
   (ppo_mini_batch_size = samples_per_optimizer_step / samples_per_prompt), clip_ratio_low/high, the always-on dual
   clip neutralised (clip_ratio_c=1e9) unless the spec asks for one, loss_agg_mode matching Miles's loss, Megatron
   Adam betas/eps through +override_optimizer_config (optim.betas is ignored there), reward under reward.* only.
@@ -67,7 +67,7 @@ def hydra_string(value: str) -> str:
     return "'" + re.sub(r"(\\*)('|\$\{|$)", escape, value) + "'"
 
 
-def fmt(value: float | int | bool | str) -> str:
+def override_value(value: float | int | bool | str) -> str:
     if isinstance(value, bool):
         return "True" if value else "False"
     return str(value)
@@ -83,13 +83,13 @@ def _data(spec: BenchmarkSpec, data: VerlData) -> list[str]:
     argv += ["data.filter_overlong_prompts=True", "data.truncation=error", "data.shuffle=False"]
     argv += [f"data.train_batch_size={spec.batch.prompts_per_step}"]
     for key, value in sorted(spec.data.apply_chat_template_kwargs.items()):
-        argv += [f"+data.apply_chat_template_kwargs.{key}={fmt(value)}"]
+        argv += [f"+data.apply_chat_template_kwargs.{key}={override_value(value)}"]
     return argv
 
 
 def _algorithm(spec: BenchmarkSpec) -> list[str]:
     argv = [f"algorithm.adv_estimator={spec.grpo.advantage_estimator}"]
-    argv += [f"algorithm.norm_adv_by_std_in_grpo={fmt(spec.grpo.std_normalization)}"]
+    argv += [f"algorithm.norm_adv_by_std_in_grpo={override_value(spec.grpo.std_normalization)}"]
     argv += ["algorithm.use_kl_in_reward=False", "algorithm.rollout_correction.bypass_mode=False"]
     return argv
 
@@ -104,7 +104,7 @@ def _actor(spec: BenchmarkSpec, backend: Backend) -> list[str]:
     argv += [f"{actor}.clip_ratio_low={grpo.eps_clip}", f"{actor}.clip_ratio_high={grpo.eps_clip_high}"]
     argv += [f"{actor}.clip_ratio_c={grpo.dual_clip_c if grpo.dual_clip_c is not None else NEUTRAL_DUAL_CLIP}"]
     argv += [f"{actor}.loss_agg_mode={grpo.loss_aggregation}", f"{actor}.entropy_coeff={grpo.entropy_coef}"]
-    argv += [f"{actor}.use_kl_loss={fmt(grpo.use_kl_loss)}", f"{actor}.kl_loss_coef={grpo.kl_loss_coef}"]
+    argv += [f"{actor}.use_kl_loss={override_value(grpo.use_kl_loss)}", f"{actor}.kl_loss_coef={grpo.kl_loss_coef}"]
     argv += [f"{actor}.kl_loss_type={grpo.kl_loss_type}"]
     return argv
 
@@ -131,14 +131,17 @@ def _fsdp(spec: BenchmarkSpec, layout: Layout) -> list[str]:
     offload_between_phases = layout == "colocate" and not fsdp.cpu_offload
     argv = [
         f"{AR}.actor.strategy=fsdp2",
-        f"{AR}.model.enable_gradient_checkpointing={fmt(fsdp.gradient_checkpointing)}",
+        f"{AR}.model.enable_gradient_checkpointing={override_value(fsdp.gradient_checkpointing)}",
     ]
     argv += [f"+{AR}.model.override_config.attn_implementation={fsdp.attn_implementation}"]
     argv += [
-        f"{cfg}.param_offload={fmt(offload_between_phases)}",
-        f"{cfg}.optimizer_offload={fmt(offload_between_phases)}",
+        f"{cfg}.param_offload={override_value(offload_between_phases)}",
+        f"{cfg}.optimizer_offload={override_value(offload_between_phases)}",
     ]
-    argv += [f"{cfg}.offload_policy={fmt(fsdp.cpu_offload)}", f"{AR}.actor.ulysses_sequence_parallel_size=1"]
+    argv += [
+        f"{cfg}.offload_policy={override_value(fsdp.cpu_offload)}",
+        f"{AR}.actor.ulysses_sequence_parallel_size=1",
+    ]
     return argv
 
 
@@ -147,10 +150,10 @@ def _megatron(spec: BenchmarkSpec, layout: Layout) -> list[str]:
     argv = ["model_engine=megatron", f"{cfg}.tensor_model_parallel_size={mg.tp}"]
     argv += [f"{cfg}.pipeline_model_parallel_size={mg.pp}", f"{cfg}.context_parallel_size={mg.cp}"]
     argv += [f"{cfg}.expert_model_parallel_size={mg.ep}", f"{cfg}.expert_tensor_parallel_size={mg.etp}"]
-    argv += [f"{cfg}.sequence_parallel={fmt(mg.sequence_parallel)}", f"{cfg}.seed={spec.run.seed}"]
+    argv += [f"{cfg}.sequence_parallel={override_value(mg.sequence_parallel)}", f"{cfg}.seed={spec.run.seed}"]
     argv += [
-        f"{cfg}.param_offload={fmt(layout == 'colocate')}",
-        f"{cfg}.optimizer_offload={fmt(layout == 'colocate')}",
+        f"{cfg}.param_offload={override_value(layout == 'colocate')}",
+        f"{cfg}.optimizer_offload={override_value(layout == 'colocate')}",
     ]
     tc = f"{cfg}.override_transformer_config"
     if mg.recompute == "full":
@@ -171,7 +174,7 @@ def _rollout(spec: BenchmarkSpec, backend: Backend) -> list[str]:
     argv += [f"{rollout}.tensor_model_parallel_size={ro.gpus_per_engine}", f"{rollout}.data_parallel_size=1"]
     argv += [
         f"{rollout}.gpu_memory_utilization={ro.mem_fraction}",
-        f"{rollout}.enforce_eager={fmt(not ro.cuda_graphs)}",
+        f"{rollout}.enforce_eager={override_value(not ro.cuda_graphs)}",
     ]
     argv += [f"{rollout}.max_num_seqs={ro.max_running_requests}", f"{rollout}.free_cache_engine=True"]
     argv += [f"{rollout}.log_prob_use_dynamic_bsz=True"]

@@ -115,7 +115,7 @@ VERL_MEGATRON_DEFAULTS: dict[str, Any] = {
 }
 # Megatron-Core OptimizerConfig defaults: what VERL's Megatron engine uses when override_optimizer_config is silent.
 MCORE_ADAM = {"adam_beta1": 0.9, "adam_beta2": 0.999, "adam_eps": 1e-8}
-# Keys that compose in VERL 0.9.1 but that main_ppo or the chosen engine never reads (verl.md 3.4, Gotchas 12-15, 17).
+# Keys that compose in VERL 0.9.1 but that main_ppo or the chosen engine never reads.
 VERL_IGNORED_PREFIXES = ("reward_model.", "custom_reward_function.")
 VERL_IGNORED_KEYS = {
     "both": {f"{AR}.actor.grad_clip", f"{AR}.actor.fsdp_config.strategy", "trainer.balance_batch"},
