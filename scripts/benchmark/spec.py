@@ -5,14 +5,10 @@
 - Validation rejects what cannot run, naming the field and the numbers: batch geometry vs the data-parallel size of
   each backend, parallel sizes vs the GPU count, a disaggregated split with no train or rollout GPUs, a token budget
   shorter than the longest sequence, an unknown architecture.
-- `model.hf_repo` / `data.hf_repo`: the Hugging Face ids the plan's prepare steps download when the checkpoint or
-  the jsonl is missing (optional: a spec without them plans no download); validated as `owner/name`.
-- `tracking.wandb` (off in every preset; `run.py --wandb` turns it on): both launches also log to wandb, project
-  `tracking.wandb_project`; the metric sinks stay what the report reads. The API key is never part of the spec.
-- `report`: practical thresholds of the report's verdicts (analysis/verdict.py); outside the spec hash.
-- `spec_hash(spec)`: first 12 hex digits of sha256 over the canonical JSON of the resolved spec (config inlined).
-- `load_preset(name)`, `load_spec_file(path)`, `with_overrides(spec, ...)`; `PRESETS_DIR`, `MODEL_CONFIGS_DIR`;
-  `resolve_model_config(model)`: a config.json path, a model_configs name or a preset name -> the HF config dict.
+- `model.hf_repo` / `data.hf_repo` (`owner/name`): what the prepare steps download when missing (optional).
+- `tracking.wandb` (off in presets; `run.py --wandb`): both launches also log to wandb; the key is never in the spec.
+- `report` and `learning`: how results are read and judged; outside `spec_hash(spec)` (sha256 of the resolved spec).
+- `load_preset(name)`, `load_spec_file(path)`, `with_overrides(spec, ...)`; `resolve_model_config(model)`.
 
 Caveats:
 - Units follow Miles: `batch.prompts_per_step` counts prompts, `batch.samples_per_optimizer_step` counts samples

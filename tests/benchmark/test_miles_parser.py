@@ -31,7 +31,6 @@ from scripts.benchmark.frameworks.miles.parser_check import entry_flags, job_env
 from scripts.benchmark.frameworks.miles.versions import DEFAULT_MILES_TARGET, MILES_RELEASE
 from scripts.benchmark.plan.build import PlanError, PlanOptions, build_plan
 from scripts.benchmark.run import build_app
-from scripts.benchmark.runner.preflight import check_can_execute
 from scripts.benchmark.spec import LAYOUTS, load_preset, preset_names, with_overrides
 
 CELLS = [(preset, layout) for preset in preset_names() for layout in LAYOUTS]
@@ -123,23 +122,26 @@ def test_heads_not_divisible_by_tp_rejected_by_megatrons_config(verdicts):
 
 
 @pytest.mark.parametrize("preset,layout", CELLS)
-def test_release_rejects_only_the_event_log_of_the_newer_target(verdicts, preset, layout):
-    """What versions.py says differs is what the release's parser says: the newer target's sink flag, nothing else."""
+def test_release_rejects_only_the_sglang_spelling_of_the_newer_target(verdicts, preset, layout):
+    """What versions.py says differs is what the release's parser says: where the newer target spells the CUDA-graph
+    cap for the newer SGLang it runs (renamed in 0.5.14), the release's bundled SGLang does not know it; a preset that
+    sets no cap is accepted as it is."""
     verdict = verdicts[f"{DEFAULT_MILES_TARGET}/{preset}/miles-megatron-{layout}"]
-    assert not verdict["accepted"]
-    assert verdict["error"].startswith("train.py: error: unrecognized arguments: --save-debug-event-data ")
-    assert verdict["error"].endswith(f"/cells/miles-megatron-{layout}/sink")
+    if load_preset(preset).rollout.cuda_graph_max_bs is None or not load_preset(preset).rollout.cuda_graphs:
+        assert verdict["accepted"], verdict
+    else:
+        assert not verdict["accepted"]
+        assert verdict["error"].startswith(
+            "train.py: error: unrecognized arguments: --sglang-cuda-graph-max-bs-decode "
+        )
 
 
-def test_release_target_refuses_fsdp_and_records_no_sink():
+def test_release_target_refuses_fsdp_and_reads_miles_stdout():
     with pytest.raises(PlanError, match="Miles 0.0.2 refuses --train-backend fsdp"):
         miles_cells("smoke", "colocate", MILES_RELEASE, backends=("fsdp", "megatron"))
-    (cell,) = miles_cells("smoke", "colocate", MILES_RELEASE)
-    assert cell["sink"] == {"format": "none"} and "--save-debug-event-data" not in cell["argv"]
-    plan = {"targets": {"miles": MILES_RELEASE}, "cells": [cell], "spec": load_preset("smoke").model_dump()}
-    assert "miles-megatron-colocate has no metric sink (its Miles, 0.0.2, has no event log)" in " ".join(
-        check_can_execute(plan, skip_prepare=True)
-    )
+    (cell,) = miles_cells("qwen3-30b-a3b", "colocate", MILES_RELEASE)
+    assert cell["sink"]["format"] == "miles-stdout" and "--save-debug-event-data" not in cell["argv"]
+    assert "--sglang-cuda-graph-max-bs" in cell["argv"] and "--sglang-cuda-graph-max-bs-decode" not in cell["argv"]
 
 
 def test_launcher_prefix_and_job_env_whatever_the_entry_script(tmp_path):
@@ -171,7 +173,7 @@ class TestPreflight:
         monkeypatch.setattr(preflight, "check_can_execute", lambda plan, skip_prepare=False: [])
         monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
         out = tmp_path / "out"
-        argv = ["--backend", "megatron", "--preset", "smoke", "--output-dir", str(out), *extra]
+        argv = ["--backend", "megatron", "--preset", "qwen3-30b-a3b", "--output-dir", str(out), *extra]
         argv += ["--miles-root", str(miles_release), "--megatron-root", str(miles_release)]
         return CliRunner().invoke(build_app(), argv), out
 
@@ -179,8 +181,9 @@ class TestPreflight:
         result, out = self._run(tmp_path, monkeypatch, miles_release)
         assert result.exit_code == 2, result.output
         assert "the installed Miles's own parser rejects the plan" in result.output
-        assert "miles-megatron-colocate: train.py: error: unrecognized arguments: --save-debug-event-data" in (
-            result.output
+        assert (
+            "miles-megatron-colocate: train.py: error: unrecognized arguments: --sglang-cuda-graph-max-bs-decode"
+            in (result.output)
         )
         assert not (out / "manifest.json").exists()
 
@@ -203,10 +206,10 @@ class TestPreflight:
                 paths=paths,
                 miles_version=version,
             )
-            plans[version] = build_plan(load_preset("smoke"), "smoke", options).data
+            plans[version] = build_plan(load_preset("qwen3-30b-a3b"), "qwen3-30b-a3b", options).data
         both = {**plans[MILES_RELEASE], "cells": plans[DEFAULT_MILES_TARGET]["cells"] + plans[MILES_RELEASE]["cells"]}
         (rejected,) = miles_parser_rejections(both, python=sys.executable)
-        assert rejected.startswith("miles-megatron-colocate: train.py: error: unrecognized arguments: --save-debug")
+        assert rejected.startswith("miles-megatron-colocate: train.py: error: unrecognized arguments: --sglang-cuda")
 
     def test_dry_run_check_miles_against_the_release(self, tmp_path, monkeypatch, miles_release):
         """How a maintainer checks a plan against a Miles of their own, here the release: no GPU, nothing run."""

@@ -125,6 +125,7 @@ class TestPlantedDifferences:
         # and only the rows computed from them may show it; statistical coverage is validated on many seeds in
         # test_statistics_validation.py.
         from_train = {
+            "response_length_mean",
             "phases_s.train",
             "train_s_per_1k_tokens",
             "train_tflops_per_gpu",
@@ -211,7 +212,7 @@ class TestOutputs:
         glance = text.split("## At a glance", 1)[1].split("\n## ", 1)[0]
         assert text.index("## At a glance") < text.index("\n|")
         assert re.search(r"\*\*fsdp / colocate\*\*: \*\*Miles 1\d% slower\*\* \(CI \+1\d\.\d%", glance), glance
-        assert ", mostly in generate (+" in glance
+        assert ", mostly in rollout_wait (+" in glance  # colocated: the trainer's wait for the rollout
         assert "**megatron / colocate**: **no practical difference**" in glance
 
     def test_report_json_validates_against_its_contract(self, planted_run):

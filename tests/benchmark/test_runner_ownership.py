@@ -172,7 +172,8 @@ class TestRestartInsideACell:
         assert [r.step for r in written] == list(range(1, 10))
         cell_dir = run_dir / cell["dir"]
         ctx = RunContext.build(arch=None, num_train_gpus=1, num_rollout_gpus=1)
-        ingested = {r.step: r for r in build_step_records(framework, [cell_dir / "sink"], ctx)}
+        sink = cell_dir / ("log.txt" if framework == "miles" else "sink")  # Miles is read from its stdout
+        ingested = {r.step: r for r in build_step_records(framework, [sink], ctx)}
         repeated = range(5, 8)
         for record in written:
             if record.step in repeated:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from miles.utils.bench_metrics import PHASES
+from miles.utils.bench_metrics import STEP_PHASES as PHASES  # the phases that partition the step
 from scripts.benchmark.analysis.verdict import (
     DEFAULT_PRACTICAL_THRESHOLD,
     Practical,

@@ -6,6 +6,7 @@ from scripts.benchmark.analysis.verdict import Practical
 
 PHASE_COLORS = {
     "generate": "#4c78a8",
+    "rollout_wait": "#72b7b2",
     "old_logprob": "#f58518",
     "ref_logprob": "#e45756",
     "train": "#54a24b",

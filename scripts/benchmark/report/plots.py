@@ -41,9 +41,11 @@ class _Figures:
 
     @staticmethod
     def subplots(figsize: tuple[float, float], dpi: int, **kwargs):
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
 
         fig = Figure(figsize=figsize, dpi=dpi)
+        FigureCanvasAgg(fig)  # a raster canvas: text extents can be measured before saving
         return fig, fig.subplots(**kwargs)
 
     @staticmethod

@@ -146,8 +146,9 @@ def _optimizer(spec: BenchmarkSpec) -> list[str]:
     return argv
 
 
-def _sglang(spec: BenchmarkSpec) -> list[str]:
-    """SGLang knobs in the spelling of the SGLang Miles runs (spec.rollout.sglang_versions.miles)."""
+def _sglang(spec: BenchmarkSpec, target: MilesTarget) -> list[str]:
+    """SGLang knobs in the spelling of the SGLang Miles runs (the target's bundled SGLang, else
+    spec.rollout.sglang_versions.miles)."""
     ro = spec.rollout
     argv = ["--rollout-num-gpus-per-engine", flag_value(ro.gpus_per_engine)]
     argv += ["--sglang-mem-fraction-static", flag_value(ro.mem_fraction)]
@@ -159,7 +160,8 @@ def _sglang(spec: BenchmarkSpec) -> list[str]:
     if not ro.cuda_graphs:
         argv += ["--sglang-disable-cuda-graph"]
     elif ro.cuda_graph_max_bs is not None:
-        argv += [miles_cuda_graph_flag(ro.sglang_versions.miles), flag_value(ro.cuda_graph_max_bs)]
+        sglang = target.sglang_version or ro.sglang_versions.miles
+        argv += [miles_cuda_graph_flag(sglang), flag_value(ro.cuda_graph_max_bs)]
     argv += ["--sglang-decode-log-interval", "1000"]
     argv += ["--update-weight-buffer-size", flag_value(ro.weight_sync_bucket_mb * 1024 * 1024)]
     return argv
@@ -265,7 +267,7 @@ def miles_train_blocks(
         "perf": _perf(spec, backend),
         "grpo": _grpo(spec),
         "optimizer": _optimizer(spec),
-        "sglang": _sglang(spec),
+        "sglang": _sglang(spec, target),
         "backend": _megatron(spec) if backend == "megatron" else _fsdp(spec),
         "placement": _placement(spec, layout),
         "tracking": _tracking(spec, backend, layout),

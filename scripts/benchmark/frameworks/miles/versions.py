@@ -21,8 +21,8 @@ from dataclasses import dataclass
 class MilesTarget:
     name: str
     source: str
-    event_log: bool
-    """`--save-debug-event-data` exists: the harness's Miles sink."""
+    sglang_version: str | None
+    """The SGLang the target bundles (its --sglang-* flag spellings), or None: the spec's rollout.sglang_versions."""
     fsdp: bool
     """`--train-backend fsdp` is accepted outside Miles's CI tests."""
 
@@ -33,11 +33,14 @@ MILES_TARGETS = {
     DEFAULT_MILES_TARGET: MilesTarget(
         name=DEFAULT_MILES_TARGET,
         source="radixark/miles commit 31f1ca9 (2026-08-21), the source of miles-cli.json",
-        event_log=True,
+        sglang_version=None,
         fsdp=True,
     ),
     MILES_RELEASE: MilesTarget(
-        name=MILES_RELEASE, source="miles-rl 0.0.2 from PyPI (2026-05)", event_log=False, fsdp=False
+        name=MILES_RELEASE,
+        source="miles-rl 0.0.2 from PyPI (2026-05)",
+        sglang_version="0.5.12",  # its bundled SGLang predates the 0.5.14 rename (no cuda_graph_max_bs_decode)
+        fsdp=False,
     ),
 }
 
