@@ -44,7 +44,7 @@ def ray_cell(
 
 def harness(*args: str) -> list[str]:
     return [
-        sys.executable, str(RUN_PY), "execute", *args,
+        sys.executable, str(RUN_PY), "execute", *args, "--no-preflight",  # stand-ins on a machine without GPUs
         "--miles-python", sys.executable, "--grace-s", "15", "--poll-interval-s", "0.1",
     ]  # fmt: skip
 
