@@ -34,6 +34,7 @@ import numpy as np
 from scipy import stats
 
 from miles.utils.bench_metrics import METRICS
+from scripts.benchmark.analysis.compare import STEP_TIME_FAMILY  # one family for the report and the check
 from scripts.benchmark.analysis.verdict import practical_verdict, verdict_words
 from scripts.benchmark.report.render import markdown_table
 
@@ -70,16 +71,6 @@ DEFAULT_GATES: dict[str, MetricGate] = {
     "train_tflops_per_gpu": MetricGate(threshold=0.03, required=False),
     "train_mfu": MetricGate(threshold=0.03, required=False),
 }
-
-
-STEP_TIME_FAMILY = (
-    "step_time_s",
-    "train_tokens_per_s",
-    "rollout_tokens_per_gpu_s",
-    "train_tflops_per_gpu",
-    "train_mfu",
-)
-"""Step time and the throughputs measured on the same steps: one family, tested in this order (fixed sequence)."""
 
 
 @dataclass(frozen=True, kw_only=True)
