@@ -355,7 +355,7 @@ def test_a_signal_while_the_end_of_run_report_is_written_stops_it_and_is_recorde
         late.append(signum)
 
     previous = signal.signal(signal.SIGINT, harness_handler)
-    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    timer = threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT))  # the report takes longer than this
     try:
         timer.start()
         report_after_run(manifest, MatrixProgress(total_cells=0, stream=io.StringIO(), live=False))
