@@ -1,4 +1,4 @@
-"""Test helper: write run folders with schema-v1 records whose truth is known.
+"""Test helper: write run folders with schema-v2 records whose truth is known.
 
 - `SyntheticCell` describes one cell: per-phase mean seconds, noise (coefficient of variation, AR(1) coefficient),
   a warm-up of `warmup_steps` steps that start `warmup_factor` times slower and decay linearly to 1, repeats, and

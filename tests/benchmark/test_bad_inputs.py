@@ -261,7 +261,6 @@ def test_bad_input(case: Case, tmp_path: Path, read_only_dir: Path, monkeypatch)
 
 
 EXTRAS = [
-    ("report", "matplotlib", "analysis", lambda s: ["report", str(s.run_folder("r", "{}"))]),
     ("record", "sqlalchemy", "analysis", lambda s: ["record", str(s.path("r")), "--store", s.store(), "--create"]),
     ("history", "sqlalchemy", "analysis", lambda s: ["history", "--store", s.store(), "--create"]),
     ("convert-data", "pyarrow", "verl", lambda s: _convert(s, "0", "5")),

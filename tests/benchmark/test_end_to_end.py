@@ -88,7 +88,7 @@ def test_dry_run_edit_execute_report_record_check(tmp_path: Path):
         map(math.isnan, miles_cell["samples"]["step_time_s"][0])
     )
     assert "## Miles vs VERL: fsdp / colocate" in (run_dir / "report.md").read_text()
-    for name in ("report.html", "plots/phase_bars.png", "plots/step_times.png", "plots/ratios.png"):
+    for name in ("report.html", "plots/phase_bars.svg", "plots/step_times.svg", "plots/ratios.svg"):
         assert (run_dir / name).stat().st_size > 0, name
     assert "Miles vs VERL at a glance" in executed.stdout and "**fsdp / colocate**" in executed.stdout
 

@@ -274,7 +274,7 @@ class TestEquivalenceVerdicts:
         assert verdicts(doc)["policy_loss"] == "not judged"
         assert learning_warning(doc, "fsdp", "colocate") is None
         assert "learning differs" not in (run_dir / "report.md").read_text()
-        assert "learning.png" in written and "## Do both learn the same?" in (run_dir / "report.md").read_text()
+        assert "learning.svg" in written and "## Do both learn the same?" in (run_dir / "report.md").read_text()
 
     def test_a_planted_reward_drift_is_called_different_and_warned_in_the_headline(self, tmp_path):
         run_dir, doc, _ = learning_run(

@@ -2,10 +2,11 @@
 
 import json
 import math
+import os
 import re
-import struct
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -54,10 +55,13 @@ def comparison(doc: dict, backend: str, metric: str) -> dict:
     return next(c for c in doc["comparisons"] if c["backend"] == backend and c["metric"] == metric)
 
 
-def png_size(path: Path) -> tuple[int, int]:
-    header = path.read_bytes()[:24]
-    assert header[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
-    return struct.unpack(">II", header[16:24])
+def svg_size(path: Path) -> tuple[int, int]:
+    """The pixel size an SVG chart declares (and its viewBox agrees with); parsing it proves it is well-formed."""
+    root = ET.parse(path).getroot()
+    assert root.tag == "{http://www.w3.org/2000/svg}svg", f"{path} is not an SVG"
+    size = int(root.get("width")), int(root.get("height"))
+    assert root.get("viewBox") == f"0 0 {size[0]} {size[1]}"
+    return size
 
 
 def markdown_tables(text: str) -> list[list[str]]:
@@ -169,19 +173,19 @@ class TestPlantedDifferences:
 
 
 class TestOutputs:
-    def test_plots_are_pngs_of_the_expected_size(self, planted_run):
+    def test_plots_are_svgs_of_the_expected_size(self, planted_run):
         run_dir, doc = planted_run
         expected = {
-            "phase_bars.png": phase_bars_size_px(doc),
-            "step_times.png": step_times_size_px(2),
-            "ratios.png": ratio_chart_size_px(doc),
+            "phase_bars.svg": phase_bars_size_px(doc),
+            "step_times.svg": step_times_size_px(2),
+            "ratios.svg": ratio_chart_size_px(doc),
         }
         assert step_times_size_px(2) == (1000, 660)  # one panel per pair: two pairs
         assert phase_bars_size_px(doc) == (1000, round(150 + 34 * 4.6))  # four rows, a gap between the pairs
         for name, size in expected.items():
             path = run_dir / "plots" / name
-            assert path.stat().st_size > 10_000, name
-            assert png_size(path) == size, name
+            assert path.stat().st_size > 2_000, name
+            assert svg_size(path) == size, name
 
     def test_markdown_tables_render(self, planted_run):
         """Every table: a header, a separator of the same width, rows of the same width; GitHub's size limit."""
@@ -236,7 +240,7 @@ class TestOutputs:
     def test_html_is_self_contained(self, planted_run):
         run_dir, _ = planted_run
         page = (run_dir / "report.html").read_text()
-        assert page.count("data:image/png;base64,") == 3
+        assert page.count("data:image/svg+xml;base64,") == 3
         assert 'src="plots/' not in page and "<table>" in page
 
 
@@ -332,6 +336,26 @@ class TestRepeatsAndFaults:
         assert doc["incomplete"][0]["state"] == "empty" and doc["comparisons"] == []
         text = written["report.md"].read_text()
         assert "(no CI)" in text and "No steady state: `miles-fsdp-colocate`" in text
+
+    def test_records_written_in_schema_v1_are_read_like_their_v2_lines(self, tmp_path):
+        """Folders recorded before schema v2 (no rollout_wait, no overlap_s) still report, with the same numbers."""
+        cells = [SyntheticCell(framework="miles", seed=1), SyntheticCell(framework="verl", seed=2)]
+        run_dir = write_run_folder(tmp_path, cells)
+        doc_v2 = analyse_run_folder(run_dir, AnalysisSettings(reps=REPS))
+        for metrics in run_dir.glob("cells/*/rep-*/metrics.jsonl"):
+            lines = []
+            for line in metrics.read_text().splitlines():
+                record = json.loads(line)
+                record.pop("overlap_s")
+                record["phases_s"].pop("rollout_wait")
+                lines.append(json.dumps({**record, "schema_version": 1}))
+            metrics.write_text("\n".join(lines) + "\n")
+        doc_v1 = analyse_run_folder(run_dir, AnalysisSettings(reps=REPS))
+        for v1, v2 in zip(doc_v1["cells"], doc_v2["cells"], strict=True):
+            assert v1["summaries"]["step_time_s"] == v2["summaries"]["step_time_s"]
+            assert v1["summaries"]["phases_s.generate"] == v2["summaries"]["phases_s.generate"]
+        for metric in ("step_time_s", "phases_s.generate", "train_tokens_per_s"):
+            assert comparison(doc_v1, "fsdp", metric)["ratio"] == comparison(doc_v2, "fsdp", metric)["ratio"]
 
     def test_single_framework_run_reports_cells_without_comparison(self, tmp_path):
         run_dir = write_run_folder(tmp_path, planted_cells()[:1], write_parity=False)
@@ -469,18 +493,22 @@ class TestCommand:
         )
         assert "environment" not in result.output.lower()  # the records stay in the files
         assert f"  {run_dir / 'report.md'}\n" in result.output and f"  {run_dir / 'report.json'}\n" in result.output
-        for name in ("report.md", "report.json", "report.html", "plots/ratios.png"):
+        for name in ("report.md", "report.json", "report.html", "plots/ratios.svg"):
             assert (run_dir / name).is_file(), name
 
     def test_run_py_report_as_a_maintainer_types_it(self, tmp_path):
-        """The real entry point in a subprocess: `python3 scripts/benchmark/run.py report DIR`."""
+        """The real entry point in a subprocess: `python3 scripts/benchmark/run.py report DIR`; it needs no plotting
+        library (matplotlib is made unimportable here) and imports none."""
         run_dir = write_run_folder(tmp_path, planted_cells()[:2])
         repo = Path(__file__).resolve().parents[2]
         argv = [sys.executable, str(repo / "scripts/benchmark/run.py"), "report", str(run_dir), "--reps", "200"]
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        blocker = repo / "tests/benchmark/standins/blocker"
+        env = {**os.environ, "PYTHONPATH": str(blocker), "BENCH_TEST_BLOCK_MODULES": "matplotlib"}
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
         assert result.returncode == 0, result.stderr
         assert "**Miles vs VERL at a glance**" in result.stdout and str(run_dir / "report.html") in result.stdout
         validate_report_file(run_dir / "report.json")
+        assert all((run_dir / "plots" / f"{name}.svg").is_file() for name in ("phase_bars", "step_times", "ratios"))
 
     def test_not_a_run_folder_is_a_clear_error(self, tmp_path):
         result = CliRunner().invoke(self.app(), ["report", str(tmp_path)])

@@ -1,19 +1,26 @@
-"""The report's plots are readable: on an 8-cell run (four Miles/VERL pairs), no two texts overlap, every text is
-inside the picture, legends sit outside the data, and colours say what the verdicts say."""
+"""The report's charts are readable: on an 8-cell run (four Miles/VERL pairs), laid out by a real browser (headless
+Chromium), no two texts overlap, every text is inside the picture, legends sit outside the data, and colours say
+what the verdicts say."""
 
 from __future__ import annotations
 
-import itertools
+import json
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
-from matplotlib.container import ErrorbarContainer
 
 from scripts.benchmark.analysis.document import analyse_run_folder
 from scripts.benchmark.analysis.settings import AnalysisSettings
 from scripts.benchmark.analysis.verdict import Practical
+from scripts.benchmark.report.learning import plot_learning
 from scripts.benchmark.report.palette import VERDICT_COLORS
-from scripts.benchmark.report.plots import phase_bars_figure, ratios_figure, step_times_figure
+from scripts.benchmark.report.plots import phase_bars_svg, ratios_svg, step_times_svg
+from scripts.benchmark.report.svg import Canvas, nice_ticks, tick_label
+from tests.benchmark.headless_chromium import chromium_binary, dump_dom
 from tests.benchmark.synthetic_runs import gap_pair, write_run_folder
+from tests.benchmark.test_learning import add_learning
 
 PAIRS = [
     ("fsdp", "colocate", {"train": 10.0}),
@@ -21,6 +28,24 @@ PAIRS = [
     ("megatron", "colocate", {"train": -6.0}),
 ]
 PAIRS += [("megatron", "disaggregated", {"generate": 0.2})]
+SVG = "{http://www.w3.org/2000/svg}"
+
+MEASURE = """<script>
+window.addEventListener("load", () => {
+  const boxes = (sel) => [...document.querySelectorAll(sel)].map((e) => {
+    const r = e.getBoundingClientRect();
+    return {text: e.textContent, cls: e.getAttribute("class") || "", x0: r.left, y0: r.top, x1: r.right, y1: r.bottom};
+  });
+  const svg = document.querySelector("svg").getBoundingClientRect();
+  const out = document.createElement("pre");
+  out.id = "measured";
+  out.textContent = JSON.stringify({
+    texts: boxes("svg text"), frames: boxes("svg rect.frame"),
+    svg: {x0: svg.left, y0: svg.top, x1: svg.right, y1: svg.bottom},
+  });
+  document.body.appendChild(out);
+});
+</script>"""
 
 
 @pytest.fixture(scope="module")
@@ -28,112 +53,146 @@ def matrix_doc(tmp_path_factory):
     cells = []
     for k, (backend, layout, extra) in enumerate(PAIRS):
         cells += gap_pair(extra, backend=backend, layout=layout, num_steps=150, cv=0.01, seed=10 * k)
-    return analyse_run_folder(write_run_folder(tmp_path_factory.mktemp("matrix"), cells), AnalysisSettings(reps=1000))
+    run_dir = write_run_folder(tmp_path_factory.mktemp("matrix"), cells)
+    add_learning(run_dir, {})
+    return analyse_run_folder(run_dir, AnalysisSettings(reps=1000))
 
 
-def _tick_labels(ax) -> tuple[list, set[int]]:
-    """The tick labels matplotlib draws (ticks inside the view, label shown), and the ids of all tick labels."""
-    drawn, every = [], set()
-    for axis in (ax.xaxis, ax.yaxis):
-        low, high = sorted(axis.get_view_interval())
-        for tick in axis.get_major_ticks() + axis.get_minor_ticks():
-            every |= {id(tick.label1), id(tick.label2)}
-            if low - 1e-9 <= tick.get_loc() <= high + 1e-9:
-                drawn += [label for label in (tick.label1, tick.label2) if label.get_visible()]
-    return drawn, every
+def measured_layout(svg_text: str, tmp_path: Path) -> dict:
+    """Every text's box and every plot frame's box, as Chromium lays the chart out."""
+    if chromium_binary() is None:
+        pytest.fail("chromium is not installed: apt-get install chromium (.ci/run installs it)")
+    page = tmp_path / "chart.html"
+    page.write_text(f'<!DOCTYPE html><html><body style="margin:0">{svg_text}{MEASURE}</body></html>')
+    width, height = (int(float(v)) for v in re.search(r'width="(\d+)" height="(\d+)"', svg_text).groups())
+    dom = dump_dom(page, width=width + 20, height=height + 20)
+    return json.loads(dom.split('<pre id="measured">', 1)[1].split("</pre>", 1)[0].replace("&quot;", '"'))
 
 
-def visible_texts(fig) -> list[tuple[str, object]]:
-    """(text, window extent) of every drawn, non-empty text of the figure, tick labels and legends included."""
-    from matplotlib.text import Text
-
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
-    drawn, tick_ids = [], set()
-    for ax in fig.axes:
-        labels, ids = _tick_labels(ax)
-        drawn += labels
-        tick_ids |= ids
-    drawn += [t for t in fig.findobj(Text) if id(t) not in tick_ids and t.get_visible()]
-    return [(t.get_text(), t.get_window_extent(renderer)) for t in drawn if t.get_text().strip()]
+def overlaps(a: dict, b: dict, slack: float = 0.5) -> bool:
+    return (
+        a["x0"] < b["x1"] - slack
+        and b["x0"] < a["x1"] - slack
+        and a["y0"] < b["y1"] - slack
+        and b["y0"] < a["y1"] - slack
+    )
 
 
-def assert_readable(fig) -> None:
-    texts = visible_texts(fig)
-    for (a, box_a), (b, box_b) in itertools.combinations(texts, 2):
-        assert not box_a.overlaps(box_b), f"{a!r} overlaps {b!r}"
-    width, height = fig.canvas.get_width_height()
-    for text, box in texts:
-        assert box.x0 >= 0 and box.y0 >= 0 and box.x1 <= width and box.y1 <= height, f"{text!r} is cut off: {box}"
+def assert_readable(layout: dict) -> None:
+    texts = [t for t in layout["texts"] if t["text"].strip()]
+    for i, a in enumerate(texts):
+        for b in texts[i + 1 :]:
+            assert not overlaps(a, b), f"{a['text']!r} overlaps {b['text']!r}"
+    box = layout["svg"]
+    for t in texts:
+        inside = t["x0"] >= box["x0"] and t["y0"] >= box["y0"] and t["x1"] <= box["x1"] and t["y1"] <= box["y1"]
+        assert inside, f"{t['text']!r} is cut off: {t}"
 
 
-def assert_legends_outside_the_data(fig) -> None:
-    renderer = fig.canvas.get_renderer()
-    legends = fig.legends + [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
-    assert legends
+def assert_legends_outside_the_data(layout: dict) -> None:
+    legends = [t for t in layout["texts"] if "legend" in t["cls"].split()]
+    assert legends and layout["frames"]
     for legend in legends:
-        for ax in fig.axes:
-            assert not legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
+        for frame in layout["frames"]:
+            assert not overlaps(legend, frame), f"legend {legend['text']!r} lies on the data"
 
 
-@pytest.mark.parametrize("build", [phase_bars_figure, ratios_figure, step_times_figure])
-def test_no_text_overlaps_or_is_cut_off(matrix_doc, build):
-    fig = build(matrix_doc)
-    try:
-        assert_readable(fig)
-        assert_legends_outside_the_data(fig)
-    finally:
-        import matplotlib.pyplot as plt
-
-        plt.close(fig)
+def learning_svg(doc: dict, tmp_path: Path) -> str:
+    path = plot_learning(doc, tmp_path / "learning.svg")
+    return path.read_text()
 
 
-def test_overlap_check_catches_overprinted_labels(matrix_doc):
-    """The check itself fails on the old layout's fault: eight long labels on one x axis of 1000 px."""
-    import matplotlib.pyplot as plt
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda doc, _: phase_bars_svg(doc).to_svg(),
+        lambda doc, _: ratios_svg(doc).to_svg(),
+        lambda doc, _: step_times_svg(doc).to_svg(),
+        learning_svg,
+    ],
+    ids=["phase_bars", "ratios", "step_times", "learning"],
+)
+def test_no_text_overlaps_or_is_cut_off(matrix_doc, build, tmp_path):
+    layout = measured_layout(build(matrix_doc, tmp_path), tmp_path)
+    assert_readable(layout)
+    assert_legends_outside_the_data(layout)
 
-    fig, ax = plt.subplots(figsize=(6, 3), dpi=100)
-    ax.set_xticks(range(8), [f"{c['id']}\nn/a: ref_logprob" for c in matrix_doc["cells"]])
+
+def test_overlap_check_catches_overprinted_labels(tmp_path):
+    """The check itself fails on a chart whose labels are printed on top of each other."""
+    svg = Canvas(300, 100, "overprinted")
+    for k in range(3):
+        svg.text(10 + 4 * k, 50, f"megatron / disaggregated {k}", size=13)
     with pytest.raises(AssertionError, match="overlaps"):
-        assert_readable(fig)
-    plt.close(fig)
+        assert_readable(measured_layout(svg.to_svg(), tmp_path))
+
+
+def _texts(svg: Canvas, cls: str) -> list[ET.Element]:
+    root = ET.fromstring(svg.to_svg())
+    return [e for e in root.iter(f"{SVG}text") if cls in (e.get("class") or "").split()]
 
 
 def test_phase_bars_put_each_pair_side_by_side(matrix_doc):
-    fig = phase_bars_figure(matrix_doc)
-    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    svg = phase_bars_svg(matrix_doc)
+    labels = [e.text for e in _texts(svg, "ylabel")]
     assert labels[:2] == ["fsdp / colocate  Miles", "fsdp / colocate  VERL"] and len(labels) == 8
-    notes = [t.get_text() for t in fig.texts]
+    notes = [e.text for e in _texts(svg, "note")]
     assert notes == ["Not reported, left out of the bar: VERL: ref_logprob"]  # once, not under every label
 
 
 def test_ratio_forest_colours_follow_the_practical_verdict(matrix_doc):
-    fig = ratios_figure(matrix_doc)
-    ax = fig.axes[0]
-    ticks = [t.get_text() for t in ax.get_yticklabels()]
-    colours = {}
-    for container in [c for c in ax.containers if isinstance(c, ErrorbarContainer)]:
-        line = container.lines[0]
-        y = round(float(line.get_ydata()[0]))
-        colours[y] = line.get_color()
-    fsdp_step = ticks.index("step_time_s")  # the first pair: Miles 10% slower
-    megatron_step = ticks.index("step_time_s", ticks.index("megatron / colocate"))  # Miles 6% faster
-    equal_step = ticks.index("step_time_s", ticks.index("fsdp / disaggregated"))
+    root = ET.fromstring(ratios_svg(matrix_doc).to_svg())
+    labels = [(e.text, float(e.get("y"))) for e in root.iter(f"{SVG}text") if e.get("class") == "ylabel"]
+    colours = {float(c.get("cy")): c.get("fill") for c in root.iter(f"{SVG}circle") if c.get("class") == "ratio"}
+    names = [name for name, _ in labels]
+    fsdp_step = labels[names.index("step_time_s")][1]  # the first pair: Miles 10% slower
+    megatron_step = labels[names.index("step_time_s", names.index("megatron / colocate"))][1]  # Miles 6% faster
+    equal_step = labels[names.index("step_time_s", names.index("fsdp / disaggregated"))][1]
     assert colours[fsdp_step] == VERDICT_COLORS[Practical.WORSE]
     assert colours[megatron_step] == VERDICT_COLORS[Practical.BETTER]
     assert colours[equal_step] == VERDICT_COLORS[Practical.NO_PRACTICAL_DIFFERENCE]
-    bands = [
-        p for p in ax.patches if p.get_label() == "practical threshold band" or p.get_facecolor()[:3] != (0, 0, 0)
-    ]
-    assert bands and all(abs(p.get_width() - 0.04) < 1e-9 for p in bands)  # +-2% around 1
+    frame = next(r for r in root.iter(f"{SVG}rect") if r.get("class") == "frame")
+    ticks = {e.text: float(e.get("x")) for e in root.iter(f"{SVG}text") if e.get("y") and not e.get("class")}
+    scale = _pixels_per_unit(ticks)
+    bands = [float(r.get("width")) for r in root.iter(f"{SVG}rect") if r.get("class") == "band"]
+    assert bands and all(abs(w / scale - 0.04) < 1e-3 for w in bands), (bands, scale, frame.attrib)  # +-2% around 1
+
+
+def _pixels_per_unit(ticks: dict[str, float]) -> float:
+    """Pixels per data unit along x, from two numeric tick labels of the x axis."""
+    numeric = sorted((float(t), x) for t, x in ticks.items() if re.fullmatch(r"-?\d+(\.\d+)?", t or ""))
+    (v0, x0), (v1, x1) = numeric[0], numeric[-1]
+    return (x1 - x0) / (v1 - v0)
 
 
 def test_step_times_overlay_a_pair_in_one_panel(matrix_doc):
-    fig = step_times_figure(matrix_doc)
-    assert len(fig.axes) == 4
-    for ax in fig.axes:
-        names = [line.get_label() for line in ax.get_lines() if not line.get_label().startswith("_")]
-        assert names[0] == "Miles" and "VERL" in names
-        assert any("steady from step" in n for n in names)
-        low, high = ax.get_ylim()
-        assert 80 < low and high < 130  # scaled to the 100-110 s steady steps, not to the 3x warm-up
+    svg = step_times_svg(matrix_doc)
+    root = ET.fromstring(svg.to_svg())
+    assert sum(1 for r in root.iter(f"{SVG}rect") if r.get("class") == "frame") == 4
+    legend = [e.text for e in _texts(svg, "legend")]
+    assert legend.count("Miles") == 4 and legend.count("VERL") == 4
+    assert sum("steady from step" in t for t in legend) == 8
+    ticks = [float(e.text) for e in root.iter(f"{SVG}text") if e.get("text-anchor") == "end" and not e.get("class")]
+    assert ticks and 80 < min(ticks) and max(ticks) < 130  # scaled to the 100-110 s steady steps, not the warm-up
+
+
+@pytest.mark.parametrize(
+    "low, high, labels",
+    [
+        (0.0, 112.0, ["0", "20", "40", "60", "80", "100"]),
+        (0.93, 1.07, ["0.94", "0.96", "0.98", "1.00", "1.02", "1.04", "1.06"]),
+        (-0.021, 0.024, ["-0.02", "-0.01", "0.00", "0.01", "0.02"]),
+        (2.2, 14.9, ["4", "6", "8", "10", "12", "14"]),
+    ],
+)
+def test_ticks_are_round_numbers_inside_the_range(low, high, labels):
+    ticks = nice_ticks(low, high, count=6)
+    assert [tick_label(t, ticks) for t in ticks] == labels
+    assert low <= ticks[0] and ticks[-1] <= high
+
+
+def test_labels_are_escaped(tmp_path):
+    svg = Canvas(200, 50, 'a <title> & "quote"')
+    svg.text(10, 20, "<b>&amp;</b>", size=12)
+    root = ET.fromstring(svg.to_svg())  # well-formed XML whatever the label holds
+    assert next(root.iter(f"{SVG}text")).text == "<b>&amp;</b>"

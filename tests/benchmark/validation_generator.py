@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from miles.utils.bench_metrics import SCHEMA_VERSION
 from tests.benchmark.synthetic_runs import SyntheticCell, matched_parity
 
 PHASE_SHARES = {"generate": 0.55, "train": 0.30, "old_logprob": 0.08, "weight_sync": 0.04, "other": 0.03}
@@ -103,7 +104,8 @@ def generate_runs(
 
 
 def records_of(runs: GeneratedRuns, index: int, framework: str) -> list[dict]:
-    """Schema-v1 record dicts of one generated run (no per-step objects needed to write them)."""
+    """Record dicts (the current schema) of one generated run (no per-step objects needed to write them); runs are
+    synchronous, so the trainer waits for the whole generation (rollout_wait = generate)."""
     out = []
     for k in range(runs.step_time.shape[1]):
         step_time = float(runs.step_time[index, k])
@@ -113,11 +115,11 @@ def records_of(runs: GeneratedRuns, index: int, framework: str) -> list[dict]:
         tflops = 6 * 1.7e9 * train_tokens / phases["train"] / 8 / 1e12
         out.append(
             {
-                "schema_version": 1,
+                "schema_version": SCHEMA_VERSION,
                 "framework": framework,
                 "step": k,
                 "step_time_s": step_time,
-                "phases_s": {**phases, "ref_logprob": None},
+                "phases_s": {**phases, "ref_logprob": None, "rollout_wait": phases["generate"]},
                 "tokens": {"prompt": PROMPT_TOKENS, "response": response},
                 "samples": 256,
                 "train_tflops_per_gpu": tflops,
@@ -125,11 +127,30 @@ def records_of(runs: GeneratedRuns, index: int, framework: str) -> list[dict]:
                 "train_tokens_per_s": train_tokens / phases["train"],
                 "rollout_tokens_per_gpu_s": response / phases["generate"] / 8,
                 "wait_ratio": 1 - phases["train"] / step_time,
+                "overlap_s": None,
                 "flags": [],
                 "raw": {},
+                "learning": learning_of(runs, index, k, response),
             }
         )
     return out
+
+
+def learning_of(runs: GeneratedRuns, index: int, step: int, response: float) -> dict[str, float]:
+    """A learning block for one step: smooth trends plus noise drawn from the step's own step time, so both sides
+    learn alike and every value is reproducible from the run."""
+    wiggle = float(runs.step_time[index, step] / runs.level - 1)
+    progress = step / max(1, runs.step_time.shape[1] - 1)
+    return {
+        "reward_mean": 0.3 + 0.3 * progress + wiggle,
+        "response_length_mean": response / 256,
+        "truncation_fraction": 0.02 + 0.1 * abs(wiggle),
+        "entropy": 0.5 - 0.2 * progress + wiggle / 10,
+        "clip_fraction": 0.01 + abs(wiggle) / 10,
+        "approx_kl": 5e-4 + abs(wiggle) / 100,
+        "grad_norm": 0.3 + wiggle,
+        "policy_loss": wiggle,
+    }
 
 
 def write_generated_folder(

@@ -62,14 +62,17 @@ def not_comparable_reason(name: str, plan: dict[str, Any] | None) -> str | None:
 
 
 def step_means(cell: Cell, name: str, from_step: int) -> dict[int, float]:
-    """Step -> mean over the cell's repeats of the signal's finite values, from `from_step` on."""
-    values: dict[int, list[float]] = {}
-    for repeat in cell.repeats:
-        steps, column = _column(repeat, f"learning.{name}")
-        for step, value in zip(steps.tolist(), column.tolist(), strict=True):
-            if step >= from_step and math.isfinite(value):
-                values.setdefault(step, []).append(value)
-    return {step: float(np.mean(v)) for step, v in sorted(values.items())}
+    """Step -> mean over the cell's repeats of the signal's finite values, from `from_step` on (vectorised: a
+    10,000-step run has 10,000 steps per signal)."""
+    pairs = [_column(repeat, f"learning.{name}") for repeat in cell.repeats]
+    if not pairs:
+        return {}
+    steps = np.concatenate([s for s, _ in pairs]).astype(np.int64)
+    values = np.concatenate([v for _, v in pairs]).astype(float)
+    keep = (steps >= from_step) & np.isfinite(values)
+    unique, index = np.unique(steps[keep], return_inverse=True)
+    means = np.bincount(index, weights=values[keep], minlength=len(unique)) / np.bincount(index, minlength=len(unique))
+    return dict(zip(unique.tolist(), means.tolist(), strict=True))
 
 
 def _column(repeat, name: str) -> tuple[np.ndarray, np.ndarray]:

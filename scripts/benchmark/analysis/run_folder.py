@@ -1,7 +1,7 @@
 """Read a run folder  into cells: repeats of one (framework, backend, layout), with their step records.
 
 - `read_run_folder(run_dir)` reads manifest.json, plan.json and parity.json (each optional but the manifest) and,
-  for every cell repeat in state "complete", its metrics.jsonl (schema v1) and environment.json.
+  for every cell repeat in state "complete", its metrics.jsonl (schema v2 or v1) and environment.json.
 - `REPORT_METRICS` are the metrics the report summarises: every `METRICS` key of bench_metrics plus the derived
   per-token costs and the mean response length; each complete repeat holds them as columns (step_columns.py).
 - Repeats in any other state are kept as `IncompleteRepeat`s so the report can say what is missing and why.

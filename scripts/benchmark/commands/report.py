@@ -1,10 +1,10 @@
 """`run.py report DIR`: steady state, summaries with CIs, Miles/VERL comparison and plots for one run folder.
 
 - Reads DIR/manifest.json, each complete repeat's metrics.jsonl and environment.json, DIR/plan.json, DIR/parity.json.
-- Writes DIR/report.md, DIR/report.json, DIR/report.html and DIR/plots/*.png; prints the Verdict
+- Writes DIR/report.md, DIR/report.json, DIR/report.html and DIR/plots/*.svg; prints the Verdict
   section of report.md and the paths written (the whole report, with every environment record, is in the files).
 - Exit status: 0 when the report was written; 1 when DIR has no complete cell; 2 when DIR is not a run folder
-  (no or unreadable manifest.json) or an option is out of range, or the 'analysis' extra is missing.
+  (no or unreadable manifest.json) or an option is out of range.
 
 Caveats:
 - Refused comparisons (parity, hardware) are reported, not errors: the exit status stays 0.
@@ -68,8 +68,7 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--confidence must be in (0, 1), got {confidence}")
         if reps < 100:
             raise UserError(f"--reps must be at least 100 for a percentile interval, got {reps}")
-        for module in ("matplotlib", "scipy"):
-            require(module)
+        require("scipy")
         manifest = run_dir / "manifest.json"
         if not manifest.is_file():
             raise UserError(f"{manifest} not found: {run_dir} is not a benchmark run folder")

@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from miles.utils.bench_metrics import STEP_PHASES as PHASES  # the phases that partition the step
 from scripts.benchmark.analysis.verdict import (
     DEFAULT_PRACTICAL_THRESHOLD,
@@ -105,13 +107,20 @@ def tokens_per_step(cell: dict[str, Any]) -> float | None:
     """Mean trained tokens per steady step, from the per-step train seconds and train seconds per 1k tokens."""
     samples = cell.get("samples") or {}
     train, per_1k = samples.get("phases_s.train") or [], samples.get("train_s_per_1k_tokens") or []
-    tokens = [
-        1000 * t / c
-        for ts, cs in zip(train, per_1k, strict=False)
-        for t, c in zip(ts, cs, strict=False)
-        if isinstance(t, int | float) and isinstance(c, int | float) and c > 0 and math.isfinite(t / c)
-    ]
-    return sum(tokens) / len(tokens) if tokens else None
+    ratios = []
+    for ts, cs in zip(train, per_1k, strict=False):
+        n = min(len(ts), len(cs))
+        t, c = _numbers(ts[:n]), _numbers(cs[:n])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = 1000 * t / c
+        ratios.append(ratio[(c > 0) & np.isfinite(ratio)])
+    tokens = np.concatenate(ratios) if ratios else np.zeros(0)
+    return float(tokens.mean()) if len(tokens) else None
+
+
+def _numbers(values: list[Any]) -> np.ndarray:
+    """A sample list as floats: missing values and anything that is not a number (a non-finite marker) are NaN."""
+    return np.asarray([v if isinstance(v, int | float) and not isinstance(v, bool) else np.nan for v in values], float)
 
 
 def _bar(label: str, phases: dict[str, float], step_s: float | None, cell: dict[str, Any] | None) -> CardBar:

@@ -3,7 +3,7 @@
 - `learning_blocks(doc, images)`: per Miles/VERL pair, a table of every learning signal (both sides' window means,
   the paired difference with its interval, the margin, the verdict and why) and how much of the generate-time gap
   the response-length gap explains.
-- `plot_learning(doc, path)`: one PNG, a panel per signal and pair, both frameworks' trajectories, the judged
+- `plot_learning(doc, path)`: one SVG, a panel per signal and pair, both frameworks' trajectories, the judged
   window shaded.
 - `learning_warning(doc, backend, layout)`: the sentence a pair's throughput verdict must carry when its learning
   differs or its equivalence is not shown (None when every judged signal is equivalent).
@@ -11,15 +11,27 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
+from scripts.benchmark.report.plots import SIDE_COLORS, SIDE_NAMES
 from scripts.benchmark.report.render import Heading, Paragraph, Table
+from scripts.benchmark.report.svg import (
+    Canvas,
+    Frame,
+    LegendKey,
+    draw_border,
+    draw_x_axis,
+    draw_y_axis,
+    legend_row,
+)
 
 LEARNING_PLOT_TITLE = "Learning signals over steps, Miles vs VERL, judged window shaded"
 PANEL_PX = (520, 220)
 PANEL_COLUMNS = 2
-DPI = 100
+PANEL_FONT = 10
+LEGEND_PX = 40
 
 
 def learning_pair(doc: dict[str, Any], backend: str, layout: str) -> dict[str, Any] | None:
@@ -138,40 +150,57 @@ def learning_blocks(doc: dict[str, Any], images: dict[str, str]) -> list[Any]:
     return blocks
 
 
-def _draw_panel(ax, pair: dict[str, Any], row: dict[str, Any]) -> None:
+def _draw_panel(svg: Canvas, frame: Frame, pair: dict[str, Any], row: dict[str, Any], index: int) -> None:
     series = pair["series"][row["signal"]]
-    for framework, label in (("miles", "Miles"), ("verl", "VERL")):
+    last = max([pair["from_step"], *series["miles"]["steps"], *series["verl"]["steps"]])
+    svg.rect(frame.x(pair["from_step"]), frame.top, frame.x(last) - frame.x(pair["from_step"]), frame.height,
+             "#e6e6e6", cls="judged-window")  # fmt: skip
+    svg.group(f"learning-{index}", frame.left, frame.top, frame.width, frame.height)
+    for framework in ("miles", "verl"):
         points = series[framework]
-        if points["steps"]:
-            ax.plot(points["steps"], points["values"], label=label, linewidth=1)
-    ax.axvspan(
-        pair["from_step"], max([pair["from_step"], *series["miles"]["steps"], *series["verl"]["steps"]]), color="0.9"
-    )
-    ax.set_title(f"{pair['backend']}/{pair['layout']} {row['signal']} ({row['unit']}): {row['verdict']}", fontsize=8)
-    ax.tick_params(labelsize=7)
-    if series["miles"]["steps"] or series["verl"]["steps"]:
-        ax.legend(fontsize=7)
+        svg.path(
+            frame.pixels(points["steps"], points["values"]),
+            SIDE_COLORS[framework],
+            width=1.2,
+            columns=int(frame.width),
+            cls=f"trace {framework}",
+        )
+    svg.end_group()
+    draw_y_axis(svg, frame, label="", size=PANEL_FONT, count=5)
+    draw_x_axis(svg, frame, label="", size=PANEL_FONT, count=5, grid=False)
+    draw_border(svg, frame)
+    title = f"{pair['backend']}/{pair['layout']} {row['signal']} ({row['unit']}): {row['verdict']}"
+    svg.text(frame.left, frame.top - 12, title, size=PANEL_FONT + 1, cls="title")
+
+
+def _panel_range(pair: dict[str, Any], row: dict[str, Any]) -> tuple[tuple[float, float], tuple[float, float]]:
+    series = pair["series"][row["signal"]]
+    steps = [pair["from_step"], *series["miles"]["steps"], *series["verl"]["steps"]]
+    values = [v for f in ("miles", "verl") for v in series[f]["values"] if v is not None and math.isfinite(v)]
+    low, high = (min(values), max(values)) if values else (0.0, 1.0)
+    pad = 0.05 * (high - low or abs(high) or 1.0)
+    return (float(min(steps)), float(max(steps))), (low - pad, high + pad)
+
+
+def learning_size_px(num_panels: int) -> tuple[int, int]:
+    return PANEL_PX[0] * PANEL_COLUMNS, PANEL_PX[1] * -(-num_panels // PANEL_COLUMNS) + LEGEND_PX
 
 
 def plot_learning(doc: dict[str, Any], path: Path) -> Path | None:
     """Every signal of every pair, one panel each; None when no pair has learning signals."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     panels = [(pair, row) for pair in doc.get("learning") or [] if pair["available"] for row in pair["signals"]]
     if not panels:
         return None
-    rows = -(-len(panels) // PANEL_COLUMNS)
-    size = (PANEL_PX[0] * PANEL_COLUMNS, PANEL_PX[1] * rows)
-    fig, axes = plt.subplots(rows, PANEL_COLUMNS, figsize=(size[0] / DPI, size[1] / DPI), dpi=DPI, squeeze=False)
-    for ax, (pair, row) in zip(axes.ravel(), panels, strict=False):
-        _draw_panel(ax, pair, row)
-    for ax in axes.ravel()[len(panels) :]:
-        ax.set_visible(False)
-    fig.subplots_adjust(hspace=0.6, wspace=0.2, left=0.06, right=0.98, top=0.97, bottom=0.03)
+    width, height = learning_size_px(len(panels))
+    svg = Canvas(width, height, LEARNING_PLOT_TITLE)
+    keys = [LegendKey(SIDE_NAMES[f], SIDE_COLORS[f], "line") for f in ("miles", "verl")]
+    legend_row(svg, [*keys, LegendKey("judged window", "#e6e6e6", "band")], center_x=width / 2, y=20, size=12)
+    for index, (pair, row) in enumerate(panels):
+        left = (index % PANEL_COLUMNS) * PANEL_PX[0]
+        top = LEGEND_PX + (index // PANEL_COLUMNS) * PANEL_PX[1]
+        x_range, y_range = _panel_range(pair, row)
+        frame = Frame(left + 70, top + 30, PANEL_PX[0] - 90, PANEL_PX[1] - 62, x_range, y_range)
+        _draw_panel(svg, frame, pair, row, index)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
+    Path(path).write_text(svg.to_svg(), encoding="utf-8")
     return Path(path)

@@ -1,15 +1,16 @@
-"""The report's PNG plots, drawn from the report.json document (matplotlib imported inside each function, Agg).
+"""The report's charts as SVG files, drawn from the report.json document (svg.py: no plotting library).
 
-- `phase_bars_figure(doc)`: per cell one horizontal bar of its median phase seconds, stacked; the cells of a
+- `phase_bars_svg(doc)`: per cell one horizontal bar of its median phase seconds, stacked; the cells of a
   Miles/VERL pair on adjacent rows under the pair's name, one scale for all; the median step time as a black tick
-  and a number. Phases a framework does not report are left out of its bar and named once, under the plot.
-- `step_times_figure(doc)`: one panel per pair, the Miles and VERL step-time traces overlaid (every repeat a line),
-  each side's steady-state window shaded in its colour; the y range follows the steady steps, so a flat series
-  looks flat even after a slow warm-up (points off the scale are counted in the panel).
-- `ratios_figure(doc)`: the Miles/VERL ratio of every metric with its interval, coloured by the practical verdict
+  and a number. Phases a framework does not report are left out of its bar and named once, under the chart.
+- `step_times_svg(doc)`: one panel per pair, the Miles and VERL step-time traces overlaid (every repeat a line),
+  each side's steady-state start dashed in its colour and the common steady window shaded; the y range follows
+  the steady steps, so a flat series looks flat even after a slow warm-up (points off the scale are counted in the
+  panel's title).
+- `ratios_svg(doc)`: the Miles/VERL ratio of every metric with its interval, coloured by the practical verdict
   (Miles better / worse beyond the threshold, no practical difference, inconclusive); the threshold band drawn.
-- Legends sit outside the data (above the axes). Sizes are fixed in pixels (`DPI`, the `*_PX` constants, no
-  tight bbox) and fonts are sized for GitHub's ~880 px display width. `plot_*` save a figure and return its path.
+- Legends sit outside the data (above the chart, or beside a panel). Sizes are fixed in pixels (the `*_PX`
+  constants) and fonts are sized for GitHub's ~880 px display width. `plot_*` write a file and return its path.
 
 Caveats:
 - Each `plot_*` returns None (and writes nothing) when there is nothing to draw.
@@ -21,64 +22,43 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from scripts.benchmark.analysis.verdict import Practical, practical_verdict
 from scripts.benchmark.report.palette import PHASE_COLORS, VERDICT_COLORS, VERDICT_LABELS
+from scripts.benchmark.report.svg import (
+    Canvas,
+    Frame,
+    LegendKey,
+    draw_border,
+    draw_x_axis,
+    draw_y_axis,
+    legend_column,
+    legend_row,
+    text_width,
+)
 
-DPI = 100
 WIDTH_PX = 1000
 BAR_ROW_PX = 34
 PAIR_GAP_ROWS = 0.6
 MARGIN_PX = 150
 STEP_PANEL_PX = 300
 RATIO_ROW_PX = 24
-FONT = 11
+FONT = 13
 SIDE_COLORS = {"miles": "#1f6feb", "verl": "#e36209"}
 SIDE_NAMES = {"miles": "Miles", "verl": "VERL"}
+INK = "#1f2328"
 
 
-class _Figures:
-    """The little of pyplot the plots use, on bare Figures (no pyplot: its import and figure registry cost time)."""
-
-    @staticmethod
-    def subplots(figsize: tuple[float, float], dpi: int, **kwargs):
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-
-        fig = Figure(figsize=figsize, dpi=dpi)
-        FigureCanvasAgg(fig)  # a raster canvas: text extents can be measured before saving
-        return fig, fig.subplots(**kwargs)
-
-    @staticmethod
-    def get_cmap(name: str):
-        import matplotlib
-
-        return matplotlib.colormaps[name]
-
-    @staticmethod
-    def close(fig) -> None:
-        """A bare Figure is not registered anywhere; it goes with its last reference."""
-
-
-def _pyplot():
-    return _Figures
-
-
-def _figure(height_px: float, **kwargs):
-    plt = _pyplot()
-    return plt.subplots(figsize=(WIDTH_PX / DPI, height_px / DPI), dpi=DPI, **kwargs)
-
-
-def _fractions(fig, top_px: float, bottom_px: float) -> None:
-    height = fig.get_figheight() * DPI
-    fig.subplots_adjust(top=1 - top_px / height, bottom=bottom_px / height)
-
-
-def save(fig, path: Path) -> Path:
+def save(svg: Canvas, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    # zlib level 1: a third of the encoding time of the default 6, files about a third larger.
-    fig.savefig(path, dpi=DPI, pil_kwargs={"compress_level": 1})
-    _pyplot().close(fig)
+    path.write_text(svg.to_svg(), encoding="utf-8")
     return path
+
+
+def _label_margin(labels: list[str], size: float, *, minimum: float = 120.0) -> float:
+    """Room left of a frame for its row labels (bold labels run wider than the estimate)."""
+    return max([minimum, *(1.1 * text_width(label, size) + 24 for label in labels)])
 
 
 def grouped_cells(doc: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
@@ -105,129 +85,134 @@ def phase_bars_size_px(doc: dict[str, Any]) -> tuple[int, int]:
     return WIDTH_PX, round(MARGIN_PX + BAR_ROW_PX * (rows[-1][0] + 1 if rows else 0))
 
 
-def phase_bars_figure(doc: dict[str, Any]):
-    from miles.utils.bench_metrics import STEP_PHASES as PHASES  # the phases that stack up to the step
+def _bar_segments(rows: list[tuple[float, str, dict[str, Any]]]) -> tuple[list[tuple], dict[str, set[str]]]:
+    """Per row: (y, [(phase, left, seconds)], step median, bar end); and the phases each side does not report."""
+    from miles.utils.bench_metrics import STEP_PHASES  # the phases that stack up to the step
 
-    rows = _bar_rows(doc)
-    if not rows:
-        return None
-    fig, ax = _figure(phase_bars_size_px(doc)[1])
-    missing: dict[str, set[str]] = {}
-    longest = 0.0
+    out, missing = [], {}
     for y, _, cell in rows:
-        left = 0.0
-        for phase in PHASES:
+        left, segments = 0.0, []
+        for phase in STEP_PHASES:
             value = cell["summaries"][f"phases_s.{phase}"]["median"]
             if value is None:
                 missing.setdefault(SIDE_NAMES.get(cell["framework"], cell["framework"]), set()).add(phase)
                 continue
-            ax.barh(y, value, left=left, height=0.8, color=PHASE_COLORS[phase], label=phase)
+            segments.append((phase, left, value))
             left += value
         step = cell["summaries"]["step_time_s"]["median"]
-        end = max(left, step or 0.0)
-        longest = max(longest, end)
+        out.append((y, segments, step, max(left, step or 0.0)))
+    return out, missing
+
+
+def phase_bars_svg(doc: dict[str, Any]) -> Canvas | None:
+    rows = _bar_rows(doc)
+    if not rows:
+        return None
+    width, height = phase_bars_size_px(doc)
+    bars, missing = _bar_segments(rows)
+    longest = max(end for *_, end in bars)
+    left = _label_margin([label for _, label, _ in rows], FONT)
+    bottom = height - (80 if missing else 55)
+    x_range, y_range = (0.0, longest * 1.12 or 1.0), (-0.5, rows[-1][0] + 0.5)
+    frame = Frame(left, 70, WIDTH_PX - 30 - left, bottom - 70, x_range, y_range, y_down=True)
+    svg = Canvas(width, height, "Phases per step (median, steady state), by pair")
+    draw_x_axis(svg, frame, label="median seconds per step (steady state)", size=FONT)
+    for (y, segments, step, end), (_, label, _) in zip(bars, rows, strict=True):
+        svg.text(frame.left - 8, frame.y(y), label, size=FONT, anchor="end", cls="ylabel")
+        for phase, start, seconds in segments:
+            svg.rect(frame.x(start), frame.y(y - 0.4), frame.x(start + seconds) - frame.x(start), 0.8 * _row(frame),
+                     PHASE_COLORS[phase], cls=f"bar {phase}")  # fmt: skip
         if step is not None:
-            ax.plot([step, step], [y - 0.45, y + 0.45], color="black", linewidth=2.5, label="step time (median)")
-        ax.annotate(
-            "n/a" if step is None else f"{step:.1f} s",
-            (end, y), xytext=(6, 0), textcoords="offset points", va="center", fontsize=FONT - 1,
-        )  # fmt: skip
-    ax.set_yticks([y for y, _, _ in rows], [label for _, label, _ in rows], fontsize=FONT)
-    ax.invert_yaxis()
-    ax.set_xlim(0, longest * 1.12 or 1)
-    ax.set_xlabel("median seconds per step (steady state)", fontsize=FONT)
-    ax.tick_params(axis="x", labelsize=FONT - 1)
-    _legend_above(fig, ax, ncol=7)
-    fig.subplots_adjust(left=0.28, right=0.97)
-    _fractions(fig, top_px=70, bottom_px=80 if missing else 55)
+            svg.line(frame.x(step), frame.y(y - 0.45), frame.x(step), frame.y(y + 0.45), INK, width=3)
+        number = "n/a" if step is None else f"{step:.1f} s"
+        svg.text(frame.x(end) + 8, frame.y(y), number, size=FONT - 1, cls="value")
+    draw_border(svg, frame)
+    shown = dict.fromkeys(phase for _, segments, _, _ in bars for phase, _, _ in segments)
+    keys = [LegendKey("step time (median)", INK, "line")] + [LegendKey(p, PHASE_COLORS[p]) for p in shown]
+    legend_row(svg, keys, center_x=WIDTH_PX / 2, y=22, size=FONT - 1)
     if missing:
         text = "; ".join(f"{side}: {', '.join(sorted(p))}" for side, p in sorted(missing.items()))
-        fig.text(0.01, 0.01, f"Not reported, left out of the bar: {text}", fontsize=FONT - 1, va="bottom")
-    return fig
+        svg.text(10, height - 14, f"Not reported, left out of the bar: {text}", size=FONT - 1, cls="note")
+    return svg
 
 
-def _legend_above(fig, ax, *, ncol: int) -> None:
-    handles, names = ax.get_legend_handles_labels()
-    unique = dict(zip(names, handles, strict=True))
-    fig.legend(
-        unique.values(), unique.keys(), loc="upper center", ncol=min(ncol, len(unique)), fontsize=FONT - 1,
-        frameon=False, bbox_to_anchor=(0.5, 1.0),
-    )  # fmt: skip
+def _row(frame: Frame) -> float:
+    """Pixels per category row of a frame whose y axis counts rows."""
+    return abs(frame.y(1.0) - frame.y(0.0))
 
 
-def _steady_values(cell: dict[str, Any]) -> list[float]:
+def _steady_values(cell: dict[str, Any]) -> np.ndarray:
     start = cell["steady_state"]["start_step"]
     values = []
     for series in cell["step_time_series"]:
-        cut = start if start is not None else series["steps"][len(series["steps"]) // 2] if series["steps"] else 0
-        values += [
-            y for s, y in zip(series["steps"], series["step_time_s"], strict=True) if s >= cut and y is not None
-        ]
-    return [v for v in values if math.isfinite(v)]
+        steps, times = np.asarray(series["steps"], dtype=float), np.asarray(series["step_time_s"], dtype=float)
+        cut = start if start is not None else (steps[len(steps) // 2] if len(steps) else 0)
+        values.append(times[(steps >= cut) & np.isfinite(times)])
+    return np.concatenate(values) if values else np.zeros(0)
 
 
 def _y_range(cells: list[dict[str, Any]]) -> tuple[float, float] | None:
     """The steady steps' range (0.5th to 99.5th percentile), padded; None when there is none."""
-    import numpy as np
-
-    values = [v for cell in cells for v in _steady_values(cell)]
-    if not values:
+    values = np.concatenate([_steady_values(cell) for cell in cells])
+    if not len(values):
         return None
     low, high = (float(x) for x in np.percentile(values, [0.5, 99.5]))
     pad = max(high - low, 0.02 * abs(high)) * 0.35
     return low - pad, high + pad
 
 
-def _trace_panel(ax, name: str, cells: list[dict[str, Any]]) -> None:
-    off_scale, last, starts = 0, 0, []
-    y_range = _y_range(cells)
+def _trace_panel(svg: Canvas, frame: Frame, name: str, cells: list[dict[str, Any]], index: int) -> None:
+    off_scale, starts, keys = 0, [], []
+    low, high = frame.y_range
+    svg.group(f"step-times-{index}", frame.left, frame.top, frame.width, frame.height)
     for cell in cells:
         color = SIDE_COLORS.get(cell["framework"], "gray")
         side = SIDE_NAMES.get(cell["framework"], cell["framework"])
         for k, series in enumerate(cell["step_time_series"]):
-            ys = [math.nan if y is None else y for y in series["step_time_s"]]
-            ax.plot(
-                series["steps"],
-                ys,
-                color=color,
-                linewidth=1,
-                alpha=0.9 if k == 0 else 0.5,
-                label=side if k == 0 else None,
-            )
-            last = max([last, *series["steps"]])
-            if y_range:
-                off_scale += sum(1 for y in ys if math.isfinite(y) and not y_range[0] <= y <= y_range[1])
+            points = frame.pixels(series["steps"], series["step_time_s"])
+            ys = np.asarray(series["step_time_s"], dtype=float)
+            svg.path(points, color, width=1.2, opacity=0.9 if k == 0 else 0.5, columns=int(frame.width),
+                     cls=f"trace {cell['framework']}")  # fmt: skip
+            off_scale += int(np.sum(np.isfinite(ys) & ((ys < low) | (ys > high))))
+        keys.append(LegendKey(side, color, "line"))
         steady = cell["steady_state"]
         if steady["start_step"] is not None:
             starts.append(steady["start_step"])
+            x = frame.x(steady["start_step"])
+            svg.line(x, frame.top, x, frame.bottom, color, width=1.4, dash="6 4")
             how = f"steady from step {steady['start_step']}" if steady["reached"] else "never steady: last half used"
-            ax.axvline(steady["start_step"], color=color, linestyle="--", linewidth=1.2, label=f"{side} {how}")
+            keys.append(LegendKey(f"{side} {how}", color, "dashed"))
     if starts:
-        ax.axvspan(max(starts), last, color="#8c959f", alpha=0.12, label="steady-state window (both)")
-    if y_range:
-        ax.set_ylim(*y_range)
+        svg.rect(frame.x(max(starts)), frame.top, frame.right - frame.x(max(starts)), frame.height, "#8c959f",
+                 opacity=0.15, cls="steady-window")  # fmt: skip
+        keys.append(LegendKey("steady-state window (both)", "#d5d9de", "band"))
+    svg.end_group()
+    draw_y_axis(svg, frame, label="step time (s)", size=FONT - 1)
+    draw_x_axis(svg, frame, label="", size=FONT - 1, grid=False)
+    draw_border(svg, frame)
     title = name + (f"  ({off_scale} warm-up/outlier points off the scale)" if off_scale else "")
-    ax.set_title(title, fontsize=FONT, loc="left")
-    ax.set_ylabel("step time (s)", fontsize=FONT)
-    ax.tick_params(labelsize=FONT - 1)
-    ax.legend(fontsize=FONT - 2, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    svg.text(frame.left, frame.top - 14, title, size=FONT, cls="title")
+    legend_column(svg, keys, left=frame.right + 18, top=frame.top + 8, size=FONT - 2)
 
 
 def step_times_size_px(num_panels: int) -> tuple[int, int]:
     return WIDTH_PX, STEP_PANEL_PX * num_panels + 60
 
 
-def step_times_figure(doc: dict[str, Any]):
+def step_times_svg(doc: dict[str, Any]) -> Canvas | None:
     groups = grouped_cells(doc)
     if not groups:
         return None
-    fig, axes = _figure(step_times_size_px(len(groups))[1], nrows=len(groups), ncols=1, squeeze=False)
-    for ax, (name, cells) in zip(axes[:, 0], groups, strict=True):
-        _trace_panel(ax, name, cells)
-    axes[-1, 0].set_xlabel("step", fontsize=FONT)
-    fig.subplots_adjust(left=0.08, right=0.70, hspace=0.45)
-    _fractions(fig, top_px=35, bottom_px=50)
-    return fig
+    width, height = step_times_size_px(len(groups))
+    svg = Canvas(width, height, "Step time over steps, Miles and VERL of a pair overlaid")
+    for index, (name, cells) in enumerate(groups):
+        steps = [s for cell in cells for series in cell["step_time_series"] for s in series["steps"]]
+        x_range = (float(min(steps, default=0)), float(max(steps, default=1)))
+        top = 40 + index * STEP_PANEL_PX
+        frame = Frame(90, top, 590, STEP_PANEL_PX - 85, x_range, _y_range(cells) or (0.0, 1.0))
+        _trace_panel(svg, frame, name, cells, index)
+    svg.text(frame.left + frame.width / 2, frame.bottom + 44, "step", size=FONT - 1, cls="xlabel")
+    return svg
 
 
 def ratio_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -265,44 +250,61 @@ def ratio_chart_size_px(doc: dict[str, Any]) -> tuple[int, int]:
     return WIDTH_PX, MARGIN_PX + RATIO_ROW_PX * len(_ratio_ticks(ratio_rows(doc))[1])
 
 
-def ratios_figure(doc: dict[str, Any]):
+def _ratio_range(rows: list[dict[str, Any]], thresholds: list[float]) -> tuple[float, float]:
+    values = [1.0 - max(thresholds), 1.0 + max(thresholds)]
+    values += [v for row in rows for v in (row["ratio"], row["ci_low"], row["ci_high"]) if v is not None]
+    values = [v for v in values if math.isfinite(v)]
+    low, high = min(values), max(values)
+    pad = 0.05 * (high - low or 0.1)
+    return low - pad, high + pad
+
+
+def ratios_svg(doc: dict[str, Any]) -> Canvas | None:
     rows = ratio_rows(doc)
     if not rows:
         return None
     positions, ticks = _ratio_ticks(rows)
-    fig, ax = _figure(ratio_chart_size_px(doc)[1])
-    for y, row in zip(positions, rows, strict=True):
-        verdict, threshold = ratio_verdict(doc, row)
-        ax.barh(y, 2 * threshold, left=1 - threshold, height=1.0, color="#d8dee4", label="practical threshold band")
+    width, height = ratio_chart_size_px(doc)
+    verdicts = [ratio_verdict(doc, row) for row in rows]
+    left = _label_margin([label for _, label, _ in ticks], FONT - 1)
+    y_range = (-0.5, ticks[-1][0] + 0.5)
+    frame = Frame(left, 60, WIDTH_PX - 30 - left, height - 115, _ratio_range(rows, [t for _, t in verdicts]), y_range,
+                  y_down=True)  # fmt: skip
+    svg = Canvas(width, height, "Miles/VERL ratios with confidence intervals, coloured by practical verdict")
+    draw_x_axis(svg, frame, label="Miles / VERL (above 1: Miles's number is larger)", size=FONT)
+    for y, text, heading in ticks:
+        svg.text(frame.left - 8, frame.y(y), text, size=FONT - 1, anchor="end", weight="bold" if heading else "normal",
+                 cls="ylabel")  # fmt: skip
+    for y, (_, threshold) in zip(positions, verdicts, strict=True):
+        svg.rect(frame.x(1 - threshold), frame.y(y - 0.5), frame.x(1 + threshold) - frame.x(1 - threshold),
+                 _row(frame), "#d8dee4", cls="band")  # fmt: skip
+    svg.line(frame.x(1.0), frame.top, frame.x(1.0), frame.bottom, INK, width=1)
+    for y, row, (verdict, _) in zip(positions, rows, verdicts, strict=True):
+        color, center = VERDICT_COLORS[verdict], frame.y(y)
         low = row["ci_low"] if row["ci_low"] is not None else row["ratio"]
         high = row["ci_high"] if row["ci_high"] is not None else row["ratio"]
-        ax.errorbar(
-            row["ratio"], y, xerr=[[max(0.0, row["ratio"] - low)], [max(0.0, high - row["ratio"])]], fmt="o",
-            color=VERDICT_COLORS[verdict], capsize=3, markersize=5, label=VERDICT_LABELS[verdict],
-        )  # fmt: skip
-    ax.axvline(1.0, color="black", linewidth=1)
-    ax.set_yticks([t[0] for t in ticks], [t[1] for t in ticks], fontsize=FONT - 1)
-    for label, (_, _, heading) in zip(ax.get_yticklabels(), ticks, strict=True):
-        label.set_fontweight("bold" if heading else "normal")
-    ax.set_ylim(ticks[-1][0] + 0.5, -0.5)
-    ax.set_xlabel("Miles / VERL (above 1: Miles's number is larger)", fontsize=FONT)
-    ax.tick_params(axis="x", labelsize=FONT - 1)
-    _legend_above(fig, ax, ncol=5)
-    fig.subplots_adjust(left=0.33, right=0.97)
-    _fractions(fig, top_px=60, bottom_px=55)
-    return fig
+        svg.line(frame.x(low), center, frame.x(high), center, color, width=1.5)
+        for end in (low, high):
+            svg.line(frame.x(end), center - 4, frame.x(end), center + 4, color, width=1.5)
+        svg.circle(frame.x(row["ratio"]), center, 4, color, cls="ratio")
+    draw_border(svg, frame)
+    shown = dict.fromkeys(verdict for verdict, _ in verdicts)
+    keys = [LegendKey("practical threshold band", "#d8dee4", "band")]
+    keys += [LegendKey(VERDICT_LABELS[v], VERDICT_COLORS[v], "marker") for v in shown]
+    legend_row(svg, keys, center_x=WIDTH_PX / 2, y=22, size=FONT - 1)
+    return svg
 
 
 def plot_phase_bars(doc: dict[str, Any], path: Path) -> Path | None:
-    fig = phase_bars_figure(doc)
-    return None if fig is None else save(fig, path)
+    svg = phase_bars_svg(doc)
+    return None if svg is None else save(svg, path)
 
 
 def plot_step_times(doc: dict[str, Any], path: Path) -> Path | None:
-    fig = step_times_figure(doc)
-    return None if fig is None else save(fig, path)
+    svg = step_times_svg(doc)
+    return None if svg is None else save(svg, path)
 
 
 def plot_ratios(doc: dict[str, Any], path: Path) -> Path | None:
-    fig = ratios_figure(doc)
-    return None if fig is None else save(fig, path)
+    svg = ratios_svg(doc)
+    return None if svg is None else save(svg, path)

@@ -189,7 +189,7 @@ def _inline_html(text: str) -> str:
 
 
 def render_html(blocks: list[Any], base_dir: Path) -> str:
-    """One self-contained page: the same blocks, images embedded as base64 PNG."""
+    """One self-contained page: the same blocks, images embedded as base64 data (SVG charts, PNG otherwise)."""
     body = []
     for block in blocks:
         if isinstance(block, Heading):
@@ -210,7 +210,8 @@ def render_html(blocks: list[Any], base_dir: Path) -> str:
             body.append(f"<pre>{html.escape(block.text)}</pre>")
         elif isinstance(block, Image):
             data = base64.b64encode((base_dir / block.path).read_bytes()).decode("ascii")
-            body.append(f'<figure><img alt="{html.escape(block.alt)}" src="data:image/png;base64,{data}"></figure>')
+            mime = "image/svg+xml" if block.path.endswith(".svg") else "image/png"
+            body.append(f'<figure><img alt="{html.escape(block.alt)}" src="data:{mime};base64,{data}"></figure>')
         elif isinstance(block, Details):
             inner = render_html(block.blocks, base_dir)
             inner = inner[inner.index("<body>") + 6 : inner.index("</body>")]

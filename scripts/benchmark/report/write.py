@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from scripts.benchmark.analysis.document import report_json_text
+from scripts.benchmark.analysis.document import report_json_bytes
 from scripts.benchmark.analysis.settings import AnalysisSettings
 from scripts.benchmark.contracts.report import ReportDocument
 from scripts.benchmark.report.headline import headline_markdown
@@ -62,20 +62,20 @@ def analyse_and_write(
 
 
 def write_report(doc: dict[str, Any], run_dir: Path) -> dict[str, Path]:
-    """report.json, plots/*.png, report.md and report.html in `run_dir`; returns what was written, by name."""
+    """report.json, plots/*.svg, report.md and report.html in `run_dir`; returns what was written, by name."""
     from scripts.benchmark.report.learning import LEARNING_PLOT_TITLE, plot_learning
     from scripts.benchmark.report.plots import plot_phase_bars, plot_ratios, plot_step_times
 
     run_dir = Path(run_dir)
     written: dict[str, Path] = {}
     plots = {
-        "Phases per step (median, steady state), by pair": ("phase_bars.png", plot_phase_bars),
+        "Phases per step (median, steady state), by pair": ("phase_bars.svg", plot_phase_bars),
         "Step time over steps, Miles and VERL of a pair overlaid, steady-state windows shaded": (
-            "step_times.png",
+            "step_times.svg",
             plot_step_times,
         ),
-        "Miles/VERL ratios with confidence intervals, coloured by practical verdict": ("ratios.png", plot_ratios),
-        LEARNING_PLOT_TITLE: ("learning.png", plot_learning),
+        "Miles/VERL ratios with confidence intervals, coloured by practical verdict": ("ratios.svg", plot_ratios),
+        LEARNING_PLOT_TITLE: ("learning.svg", plot_learning),
     }
     images = {}
     for title, (name, plot) in plots.items():
@@ -84,7 +84,7 @@ def write_report(doc: dict[str, Any], run_dir: Path) -> dict[str, Path]:
             images[title] = f"plots/{name}"
             written[name] = path
     ReportDocument.model_validate(doc)  # the writer goes through the same definition as record and check
-    (run_dir / "report.json").write_text(report_json_text(doc), encoding="utf-8")
+    (run_dir / "report.json").write_bytes(report_json_bytes(doc))
     written["report.json"] = run_dir / "report.json"
     markdown = render_markdown(build_blocks(doc, images))
     if len(markdown) > MARKDOWN_BUDGET:
