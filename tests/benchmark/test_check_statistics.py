@@ -104,22 +104,41 @@ class TestCheckSimulation:
         assert "| 2% | 5% | detection |" in render_table(result)
 
     def test_a_night_of_eight_cells_is_one_family(self):
-        """Unchanged nights of 8 cells (CV 2%, run and step noise): at most 5% raise any alarm, and a 5% step-time
-        regression in one cell is caught at least 90% of the time (3 repeats, 20 nights of history)."""
+        """Unchanged nights of 8 cells (CV 2%, run and step noise), runs independent or drifting together: at most 5%
+        raise any alarm, and a 5% step-time regression in one cell is caught at least 90% of the time (3 repeats,
+        30 nights of history)."""
         settings = SimulationSettings(
-            trials=200, nights=2000, seed=13, cvs=(0.02,), regressions=(0.0, 0.05), drift_cvs=(), night_cvs=(0.02,)
+            trials=200, nights=1500, seed=13, cvs=(0.02,), regressions=(0.0, 0.05), drift_cvs=(), night_cvs=(0.02,)
         )
         result = run_simulation(settings)
-        clean = next(r for r in result.night_rows if not r.outliers)
-        assert clean.false_alarms_per_night <= 0.05
-        assert clean.detection >= 0.90
-        assert clean.false_alarms_per_night > clean.false_alarms_per_cell  # a night is more than one cell
-        noisy = next(r for r in result.night_rows if r.outliers)
-        # 1% of runs per cell are 10-40% slow: 8% of nights hold one, and the check flags it (a slow run is slow).
-        assert noisy.false_alarms_per_night > clean.false_alarms_per_night
+        assert {r.run_phi for r in result.night_rows} == {0.0, 0.3}
+        for clean in (r for r in result.night_rows if not r.outliers):
+            assert clean.false_alarms_per_night <= 0.05
+            assert clean.detection >= 0.90
+            assert clean.false_alarms_per_night > clean.false_alarms_per_cell  # a night is more than one cell
+            noisy = next(r for r in result.night_rows if r.outliers and r.run_phi == clean.run_phi)
+            # 1% of runs per cell are 10-40% slow: 8% of nights hold one, and the check flags it (a slow run is slow).
+            assert noisy.false_alarms_per_night > clean.false_alarms_per_night
+
+    def test_unchanged_nights_stay_under_five_percent_at_any_noise(self):
+        """Where the practical threshold no longer filters (CV 10%: run-to-run SD about 5%), the test's own level
+        holds: at most 5% of unchanged 8-cell nights alarm, with independent and with correlated runs."""
+        settings = SimulationSettings(
+            trials=200,
+            nights=3000,
+            seed=14,
+            cvs=(0.10,),
+            regressions=(0.0, 0.05),
+            drift_cvs=(),
+            night_cvs=(0.10,),
+            design_cv=0.10,
+        )
+        for row in (r for r in run_simulation(settings).night_rows if not r.outliers):
+            assert row.false_alarms_per_night <= 0.05, row
 
     def test_drift_guard_catches_a_slow_drift_that_rolling_baselines_absorb(self):
-        """0.2% slower per night for 60 nights: every rolling gate misses it, the anchored check does not."""
+        """0.2% slower per night for 60 nights: every rolling gate misses it, the anchored check catches at least 90%
+        (at the night's level of 4% over 8 cells and two tests per cell)."""
         result = run_simulation(
             SimulationSettings(
                 trials=1000, seed=12, cvs=(0.02,), regressions=(0.0, 0.05), drift_cvs=(0.02,), night_cvs=()
@@ -128,7 +147,7 @@ class TestCheckSimulation:
         rows = {(r.cv, r.drift): r for r in result.drift_rows}
         assert rows[(0.02, 0.0)].check <= 0.05
         drifting = rows[(0.02, 0.002)]
-        assert drifting.check >= 0.95
+        assert drifting.check >= 0.90
         assert max(drifting.check_without_anchor, drifting.last_run, drifting.band) <= 0.3
 
     def test_cli_prints_the_table(self):

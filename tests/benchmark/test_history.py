@@ -240,13 +240,13 @@ class TestCheck:
         assert code == 1
 
     def test_slow_drift_absorbed_by_the_rolling_baseline_is_caught_by_the_anchor(self, store_url, tmp_path):
-        """0.3% slower every night: the last-20 baseline follows it, the anchor 30 runs back does not."""
-        _seed_history(store_url, tmp_path, 60, level=lambda i: 1.0 + 0.003 * i)
-        write_report(tmp_path / "cand", seed=500, slowdown=1.0 + 0.003 * 60)
+        """0.15% slower every night: the last-30 baseline follows it, the anchor 30 runs back does not."""
+        _seed_history(store_url, tmp_path, 60, level=lambda i: 1.0 + 0.0015 * i)
+        write_report(tmp_path / "cand", seed=500, slowdown=1.0 + 0.0015 * 60)
         code, markdown, data = _check(store_url, tmp_path / "cand", tmp_path)
         step = next(c for c in data["checks"] if c["metric"] == "step_time_s")
         assert code == 1 and step["verdict"] == "DRIFTED" and "baseline is the anchor" in markdown
-        assert step["change"] == pytest.approx(1.18 / 1.0585 - 1, abs=0.01)  # vs the anchor: nights 10..29
+        assert step["change"] == pytest.approx(1.09 / 1.02925 - 1, abs=0.01)  # vs the anchor: nights 10..29
         rolling = float(step["note"].split("the change is only ")[1].rstrip("%")) / 100
         assert rolling < 0.03  # the rolling baseline alone would not flag it
 

@@ -184,13 +184,13 @@ def register(app: typer.Typer) -> None:
         threshold: Annotated[
             list[str] | None, typer.Option(help="METRIC=FRACTION practical threshold, repeatable")
         ] = None,
-        window: Annotated[int | None, typer.Option(help="trusted runs in the baseline", show_default="20")] = None,
+        window: Annotated[int | None, typer.Option(help="trusted runs in the baseline", show_default="30")] = None,
         min_history: Annotated[
             int | None, typer.Option(help="fewer trusted runs: cold start, passes", show_default="5")
         ] = None,
         alpha: Annotated[
             float | None,
-            typer.Option(help="significance level of the whole night, split over its cells", show_default="0.05"),
+            typer.Option(help="significance level of the whole night, split over its cells", show_default="0.04"),
         ] = None,
         drift_horizon: Annotated[
             int | None, typer.Option(help="the anchor window ends this many trusted runs ago", show_default="30")

@@ -1,19 +1,19 @@
 """The regression check: is a candidate run worse than the trusted history of its series, both significantly and
 by more than a practical threshold?
 
-- Baseline: the last `window` trusted runs of the series (since the latest baseline reset); runs further than 3.5
+- Baseline: the last `window` trusted runs of the series (since the latest baseline reset); runs further than 5
   robust SDs (1.4826 x MAD) from their median are left out, the rest give the mean and SD. One outlier run is dropped;
-  one noisy run that is kept moves the baseline by at most 3.5 SD / n.
+  one noisy run that is kept moves the baseline by at most 5 SD / n.
 - Test: a one-sided prediction test of the candidate against that baseline, standard error `s * sqrt(1 + 1 / n)`
   (one new run plus the baseline's own error), Student t with n - 1 degrees of freedom.
   The change and its 95% CI are relative to the baseline, signed by the metric's declared better direction (METRICS).
 - A metric REGRESSED when p < its test level AND the worsening exceeds its practical threshold; IMPROVED
-  symmetrically. The test level is `alpha` (per night, 5%) split over the cells checked together and over the two
+  symmetrically. The test level is `alpha` (per night, 4%) split over the cells checked together and over the two
   tests of a cell whose drift guard is active (Sidak), so that the whole night is one family.
 - `step_time_family(checks)`: step time and the throughputs measured on the same steps are one family per cell,
   tested in a fixed sequence (step time first); a throughput alarm without a step-time alarm is not claimed.
-- Drift guard: the candidate is also judged against an anchor, the `window` trusted runs that ended `drift_horizon`
-  trusted runs ago, so a slow drift that the rolling baseline follows is still caught (DRIFTED).
+- Drift guard: the candidate is also judged against an anchor, the `anchor_window` trusted runs that ended
+  `drift_horizon` trusted runs ago, so a slow drift that the rolling baseline follows is still caught (DRIFTED).
 - The markdown also reads each change's interval against the threshold in the report headline's words ("slower",
   "faster", "no practical difference", "inconclusive"; analysis/verdict.py); the verdict and exit code stay the test's.
 - `judge` is vectorised over leading axes, so the simulation (check_simulation.py) measures this very code.
@@ -41,8 +41,10 @@ from scripts.benchmark.report.render import markdown_table
 # The MAD of a normal sample times this is its standard deviation.
 _MAD_TO_SD = 1.4826
 # History runs further than this many robust SDs from the median are left out of the baseline (conbench also
-# excludes outliers before its lookback z-score).
-_OUTLIER_SDS = 3.5
+# excludes outliers before its lookback z-score). 5, not 3.5: the MAD of 30 runs is itself noisy, and at 3.5 one
+# clean window in ten lost a healthy run, shrank its SD and raised the false alarms by a third; at 5 it is about one
+# in a hundred, while a run 10% slower at CV 2% (5 SDs and more) is still left out.
+OUTLIER_SDS = 5.0
 
 
 class Verdict(str, enum.Enum):
@@ -75,13 +77,18 @@ DEFAULT_GATES: dict[str, MetricGate] = {
 
 @dataclass(frozen=True, kw_only=True)
 class CheckSettings:
-    window: int = 20
+    window: int = 30
+    """Trusted runs in the baseline: 30 rather than 20 narrows the prediction interval enough to detect a 5%
+    step-time regression in >= 90% of nights at the lower alpha below (docs: How good is the check?)."""
     min_history: int = 5
-    alpha: float = 0.05
+    alpha: float = 0.04
     """Per night: the significance level of the whole check (every cell judged together), split over the cells by
-    Sidak; with the practical threshold on top, unchanged nights alarm far less often (docs: How good is the
-    check?)."""
+    Sidak. 0.04, not 0.05: nightly values are medians and consecutive runs drift together, which the simulation
+    shows adds up to a point of false alarms above the nominal level; 0.04 keeps unchanged nights under 5%."""
     drift_horizon: int = 30
+    anchor_window: int = 20
+    """Trusted runs in the drift guard's anchor: shorter than the baseline, so a drifting anchor spans less of the
+    drift (a 30-run anchor of a 0.2%-per-run drift is 6% wide and hides half of what it should show)."""
     gates: dict[str, MetricGate] = field(default_factory=lambda: dict(DEFAULT_GATES))
 
     def test_alpha(self, num_cells: int, *, tests_per_cell: int = 1) -> float:
@@ -91,6 +98,8 @@ class CheckSettings:
     def __post_init__(self) -> None:
         if self.window < 2 or self.min_history < 2 or self.min_history > self.window:
             raise ValueError(f"need 2 <= min_history ({self.min_history}) <= window ({self.window})")
+        if not self.min_history <= self.anchor_window:
+            raise ValueError(f"need min_history ({self.min_history}) <= anchor_window ({self.anchor_window})")
         if not 0 < self.alpha < 0.5:
             raise ValueError(f"alpha must be in (0, 0.5), got {self.alpha}")
         for name, gate in self.gates.items():
@@ -123,7 +132,7 @@ def judge(history: np.ndarray, candidate: np.ndarray, *, direction: str, alpha_c
     # A floor keeps a perfectly flat history (deterministic metric) from making every tiny change "significant".
     floor = 1e-3 * np.abs(median)
     robust_sd = np.maximum(_MAD_TO_SD * np.median(np.abs(history - median[..., None]), axis=-1), floor)
-    keep = np.abs(history - median[..., None]) <= _OUTLIER_SDS * robust_sd[..., None]
+    keep = np.abs(history - median[..., None]) <= OUTLIER_SDS * robust_sd[..., None]
     n_keep = keep.sum(axis=-1)
     baseline = np.where(keep, history, 0.0).sum(axis=-1) / n_keep
     sq = np.where(keep, (history - baseline[..., None]) ** 2, 0.0).sum(axis=-1)
@@ -225,7 +234,7 @@ def check_metric(
                 note=note,
             )
     else:
-        drift_note = "drift guard inactive (history shorter than window + drift horizon)"
+        drift_note = "drift guard inactive (history shorter than anchor window + drift horizon)"
     if classify_improved(j, threshold=gate.threshold, alpha=alpha):
         return MetricCheck(**base, **fields, p_value=float(j.p_better), verdict=Verdict.IMPROVED, note=drift_note)
     return MetricCheck(**base, **fields, p_value=float(j.p_worse), verdict=Verdict.UNCHANGED, note=drift_note)

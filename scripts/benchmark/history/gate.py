@@ -17,7 +17,14 @@ from dataclasses import dataclass
 from miles.utils.bench_metrics import is_finite_number
 from scripts.benchmark.contracts.history_record import RunToRecord, StoredRun
 from scripts.benchmark.history.change_points import ChangePoint, find_change_points
-from scripts.benchmark.history.check import CheckSettings, MetricCheck, Verdict, check_metric, step_time_family
+from scripts.benchmark.history.check import (
+    OUTLIER_SDS,
+    CheckSettings,
+    MetricCheck,
+    Verdict,
+    check_metric,
+    step_time_family,
+)
 from scripts.benchmark.history.store import HistoryStore, baseline_runs
 from scripts.benchmark.report.render import markdown_table
 
@@ -41,7 +48,7 @@ def check_runs(
                 continue  # not measured in this series at all (e.g. MFU on a GPU without a peak entry)
             recent = history[-settings.window :]
             anchor_end = len(history) - settings.drift_horizon
-            anchor = history[max(0, anchor_end - settings.window) : anchor_end] if anchor_end > 0 else []
+            anchor = history[max(0, anchor_end - settings.anchor_window) : anchor_end] if anchor_end > 0 else []
             checks.append(
                 check_metric(
                     cell_id=run.cell_id,
@@ -57,7 +64,8 @@ def check_runs(
                 used = window_runs[-settings.window :]
                 notes.append(
                     f"`{run.cell_id}`: baseline = trusted runs {_id_range(used)} "
-                    f"(commits {_commit_range(used)}) of series `{label}`; runs beyond 3.5 robust SDs are left out."
+                    f"(commits {_commit_range(used)}) of series `{label}`; "
+                    f"runs beyond {OUTLIER_SDS:g} robust SDs are left out."
                 )
     checks = step_time_family(checks)
     if any(c.verdict is Verdict.ERROR for c in checks):

@@ -35,7 +35,8 @@ from scripts.benchmark.report.render import markdown_table
 @dataclass(frozen=True, kw_only=True)
 class SimulationSettings:
     trials: int = 4000
-    history: int = 20
+    history: int = 30
+    """Trusted runs before the candidate: the check's default window."""
     repeats: int = 3
     steps: int = 16
     """Steady-state steps per repeat: a 24-step preset run after its warm-up."""
@@ -44,6 +45,8 @@ class SimulationSettings:
     nights: int = 1000
     """Simulated nights per row of the night table."""
     night_cvs: tuple[float, ...] = (0.02, 0.05, 0.10)
+    night_run_phis: tuple[float, ...] = (0.0, 0.3)
+    """The night table is run with independent runs (0) and with consecutive runs drifting together (`run_phi`)."""
     cvs: tuple[float, ...] = (0.02, 0.05, 0.10)
     regressions: tuple[float, ...] = (0.0, 0.02, 0.05, 0.10)
     between_run_share: float = 0.25
@@ -95,6 +98,8 @@ class NightRow:
 
     cv: float
     outliers: bool
+    run_phi: float
+    """AR(1) coefficient of the per-run offsets across consecutive runs (0: independent nights)."""
     false_alarms_per_cell: float
     false_alarms_per_night: float
     detection: float
@@ -204,30 +209,36 @@ _NIGHTS_PER_CHUNK = 250
 
 def _night_rows(rng: np.random.Generator, s: SimulationSettings) -> list[NightRow]:
     """Nights of `cells` cells: false alarms per cell and per night, and detection of a regression in one cell, on
-    the noise model with its outliers and without them (steps and runs only)."""
-    clean = dataclasses.replace(s, repeat_outlier_prob=0.0, run_outlier_prob=0.0, step_spike_prob=0.0)
+    the noise model with its outliers and without them (steps and runs only), with independent and with correlated
+    runs."""
     rows = []
-    for settings, outliers in ((s, True), (clean, False)):
-        for cv in s.night_cvs:
-            same, slower = [], []
-            for first in range(0, s.nights, _NIGHTS_PER_CHUNK):  # chunks keep the step arrays at ~100 MB
-                chunk = dataclasses.replace(settings, trials=min(_NIGHTS_PER_CHUNK, s.nights - first) * s.cells)
-                steps = simulate_steps(rng, chunk, cv)
-                history = run_values(steps[:, :-1])
-                same.append(_statistics(history, run_values(steps[:, -1:])[:, 0], chunk)["check"])
-                regressed = run_values(steps[:, -1:] * (1 + s.design_regression))[:, 0]
-                slower.append(_statistics(history, regressed, chunk)["check"])
-            alarms, detected = np.concatenate(same), np.concatenate(slower)
-            rows.append(
-                NightRow(
-                    cv=cv,
-                    outliers=outliers,
-                    false_alarms_per_cell=float(alarms.mean()),
-                    false_alarms_per_night=float(alarms.reshape(s.nights, s.cells).any(axis=1).mean()),
-                    detection=float(detected.mean()),
-                )
-            )
+    for run_phi in s.night_run_phis:
+        for outliers in (True, False):
+            settings = dataclasses.replace(s, run_phi=run_phi)
+            if not outliers:
+                settings = dataclasses.replace(settings, repeat_outlier_prob=0, run_outlier_prob=0, step_spike_prob=0)
+            rows += [_night_row(rng, settings, cv, outliers) for cv in s.night_cvs]
     return rows
+
+
+def _night_row(rng: np.random.Generator, settings: SimulationSettings, cv: float, outliers: bool) -> NightRow:
+    same, slower = [], []
+    for first in range(0, settings.nights, _NIGHTS_PER_CHUNK):  # chunks keep the step arrays at ~100 MB
+        chunk = dataclasses.replace(settings, trials=min(_NIGHTS_PER_CHUNK, settings.nights - first) * settings.cells)
+        steps = simulate_steps(rng, chunk, cv)
+        history = run_values(steps[:, :-1])
+        same.append(_statistics(history, run_values(steps[:, -1:])[:, 0], chunk)["check"])
+        regressed = run_values(steps[:, -1:] * (1 + settings.design_regression))[:, 0]
+        slower.append(_statistics(history, regressed, chunk)["check"])
+    alarms, detected = np.concatenate(same), np.concatenate(slower)
+    return NightRow(
+        cv=cv,
+        outliers=outliers,
+        run_phi=settings.run_phi,
+        false_alarms_per_cell=float(alarms.mean()),
+        false_alarms_per_night=float(alarms.reshape(settings.nights, settings.cells).any(axis=1).mean()),
+        detection=float(detected.mean()),
+    )
 
 
 def _drift_rows(rng: np.random.Generator, s: SimulationSettings) -> list[DriftRow]:
@@ -241,7 +252,8 @@ def _drift_rows(rng: np.random.Generator, s: SimulationSettings) -> list[DriftRo
             values = run_values(steps * (1 + drift * np.arange(long.history + 1))[None, :, None, None])
             history, candidate = values[:, :-1], values[:, -1]
             recent = judge(history[:, -c.window :], candidate, direction="lower")
-            anchor = judge(history[:, -(c.drift_horizon + c.window) : -c.drift_horizon], candidate, direction="lower")
+            anchor_runs = history[:, -(c.drift_horizon + c.anchor_window) : -c.drift_horizon]
+            anchor = judge(anchor_runs, candidate, direction="lower")
             level = c.test_alpha(s.cells, tests_per_cell=2)
             rolling = classify(recent, threshold=gate.threshold, alpha=level)
             anchored = classify(anchor, threshold=gate.threshold, alpha=level)
@@ -284,8 +296,8 @@ def render_table(result: SimulationResult) -> str:
     lines += [
         "",
         f"Slow drift: run t is (1 + drift x t) slower, {s.drift_history} trusted runs then the candidate; "
-        f"{max(s.trials // 2, 100)} trials per row; (a) with its drift guard (anchor: {s.check.window} runs ending "
-        f"{s.check.drift_horizon} runs back) and with the rolling baseline only.",
+        f"{max(s.trials // 2, 100)} trials per row; (a) with its drift guard (anchor: {s.check.anchor_window} runs "
+        f"ending {s.check.drift_horizon} runs back) and with the rolling baseline only.",
         "",
     ]
     header = ["CV", "drift per run", "rate", "(a) this check", "(a) rolling baseline only", "(b) last run +5%"]
@@ -305,11 +317,12 @@ def _night_table(result: SimulationResult) -> list[str]:
         f"{s.nights} nights of {s.cells} cells (independent series), (a) at its per-night level {s.check.alpha} "
         f"split over the cells (per cell {s.check.test_alpha(s.cells):.2%}); step time and its throughputs are one "
         f"family per cell, so a cell alarms at most once; detection: a {s.design_regression:.0%} step-time "
-        "regression in one cell. Outliers: the slow repeats, runs and steps above; without: step and run noise only."
+        "regression in one cell. Outliers: the slow repeats, runs and steps above; without: step and run noise only. "
+        "Runs: independent (offset AR 0) or drifting together (offset AR > 0 across consecutive runs)."
     )
-    header = ["CV", "outliers", "false alarms per cell", "false alarms per night", "detection"]
+    header = ["CV", "outliers", "run offsets AR", "false alarms per cell", "false alarms per night", "detection"]
     rows = [
-        [f"{r.cv:.0%}", "yes" if r.outliers else "no", f"{r.false_alarms_per_cell:.2%}"]
+        [f"{r.cv:.0%}", "yes" if r.outliers else "no", f"{r.run_phi:g}", f"{r.false_alarms_per_cell:.2%}"]
         + [f"{r.false_alarms_per_night:.1%}", f"{r.detection:.1%}"]
         for r in result.night_rows
     ]

@@ -120,7 +120,10 @@ def tokens_per_step(cell: dict[str, Any]) -> float | None:
 
 def _numbers(values: list[Any]) -> np.ndarray:
     """A sample list as floats: missing values and anything that is not a number (a non-finite marker) are NaN."""
-    return np.asarray([v if isinstance(v, int | float) and not isinstance(v, bool) else np.nan for v in values], float)
+    try:
+        return np.asarray(values, dtype=float)  # numbers, None and the "NaN"/"Infinity" markers, in C
+    except (TypeError, ValueError):
+        return np.asarray([v if isinstance(v, int | float) and not isinstance(v, bool) else np.nan for v in values])
 
 
 def _bar(label: str, phases: dict[str, float], step_s: float | None, cell: dict[str, Any] | None) -> CardBar:

@@ -11,9 +11,10 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from scripts.benchmark.report.plots import SIDE_COLORS, SIDE_NAMES
 from scripts.benchmark.report.render import Heading, Paragraph, Table
@@ -176,8 +177,9 @@ def _draw_panel(svg: Canvas, frame: Frame, pair: dict[str, Any], row: dict[str, 
 def _panel_range(pair: dict[str, Any], row: dict[str, Any]) -> tuple[tuple[float, float], tuple[float, float]]:
     series = pair["series"][row["signal"]]
     steps = [pair["from_step"], *series["miles"]["steps"], *series["verl"]["steps"]]
-    values = [v for f in ("miles", "verl") for v in series[f]["values"] if v is not None and math.isfinite(v)]
-    low, high = (min(values), max(values)) if values else (0.0, 1.0)
+    values = np.concatenate([np.asarray(series[f]["values"], dtype=float) for f in ("miles", "verl")])
+    values = values[np.isfinite(values)]
+    low, high = (float(values.min()), float(values.max())) if len(values) else (0.0, 1.0)
     pad = 0.05 * (high - low or abs(high) or 1.0)
     return (float(min(steps)), float(max(steps))), (low - pad, high + pad)
 
