@@ -9,6 +9,7 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from scripts.benchmark.analysis.document import analyse_run_folder
@@ -17,7 +18,7 @@ from scripts.benchmark.analysis.verdict import Practical
 from scripts.benchmark.report.learning import plot_learning
 from scripts.benchmark.report.palette import VERDICT_COLORS
 from scripts.benchmark.report.plots import phase_bars_svg, ratios_svg, step_times_svg
-from scripts.benchmark.report.svg import Canvas, nice_ticks, tick_label
+from scripts.benchmark.report.svg import Canvas, nice_ticks, thin_to_columns, tick_label
 from tests.benchmark.headless_chromium import chromium_binary, dump_dom
 from tests.benchmark.synthetic_runs import gap_pair, write_run_folder
 from tests.benchmark.test_learning import add_learning
@@ -196,3 +197,16 @@ def test_labels_are_escaped(tmp_path):
     svg.text(10, 20, "<b>&amp;</b>", size=12)
     root = ET.fromstring(svg.to_svg())  # well-formed XML whatever the label holds
     assert next(root.iter(f"{SVG}text")).text == "<b>&amp;</b>"
+
+
+def test_a_long_trace_keeps_its_spikes_and_gaps_when_thinned():
+    """10,000 steps on 500 pixel columns: at most two points per column, the one slow step and the gap both kept."""
+    x = np.arange(10_000.0)
+    y = np.sin(x / 300)
+    y[5_000] = 9.0
+    y[3_000:3_100] = np.nan
+    thin = thin_to_columns(np.column_stack([x, y]), 500)
+    finite = thin[np.isfinite(thin[:, 1])]
+    assert len(finite) <= 2 * 500 and np.all(np.diff(thin[:, 0]) > 0)  # in step order
+    assert finite[:, 1].max() == 9.0 and finite[:, 1].min() == pytest.approx(-1.0, abs=1e-3)
+    assert np.isnan(thin[:, 1]).sum() == 100

@@ -157,10 +157,12 @@ class Canvas:
 
 
 def thin_to_columns(xy: np.ndarray, columns: int) -> np.ndarray:
-    """Per pixel column (x in pixels, left to right), its lowest and highest point in x order; a column that holds
-    a missing point ends with a break, so gaps stay gaps."""
+    """Per pixel column (x in pixels, left to right), its lowest and highest point, in x order; missing points stay
+    where they were, so gaps stay gaps."""
     x, y = xy[:, 0], xy[:, 1]
     finite = np.isfinite(x) & np.isfinite(y)
+    if not finite.any():
+        return xy
     column = np.floor((x - np.nanmin(x)) / ((np.nanmax(x) - np.nanmin(x)) or 1.0) * (columns - 1))
     column = np.where(np.isfinite(column), column, -1).astype(np.int64)
     keep = np.zeros(len(xy), dtype=bool)
