@@ -1,4 +1,4 @@
-"""Colours shared by the PNG plots and the HTML cards, so a phase or a verdict looks the same everywhere."""
+"""Colours shared by the SVG charts and the HTML cards, so a phase or a verdict looks the same everywhere."""
 
 from __future__ import annotations
 
