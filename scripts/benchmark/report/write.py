@@ -1,4 +1,4 @@
-"""Render the report document (analysis.py) as report.md, report.json, report.html and PNG plots in the run folder.
+"""Render the report document (analysis.py) as report.md, report.json, report.html and SVG charts in the run folder.
 
 - `build_blocks(doc, images)` turns the document into a list of blocks (headings, paragraphs, bullets, tables,
   collapsible details, code, images); `render_markdown` and `render_html` render the same blocks, so the two files
@@ -11,7 +11,7 @@
 
 Caveats:
 - A null number is printed "n/a", never 0. Fractions (MFU, wait ratio) are printed as percentages.
-- report.md links the PNGs by relative path: they show next to an uploaded run folder, not inside a PR comment.
+- report.md links the charts by relative path: they show next to an uploaded run folder, not inside a PR comment.
 """
 
 from __future__ import annotations
