@@ -112,6 +112,11 @@ def _column(raw: list[Any]) -> tuple[np.ndarray, np.ndarray]:
     return values, measured
 
 
+def float_values(raw: list[Any]) -> np.ndarray:
+    """A list of JSON values as floats: NaN where a value is null or not a number (the report's sample lists too)."""
+    return _column(raw)[0]
+
+
 def _number(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         return math.nan

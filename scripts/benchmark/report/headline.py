@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from miles.utils.bench_metrics import STEP_PHASES as PHASES  # the phases that partition the step
+from scripts.benchmark.analysis.step_columns import float_values
 from scripts.benchmark.analysis.verdict import (
     DEFAULT_PRACTICAL_THRESHOLD,
     Practical,
@@ -110,20 +111,12 @@ def tokens_per_step(cell: dict[str, Any]) -> float | None:
     ratios = []
     for ts, cs in zip(train, per_1k, strict=False):
         n = min(len(ts), len(cs))
-        t, c = _numbers(ts[:n]), _numbers(cs[:n])
+        t, c = float_values(ts[:n]), float_values(cs[:n])
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = 1000 * t / c
         ratios.append(ratio[(c > 0) & np.isfinite(ratio)])
     tokens = np.concatenate(ratios) if ratios else np.zeros(0)
     return float(tokens.mean()) if len(tokens) else None
-
-
-def _numbers(values: list[Any]) -> np.ndarray:
-    """A sample list as floats: missing values and anything that is not a number (a non-finite marker) are NaN."""
-    try:
-        return np.asarray(values, dtype=float)  # numbers, None and the "NaN"/"Infinity" markers, in C
-    except (TypeError, ValueError):
-        return np.asarray([v if isinstance(v, int | float) and not isinstance(v, bool) else np.nan for v in values])
 
 
 def _bar(label: str, phases: dict[str, float], step_s: float | None, cell: dict[str, Any] | None) -> CardBar:

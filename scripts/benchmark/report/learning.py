@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from scripts.benchmark.report.plots import SIDE_COLORS, SIDE_NAMES
+from scripts.benchmark.report.plots import SIDE_COLORS, SIDE_NAMES, save
 from scripts.benchmark.report.render import Heading, Paragraph, Table
 from scripts.benchmark.report.svg import (
     Canvas,
@@ -203,6 +203,4 @@ def plot_learning(doc: dict[str, Any], path: Path) -> Path | None:
         x_range, y_range = _panel_range(pair, row)
         frame = Frame(left + 70, top + 30, PANEL_PX[0] - 90, PANEL_PX[1] - 62, x_range, y_range)
         _draw_panel(svg, frame, pair, row, index)
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(svg.to_svg(), encoding="utf-8")
-    return Path(path)
+    return save(svg, Path(path))

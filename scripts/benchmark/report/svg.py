@@ -200,11 +200,11 @@ class Frame:
     y_range: tuple[float, float]
     y_down: bool = False
 
-    def x(self, value: float) -> float:
+    def x(self, value: float | np.ndarray) -> float | np.ndarray:
         low, high = self.x_range
         return self.left + (value - low) / ((high - low) or 1.0) * self.width
 
-    def y(self, value: float) -> float:
+    def y(self, value: float | np.ndarray) -> float | np.ndarray:
         low, high = self.y_range
         share = (value - low) / ((high - low) or 1.0)
         return self.top + (share if self.y_down else 1 - share) * self.height
@@ -212,13 +212,8 @@ class Frame:
     def pixels(self, xs: Sequence[float | None], ys: Sequence[float | None]) -> np.ndarray:
         """(n, 2) pixel coordinates of data points, vectorised; a missing (None) or non-finite value gives NaN,
         which breaks a line there."""
-        x = np.asarray(xs, dtype=float)  # numpy reads None as NaN
-        y = np.asarray(ys, dtype=float)
-        (x_low, x_high), (y_low, y_high) = self.x_range, self.y_range
-        px = self.left + (x - x_low) / ((x_high - x_low) or 1.0) * self.width
-        share = (y - y_low) / ((y_high - y_low) or 1.0)
-        py = self.top + (share if self.y_down else 1 - share) * self.height
-        return np.column_stack([px, py])
+        # numpy reads None as NaN; x() and y() are arithmetic, so they map whole arrays
+        return np.column_stack([self.x(np.asarray(xs, dtype=float)), self.y(np.asarray(ys, dtype=float))])
 
     @property
     def bottom(self) -> float:
