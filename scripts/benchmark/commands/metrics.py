@@ -71,7 +71,7 @@ def flops_impl(model: str, seq_lens: list[int]) -> dict:
 
 def comparison_markdown(models: list[str], seq_lens: list[int]) -> str:
     """The docs table: train FLOPs per token of one sequence, ours, and each framework's own formula against it."""
-    from scripts.benchmark.report.render import markdown_table
+    from scripts.benchmark.common.markdown import markdown_table
 
     rows = [
         [model, str(row["seq_len"]), f"{row['train_flops'] / row['seq_len'] / 1e9:.2f}"]

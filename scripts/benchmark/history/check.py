@@ -36,7 +36,7 @@ from scipy import stats
 from miles.utils.bench_metrics import METRICS
 from scripts.benchmark.analysis.compare import STEP_TIME_FAMILY  # one family for the report and the check
 from scripts.benchmark.analysis.verdict import practical_verdict, verdict_words
-from scripts.benchmark.report.render import markdown_table
+from scripts.benchmark.common.markdown import markdown_table
 
 # The MAD of a normal sample times this is its standard deviation.
 _MAD_TO_SD = 1.4826

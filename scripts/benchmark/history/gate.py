@@ -26,7 +26,7 @@ from scripts.benchmark.history.check import (
     step_time_family,
 )
 from scripts.benchmark.history.store import HistoryStore, baseline_runs
-from scripts.benchmark.report.render import markdown_table
+from scripts.benchmark.common.markdown import markdown_table
 
 
 def check_runs(

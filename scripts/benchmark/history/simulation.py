@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from scripts.benchmark.history.check import CheckSettings, classify, judge
-from scripts.benchmark.report.render import markdown_table
+from scripts.benchmark.common.markdown import markdown_table
 
 
 @dataclass(frozen=True, kw_only=True)

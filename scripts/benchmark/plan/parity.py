@@ -19,7 +19,7 @@ from typing import Any
 from scripts.benchmark.frameworks.miles.parity_knobs import parse_miles
 from scripts.benchmark.frameworks.verl.parity_knobs import parse_verl
 from scripts.benchmark.plan.parity_sources import launch_words
-from scripts.benchmark.report.render import markdown_table
+from scripts.benchmark.common.markdown import markdown_table
 
 DOCS = "docs/benchmark/plan.md#the-parity-table-and-declared-asymmetries"
 LEGEND = [

@@ -1,16 +1,17 @@
 """The report's text blocks and their two renderings: markdown (GitHub step summary, PR comment) and one
 self-contained HTML page. Every table of the harness (report, parity, regression check, change points, FLOPs,
-simulation) is rendered by `markdown_table`, so escaping and alignment are the same everywhere."""
+simulation) is rendered by `common/markdown.markdown_table`, so escaping and alignment are the same everywhere."""
 
 from __future__ import annotations
 
 import base64
 import html
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from scripts.benchmark.common.markdown import markdown_table
 
 
 @dataclass(frozen=True)
@@ -89,18 +90,6 @@ class Cards:
 
 TONES = {"Miles better": "good", "Miles worse": "bad", "inconclusive": "unsure", "no practical difference": "same"}
 """Table cells that start with a verdict are coloured by it in the HTML page."""
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: Sequence[str] | None = None) -> str:
-    """A GitHub markdown table; cells are escaped (`|`, newlines); `align` per column: "left" or "right"."""
-    rule = ["---:" if a == "right" else "---" for a in (align or ["left"] * len(header))]
-    lines = ["| " + " | ".join(_md_cell(h) for h in header) + " |", "|" + "|".join(rule) + "|"]
-    lines += ["| " + " | ".join(_md_cell(str(c)) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def render_markdown(blocks: list[Any]) -> str:
