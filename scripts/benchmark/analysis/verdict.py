@@ -20,37 +20,7 @@ import enum
 import math
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
-DEFAULT_PRACTICAL_THRESHOLD = 0.02
-"""2%: about the run-to-run spread of a steady step time on one node; smaller changes are not worth acting on."""
-
-
-class ReportSpec(BaseModel):
-    """The spec's `report` section: how results are read, never how they are measured (not in the spec hash)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    practical_threshold: float = Field(DEFAULT_PRACTICAL_THRESHOLD, gt=0, lt=1)
-    """Relative change below which a difference is "no practical difference", for every metric."""
-    metric_thresholds: dict[str, float] = Field(default_factory=dict)
-    """Per-metric overrides, by report metric name (`step_time_s`, `phases_s.train`, ...)."""
-
-    @field_validator("metric_thresholds")
-    @classmethod
-    def _known_metrics(cls, value: dict[str, float]) -> dict[str, float]:
-        from scripts.benchmark.analysis.run_folder import REPORT_METRICS
-
-        for name, threshold in value.items():
-            if name not in REPORT_METRICS:
-                raise ValueError(
-                    f"report.metric_thresholds: unknown metric {name!r} (known: {', '.join(REPORT_METRICS)})"
-                )
-            if not 0 < threshold < 1:
-                raise ValueError(f"report.metric_thresholds.{name}: {threshold} is not a fraction in (0, 1)")
-        return value
-
-    def threshold(self, metric: str) -> float:
-        return self.metric_thresholds.get(metric, self.practical_threshold)
+from scripts.benchmark.spec.report import DEFAULT_PRACTICAL_THRESHOLD, ReportSpec  # noqa: F401  (re-exported)
 
 
 class Practical(str, enum.Enum):

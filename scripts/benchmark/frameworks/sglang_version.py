@@ -6,18 +6,10 @@
 
 from __future__ import annotations
 
-import re
+from scripts.benchmark.spec.pins import version_tuple  # noqa: F401  (re-exported)
 
 SGLANG_DECODE_GRAPH_RENAME = (0, 5, 14)
 """The SGLang release that renamed ServerArgs.cuda_graph_max_bs to cuda_graph_max_bs_decode."""
-
-
-def version_tuple(version: str) -> tuple[int, ...]:
-    """Leading numeric release parts ("0.5.16rc1" -> (0, 5, 16)); a version without any is refused."""
-    match = re.match(r"\d+(?:\.\d+)*", version.strip().lstrip("v"))
-    if match is None:
-        raise ValueError(f"{version!r} is not a version number")
-    return tuple(int(part) for part in match.group(0).split("."))
 
 
 def cuda_graph_max_bs_key(sglang_version: str) -> str:

@@ -160,7 +160,7 @@ def _sglang(spec: BenchmarkSpec, target: MilesTarget) -> list[str]:
     if not ro.cuda_graphs:
         argv += ["--sglang-disable-cuda-graph"]
     elif ro.cuda_graph_max_bs is not None:
-        sglang = target.sglang_version or ro.sglang_versions.miles
+        sglang = target.sglang_version or ro.sglang_versions["miles"]
         argv += [miles_cuda_graph_flag(sglang), flag_value(ro.cuda_graph_max_bs)]
     argv += ["--sglang-decode-log-interval", "1000"]
     argv += ["--update-weight-buffer-size", flag_value(ro.weight_sync_bucket_mb * 1024 * 1024)]

@@ -185,7 +185,7 @@ def _rollout(spec: BenchmarkSpec, backend: Backend) -> list[str]:
         argv += [f"{sglang}.chunked_prefill_size={ro.chunked_prefill_size}"]
     argv += [f"{sglang}.attention_backend={ro.attention_backend}"]
     if ro.cuda_graphs and ro.cuda_graph_max_bs is not None:
-        argv += [f"{sglang}.{cuda_graph_max_bs_key(ro.sglang_versions.verl)}={ro.cuda_graph_max_bs}"]
+        argv += [f"{sglang}.{cuda_graph_max_bs_key(ro.sglang_versions['verl'])}={ro.cuda_graph_max_bs}"]
     return argv
 
 

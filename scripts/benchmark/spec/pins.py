@@ -1,0 +1,52 @@
+"""What the two frameworks must run alike beyond hyperparameters: the disaggregated loop and the SGLang version
+each one speaks (part of BenchmarkSpec: placement.async_loop, rollout.sglang_versions).
+
+- `AsyncLoopSpec`: the disaggregated layout is one-step off-policy on both sides (generation of step N+1 overlaps
+  training of N). Miles: train_async.py with --update-weights-interval = weight_sync_every_steps; VERL:
+  separate_async with num_warmup_batches = max_policy_lag, max_off_policy_threshold = max_policy_lag + 1, strategy
+  wait. Only values both frameworks can express alike are accepted.
+- `SglangVersions`: per framework adapter name, the SGLang version its launch spells SGLang's own keys for;
+  preflight compares it with the SGLang installed in that framework's interpreter.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """Leading numeric release parts ("0.5.16rc1" -> (0, 5, 16)); a version without any is refused."""
+    match = re.match(r"\d+(?:\.\d+)*", version.strip().lstrip("v"))
+    if match is None:
+        raise ValueError(f"{version!r} is not a version number")
+    return tuple(int(part) for part in match.group(0).split("."))
+
+
+class AsyncLoopSpec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_policy_lag: Literal[1] = 1
+    """Weight versions between the policy that generated a batch and the one that trains on it, at most."""
+    weight_sync_every_steps: Literal[1] = 1
+    """Rollout weights are updated after every RL step (Miles --update-weights-interval; VERL once per step)."""
+
+
+DEFAULT_SGLANG_VERSIONS: dict[str, str] = {"miles": "0.5.16", "verl": "0.5.12"}
+"""Data, keyed by framework adapter name: VERL 0.9.1 pins sglang==0.5.12; Miles's image builds sglang-miles on the
+v0.5.16 image. A framework absent here speaks the SGLang its adapter names."""
+
+
+def _checked_versions(value: dict[str, str]) -> dict[str, str]:
+    for name, version in value.items():
+        try:
+            version_tuple(version)
+        except ValueError as exc:
+            raise ValueError(f"sglang_versions.{name}: {exc}") from None
+    return value
+
+
+SglangVersions = Annotated[dict[str, str], AfterValidator(_checked_versions)]
+"""The SGLang version each framework's launch spells its keys for, by adapter name."""
