@@ -70,7 +70,7 @@ class TestCalibrateCpuPath:
 
     def test_roofline_uses_the_flops_model_for_every_shape_and_mode(self, tiny_run):
         """TFLOP/s = FLOPs model of the shape / median step time, with and without activation checkpointing."""
-        from scripts.benchmark.calibrate import TINY_CONFIG, TINY_SHAPES
+        from scripts.benchmark.calibration.command import TINY_CONFIG, TINY_SHAPES
 
         entry = tiny_run[1]["roofline"]["tiny"]
         arch = ModelArch.from_hf_config(TINY_CONFIG)
@@ -337,7 +337,7 @@ class TestCounterFormulas:
         """With checkpointing the counter sees the recomputed forward; without it, exactly the model's count."""
         import torch
 
-        from scripts.benchmark.calibrate import TINY_CONFIG
+        from scripts.benchmark.calibration.command import TINY_CONFIG
         from scripts.benchmark.calibration.roofline import (
             build_causal_lm,
             count_step_flops,
@@ -357,7 +357,7 @@ class TestCounterFormulas:
         """Qwen3 MoE (router + top-k experts) counted by the counter matches the FLOPs model within 1%."""
         import torch
 
-        from scripts.benchmark.calibrate import TINY_CONFIG
+        from scripts.benchmark.calibration.command import TINY_CONFIG
         from scripts.benchmark.calibration.roofline import crosscheck_flops
 
         moe = dict(
@@ -382,7 +382,7 @@ class TestPackedStep:
         """One packed row (positions restarting, attention per sequence) gives each sequence's own logits."""
         import torch
 
-        from scripts.benchmark.calibrate import TINY_CONFIG
+        from scripts.benchmark.calibration.command import TINY_CONFIG
         from scripts.benchmark.calibration.packed import pack_batch, register_packed_attention
         from scripts.benchmark.calibration.roofline import build_causal_lm
 
@@ -467,7 +467,7 @@ class TestCollectiveLaunch:
 
 class TestPlanValidation:
     def test_bad_parts_and_shapes_fail_before_any_measurement(self, tmp_path):
-        from scripts.benchmark.calibrate import build_calibration_plan
+        from scripts.benchmark.calibration.command import build_calibration_plan
 
         with pytest.raises(ValueError, match="unknown parts"):
             build_calibration_plan(

@@ -8,6 +8,6 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    from scripts.benchmark.calibrate import main
+    from scripts.benchmark.calibration.command import main
 
     app.command("calibrate", help="Measure this node's ceilings and write <output-dir>/<device key>.json.")(main)
