@@ -333,3 +333,27 @@ def test_checks_name_each_broken_link_and_layout_mismatch(tmp_path):
         f"{ENTRY_PAGE}: Layout lacks scripts/benchmark/new_module.py: add a line with its role",
     ]
     assert unmapped_pages(tmp_path) == [f"{ENTRY_PAGE}: the page map does not link {PAGES_DIR}/orphan.md"]
+
+
+def stage_table(text: str) -> dict[str, set[str]]:
+    """The entry page's "Which stage may import which" table: stage -> the stages (code spans) it may import."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() == "### Which stage may import which")
+    table: dict[str, set[str]] = {}
+    for line in lines[start + 1 :]:
+        if line.startswith("#"):
+            break
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")] if line.startswith("|") else []
+        if len(cells) != 2 or set(cells[0]) <= {"-"}:
+            continue
+        names = [m.group(2) for m in _CODE_SPAN.finditer(cells[0])]
+        if names:
+            table[names[0]] = {m.group(2) for m in _CODE_SPAN.finditer(cells[1])}
+    return table
+
+
+def test_the_layout_draws_the_stage_table_the_house_test_enforces():
+    from tests.benchmark.test_house import MAY_IMPORT
+
+    drawn = stage_table((REPO_ROOT / ENTRY_PAGE).read_text(encoding="utf-8"))
+    assert drawn == MAY_IMPORT
