@@ -33,12 +33,32 @@ def preset_names(presets_dir: Path | None = None) -> list[str]:
     return sorted(p.stem for p in (presets_dir or PRESETS_DIR).glob("*.yaml"))
 
 
+def _unique_key_loader() -> type:
+    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last one silently: a second
+    `run:` section would drop the first and leave a misleading "Field required")."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r} (first at line {seen[key] + 1})", key_node.start_mark
+                    )
+                seen[key] = key_node.start_mark.line
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
 def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
-    """A YAML file that must hold a mapping (a spec or a preset); ValueError names the file."""
+    """A YAML file that must hold a mapping (a spec or a preset); ValueError names the file and a duplicate key."""
     import yaml
 
     try:
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        raw = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_unique_key_loader())
     except UnicodeDecodeError as exc:
         raise ValueError(f"{path}: not a text (UTF-8) file: {exc.reason} at byte {exc.start}") from exc
     except yaml.YAMLError as exc:

@@ -226,3 +226,51 @@ class TestSteadyStateBudget:
         """Ten steps cannot show a steady state: the plan says so (a warning; the run still proves the pipeline)."""
         (warning,) = steady_state_warnings(with_overrides(load_preset("qwen3-30b-a3b"), num_steps=10))
         assert "run.num_steps=10" in warning and "at least 21 steps" in warning
+
+
+class TestSpecFilesAreReadStrictly:
+    """YAML's quiet conversions never reach the spec: a key given twice, or yes/no where a number belongs."""
+
+    def _write(self, tmp_path, text: str):
+        path = tmp_path / "spec.yaml"
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    def test_a_key_given_twice_is_refused_with_both_lines(self, tmp_path):
+        text = yaml.safe_dump(_raw("smoke"), sort_keys=False)
+        text += "run:\n  num_steps: 30\n"  # a second `run:` section would silently replace the first
+        with pytest.raises(ValueError, match=r"duplicate key 'run' \(first at line \d+\)") as info:
+            load_spec_file(self._write(tmp_path, text))
+        assert "spec.yaml" in str(info.value)
+
+    def test_a_nested_duplicate_key_is_refused_too(self, tmp_path):
+        text = yaml.safe_dump(_raw("smoke"), sort_keys=False).replace(
+            "  num_steps:", "  warmup_steps: 1\n  num_steps:", 1
+        )
+        with pytest.raises(ValueError, match="duplicate key 'warmup_steps'"):
+            load_spec_file(self._write(tmp_path, text))
+
+    @pytest.mark.parametrize("word", ["yes", "no", "on", "true"])
+    def test_a_yaml_boolean_where_a_count_belongs_is_refused(self, tmp_path, word):
+        text = yaml.safe_dump(_raw("smoke"), sort_keys=False)
+        text = text.replace(f"  num_steps: {_raw('smoke')['run']['num_steps']}\n", f"  num_steps: {word}\n")
+        assert f"num_steps: {word}" in text
+        with pytest.raises(ValidationError, match=r"run\.num_steps\n.*must be a number, got the boolean"):
+            load_spec_file(self._write(tmp_path, text))
+
+    @pytest.mark.parametrize(("section", "field", "value"), [("run", "num_steps", 24.5), ("run", "num_steps", "24")])
+    def test_a_count_that_is_not_a_whole_number_is_refused(self, section, field, value):
+        raw = _raw("smoke")
+        raw[section][field] = value
+        assert f"{section}.{field}" in _error(raw)
+
+    def test_a_boolean_where_a_float_belongs_is_refused_but_an_int_is_a_float(self):
+        raw = _raw("smoke")
+        raw["sampling"]["temperature"] = True
+        assert "sampling.temperature" in _error(raw)
+        raw["sampling"]["temperature"] = 1
+        assert BenchmarkSpec.model_validate(raw).sampling.temperature == 1.0
+
+    def test_the_presets_hash_as_before_the_strict_reading(self):
+        """Strict reading changes no accepted value: the default preset keeps the hash its history is keyed by."""
+        assert spec_hash(load_preset("qwen3-1.7b-base")) == "b72627595773"

@@ -6,15 +6,6 @@ in the hash). Beside the package, `model_config.py` holds the architecture facts
 only, so the bare-GPU calibration imports it without pydantic).
 """
 
-from scripts.benchmark.spec.benchmark import (
-    BenchmarkSpec,
-    load_preset,
-    load_spec_file,
-    spec_hash,
-    spec_json,
-    steady_state_warnings,
-    with_overrides,
-)
 from scripts.benchmark.model_config import (
     BACKENDS,
     MODEL_CONFIGS_DIR,
@@ -25,6 +16,15 @@ from scripts.benchmark.model_config import (
     read_preset_yaml,
     read_yaml_mapping,
     resolve_model_config,
+)
+from scripts.benchmark.spec.benchmark import (
+    BenchmarkSpec,
+    load_preset,
+    load_spec_file,
+    spec_hash,
+    spec_json,
+    steady_state_warnings,
+    with_overrides,
 )
 from scripts.benchmark.spec.sections import KNOWN_ARCHITECTURES, LAYOUTS, Backend, Layout
 

@@ -20,8 +20,8 @@ from typing import Any
 
 from pydantic import model_validator
 
-from scripts.benchmark.spec.learning import LearningSpec
 from scripts.benchmark.model_config import BACKENDS, read_preset_yaml, read_yaml_mapping
+from scripts.benchmark.spec.learning import LearningSpec
 from scripts.benchmark.spec.report import MIN_STEADY_STEPS, ReportSpec
 from scripts.benchmark.spec.sections import (
     KNOWN_ARCHITECTURES,

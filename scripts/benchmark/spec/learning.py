@@ -10,17 +10,18 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from miles.utils.bench_metrics import LEARNING_SIGNALS
+from scripts.benchmark.spec.pins import Count, Number
 
 
 class LearningSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    margins: dict[str, float | None] = Field(default_factory=dict)
+    margins: dict[str, Number | None] = Field(default_factory=dict)
     """Per-signal equivalence margin in the signal's margin kind (absolute units, or a relative fraction);
     null = plot only, never judged. Signals not named keep their default."""
-    from_step: int | None = Field(None, ge=1)
+    from_step: Count | None = Field(None, ge=1)
     """Judge from this step on instead of the throughput steady window's first step."""
-    alpha: float = Field(0.05, gt=0, lt=0.5)
+    alpha: Number = Field(0.05, gt=0, lt=0.5)
     """Level of each equivalence test (TOST: the 1 - 2 alpha interval must lie inside the margins)."""
 
     @field_validator("margins")

@@ -12,9 +12,10 @@ each one speaks (part of BenchmarkSpec: placement.async_loop, rollout.sglang_ver
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Strict
+from pydantic_core import PydanticCustomError
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
@@ -32,6 +33,23 @@ class AsyncLoopSpec(BaseModel):
     """Weight versions between the policy that generated a batch and the one that trains on it, at most."""
     weight_sync_every_steps: Literal[1] = 1
     """Rollout weights are updated after every RL step (Miles --update-weights-interval; VERL once per step)."""
+
+
+def _not_a_bool(value: Any) -> Any:
+    """YAML 1.1 reads yes/no/on/off as booleans, which pydantic's lax mode would turn into 1/0."""
+    if isinstance(value, bool):
+        raise PydanticCustomError(
+            "boolean_number",
+            "must be a number, got the boolean {value} (YAML reads yes/no/on/off as booleans)",
+            {"value": repr(value)},
+        )
+    return value
+
+
+Number = Annotated[float, BeforeValidator(_not_a_bool)]
+"""A float field of the spec: an int is accepted, a boolean is refused."""
+Count = Annotated[int, BeforeValidator(_not_a_bool), Strict()]
+"""An int field of the spec: a boolean, a float and a numeric string are refused."""
 
 
 DEFAULT_SGLANG_VERSIONS: dict[str, str] = {"miles": "0.5.16", "verl": "0.5.12"}

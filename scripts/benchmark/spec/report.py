@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from scripts.benchmark.spec.pins import Number
+
 DEFAULT_PRACTICAL_THRESHOLD = 0.02
 """2%: about the run-to-run spread of a steady step time on one node; smaller changes are not worth acting on."""
 MIN_STEADY_STEPS = 10
@@ -18,9 +20,9 @@ MIN_STEADY_STEPS = 10
 
 class ReportSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-    practical_threshold: float = Field(DEFAULT_PRACTICAL_THRESHOLD, gt=0, lt=1)
+    practical_threshold: Number = Field(DEFAULT_PRACTICAL_THRESHOLD, gt=0, lt=1)
     """Relative change below which a difference is "no practical difference", for every metric."""
-    metric_thresholds: dict[str, float] = Field(default_factory=dict)
+    metric_thresholds: dict[str, Number] = Field(default_factory=dict)
     """Per-metric overrides, by report metric name (`step_time_s`, `phases_s.train`, ...)."""
 
     @field_validator("metric_thresholds")

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from scripts.benchmark.model_config import MODEL_CONFIGS_DIR, named_model_config
-from scripts.benchmark.spec.pins import DEFAULT_SGLANG_VERSIONS, AsyncLoopSpec, SglangVersions
+from scripts.benchmark.spec.pins import DEFAULT_SGLANG_VERSIONS, AsyncLoopSpec, Count, Number, SglangVersions
 
 Backend = Literal["fsdp", "megatron"]
 Layout = Literal["colocate", "disaggregated"]
@@ -76,11 +76,11 @@ class DataSpec(Section):
     """Miles jsonl (DAPO-math-17k as Miles reads it)."""
     input_key: str = "prompt"
     label_key: str = "label"
-    start: int = Field(0, ge=0)
-    end: int = Field(gt=0)
+    start: Count = Field(0, ge=0)
+    end: Count = Field(gt=0)
     """The fixed prompt slice [start:end), read in file order by both frameworks (no shuffle)."""
     apply_chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
-    val_rows: int = Field(8, gt=0)
+    val_rows: Count = Field(8, gt=0)
     """Rows of the small validation parquet VERL insists on loading (never evaluated)."""
     hf_repo: str | None = None
     """Hugging Face dataset repo the prepare step downloads into prompt_data's folder when the jsonl is missing."""
@@ -93,35 +93,35 @@ class DataSpec(Section):
 
 class GrpoSpec(Section):
     advantage_estimator: Literal["grpo"] = "grpo"
-    eps_clip: float = Field(0.2, gt=0)
-    eps_clip_high: float = Field(0.28, gt=0)
-    dual_clip_c: float | None = None
+    eps_clip: Number = Field(0.2, gt=0)
+    eps_clip_high: Number = Field(0.28, gt=0)
+    dual_clip_c: Number | None = None
     """None = dual clip off (Miles default); VERL's always-on clip_ratio_c is then neutralised."""
     use_kl_loss: bool = False
-    kl_loss_coef: float = 0.0
+    kl_loss_coef: Number = 0.0
     kl_loss_type: Literal["k1", "k2", "low_var_kl"] = "low_var_kl"
-    entropy_coef: float = 0.0
+    entropy_coef: Number = 0.0
     loss_aggregation: Literal["token-mean", "seq-mean-token-mean"] = "token-mean"
     std_normalization: bool = True
 
 
 class OptimizerSpec(Section):
-    lr: float = Field(1e-6, gt=0)
-    weight_decay: float = Field(0.1, ge=0)
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.98
-    adam_eps: float = 1e-8
-    clip_grad: float = 1.0
+    lr: Number = Field(1e-6, gt=0)
+    weight_decay: Number = Field(0.1, ge=0)
+    adam_beta1: Number = 0.9
+    adam_beta2: Number = 0.98
+    adam_eps: Number = 1e-8
+    clip_grad: Number = 1.0
     lr_schedule: Literal["constant"] = "constant"
     warmup_steps: Literal[0] = 0
 
 
 class BatchSpec(Section):
-    prompts_per_step: int = Field(gt=0)
-    samples_per_prompt: int = Field(gt=0)
-    samples_per_optimizer_step: int = Field(gt=0)
+    prompts_per_step: Count = Field(gt=0)
+    samples_per_prompt: Count = Field(gt=0)
+    samples_per_optimizer_step: Count = Field(gt=0)
     dynamic_batching: Literal[True] = True
-    max_tokens_per_gpu: int = Field(gt=0)
+    max_tokens_per_gpu: Count = Field(gt=0)
     """Per-micro-batch token budget (prompt+response) per data-parallel rank; the backends may override it."""
 
     @property
@@ -134,14 +134,14 @@ class BatchSpec(Section):
 
 
 class LengthSpec(Section):
-    max_prompt: int = Field(gt=0)
-    max_response: int = Field(gt=0)
+    max_prompt: Count = Field(gt=0)
+    max_response: Count = Field(gt=0)
 
 
 class SamplingSpec(Section):
-    temperature: float = Field(1.0, ge=0)
-    top_p: float = Field(1.0, gt=0, le=1)
-    top_k: int = -1
+    temperature: Number = Field(1.0, ge=0)
+    top_p: Number = Field(1.0, gt=0, le=1)
+    top_k: Count = -1
 
 
 class RewardSpec(Section):
@@ -152,26 +152,26 @@ class RewardSpec(Section):
 class RolloutSpec(Section):
     engine: Literal["sglang"] = "sglang"
     sglang_versions: SglangVersions = Field(default_factory=lambda: dict(DEFAULT_SGLANG_VERSIONS))
-    gpus_per_engine: int = Field(1, gt=0)
-    mem_fraction: float = Field(gt=0, lt=1)
+    gpus_per_engine: Count = Field(1, gt=0)
+    mem_fraction: Number = Field(gt=0, lt=1)
     cuda_graphs: bool = True
-    cuda_graph_max_bs: int | None = Field(None, gt=0)
-    max_running_requests: int = Field(gt=0)
+    cuda_graph_max_bs: Count | None = Field(None, gt=0)
+    max_running_requests: Count = Field(gt=0)
     """Per-engine cap on running requests; Miles's client-side concurrency is pinned to the same number."""
-    chunked_prefill_size: int | None = Field(4096, gt=0)
+    chunked_prefill_size: Count | None = Field(4096, gt=0)
     attention_backend: str = "fa3"
-    weight_sync_bucket_mb: int = Field(512, gt=0)
+    weight_sync_bucket_mb: Count = Field(512, gt=0)
 
 
 class MegatronSpec(Section):
-    tp: int = Field(1, gt=0)
-    pp: int = Field(1, gt=0)
-    cp: int = Field(1, gt=0)
-    ep: int = Field(1, gt=0)
-    etp: int = Field(1, gt=0)
+    tp: Count = Field(1, gt=0)
+    pp: Count = Field(1, gt=0)
+    cp: Count = Field(1, gt=0)
+    ep: Count = Field(1, gt=0)
+    etp: Count = Field(1, gt=0)
     sequence_parallel: bool = False
     recompute: Literal["full", "none"] = "full"
-    max_tokens_per_gpu: int | None = Field(None, gt=0)
+    max_tokens_per_gpu: Count | None = Field(None, gt=0)
     optimizer_cpu_offload: bool = False
     attention_backend: Literal["flash"] = "flash"
 
@@ -185,12 +185,12 @@ class FsdpSpec(Section):
     cpu_offload: bool = False
     """FSDP2 CPUOffloadPolicy in Miles (optimizer on CPU); VERL gets param+optimizer offload."""
     attn_implementation: Literal["flash_attention_2", "flash_attention_3", "sdpa"] = "flash_attention_2"
-    max_tokens_per_gpu: int | None = Field(None, gt=0)
+    max_tokens_per_gpu: Count | None = Field(None, gt=0)
 
 
 class DisaggregatedSplit(Section):
-    train_gpus: int
-    rollout_gpus: int
+    train_gpus: Count
+    rollout_gpus: Count
 
 
 class PlacementSpec(Section):
@@ -201,14 +201,14 @@ class PlacementSpec(Section):
 
 
 class RunSpec(Section):
-    seed: int = 1234
-    rollout_seed: int = 42
-    num_steps: int = Field(gt=0)
-    warmup_steps: int = Field(ge=0)
+    seed: Count = 1234
+    rollout_seed: Count = 42
+    num_steps: Count = Field(gt=0)
+    warmup_steps: Count = Field(ge=0)
     """The longest warm-up this run budgets for. The report detects the real warm-up (MSER); this only sizes the
     run: `steady_state_warnings` asks for enough steps that a warm-up this long is found and a steady tail remains."""
-    gpus_per_node: int = Field(gt=0)
-    nodes: int = Field(1, gt=0)
+    gpus_per_node: Count = Field(gt=0)
+    nodes: Count = Field(1, gt=0)
 
 
 class TrackingSpec(Section):
