@@ -46,12 +46,23 @@ def execute_impl(
         typer.echo(f"error: --resume {output_dir}: {MANIFEST_NAME} cannot be read: {_first_line(exc)}", err=True)
         return 2
     explicit = {k: v for k, v in overrides.items() if v is not None}
-    options = ExecuteOptions(**{**stored, **explicit})
+    merged = {**stored, **explicit}
+    for key in ("pythons", "prefixes"):  # per framework: an option given now replaces only that framework's
+        merged[key] = {**stored.get(key, {}), **explicit.get(key, {})}
+    options = ExecuteOptions(**merged)
     try:
         return executor.execute(plan_path, output_dir, options, resume=resume, preflight=preflight)
     except RunError as exc:
         typer.echo(f"error: {exc}", err=True)
         return exc.exit_code
+
+
+def framework_runtimes(pythons: dict[str, str | None], prefixes: dict[str, str | None]) -> dict[str, Any]:
+    """The per-framework --<name>-python / --<name>-prefix options as ExecuteOptions' `pythons` and `prefixes`."""
+    return {
+        "pythons": {name: value for name, value in pythons.items() if value is not None} or None,
+        "prefixes": {name: value for name, value in prefixes.items() if value is not None} or None,
+    }
 
 
 def _first_line(exc: Exception) -> str:
@@ -178,10 +189,10 @@ def register(app: typer.Typer) -> None:
             repeats=repeats,
             fail_fast=fail_fast,
             skip_prepare=skip_prepare,
-            miles_python=miles_python,
-            verl_python=verl_python,
-            miles_prefix=miles_prefix,
-            verl_prefix=verl_prefix,
+            **framework_runtimes(
+                pythons={"miles": miles_python, "verl": verl_python},
+                prefixes={"miles": miles_prefix, "verl": verl_prefix},
+            ),
             cell_timeout_s=cell_timeout_s,
             first_step_timeout_s=first_step_timeout_s,
             stall_timeout_s=stall_timeout_s,

@@ -188,9 +188,10 @@ def register(app: typer.Typer) -> None:
             run.py ingest run/cells/verl-fsdp-colocate/rep-0/sink --framework verl --model qwen3-4b --gpus 8 -o m.jsonl
         """
         from scripts.benchmark.errors import UserError
+        from scripts.benchmark.frameworks import registry
 
-        if framework not in ("miles", "verl"):
-            raise UserError(f"--framework must be miles or verl, got {framework!r}")
+        if framework not in registry.names():
+            raise UserError(f"--framework must be {' or '.join(registry.names())}, got {framework!r}")
         for option, value in (("--gpus", gpus), ("--rollout-gpus", rollout_gpus)):
             if value is not None and value < 1:
                 raise UserError(f"{option} must be >= 1, got {value}")

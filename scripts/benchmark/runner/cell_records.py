@@ -16,7 +16,7 @@ from scripts.benchmark.runner.cell_command import (
     framework_interpreter_argv,
     substitute_cell_dir,
 )
-from scripts.benchmark.runner.redaction import Redactor
+from scripts.benchmark.common.redaction import Redactor
 
 
 def write_command_record(cell_dir: Path, command: CellCommand, redactor: Redactor) -> None:
