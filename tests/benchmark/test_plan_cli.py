@@ -106,7 +106,7 @@ class TestWandb:
         for name, expected in (("on", "wandb (project miles-bench)"), ("off", "off")):
             for pair in json.loads((tmp_path / name / "parity.json").read_text())["pairs"]:
                 row = next(r for r in pair["rows"] if r["knob"] == "tracking")
-                assert (row["miles"], row["verl"], row["status"]) == (expected, expected, "matched")
+                assert (row["candidate"], row["reference"], row["status"]) == (expected, expected, "matched")
                 assert ("network logger" in row["note"]) == (name == "on")
         assert "wandb-secret-value-42" not in (tmp_path / "on" / "plan.json").read_text()
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from scripts.benchmark.contracts.manifest import Manifest, new_cell_run
-from scripts.benchmark.contracts.plan import plan_problems
+from scripts.benchmark.contracts.plan import Known, plan_problems
+from scripts.benchmark.frameworks import registry
 from scripts.benchmark.runner.cell_command import FrameworkRuntime, build_cell_command, framework_interpreter_argv
 from scripts.benchmark.runner.environment_record import build_environment_record, probe_packages
 from scripts.benchmark.runner.executor import interleaved_order
@@ -71,7 +72,8 @@ class TestRedaction:
         from scripts.benchmark.spec import BACKENDS, load_preset, preset_names
 
         for preset in preset_names():
-            options = PlanOptions(backends=BACKENDS, layout="colocate", compare_verl=True, output_dir=tmp_path)
+            sides = registry.option_pair(compare_verl=True, miles_version=None)
+            options = PlanOptions(backends=BACKENDS, layout="colocate", output_dir=tmp_path, sides=sides)
             plan = build_plan(load_preset(preset), preset, options).data
             assert find_plan_secrets(plan) == [] and plan_problems(plan) == []
             for cell in plan["cells"]:
@@ -86,7 +88,8 @@ class TestPlanChecks:
         cell["num_steps"] = 0
         cell["sink"]["format"] = "tensorboard"
         twin = standin_cell("verl")
-        problems = plan_problems({"schema_version": 1, "cells": [cell, twin, {"id": "x"}]})
+        known = Known(frameworks=registry.names(), sink_formats=registry.sink_formats())
+        problems = plan_problems({"schema_version": 1, "cells": [cell, twin, {"id": "x"}]}, known)
         assert "cells[0] (verl-fsdp-colocate): num_steps must be a positive integer, got 0" in problems
         assert any("sink.format 'tensorboard' is not one of" in p for p in problems)
         assert "cells[1] (verl-fsdp-colocate): duplicate id" in problems
