@@ -179,6 +179,7 @@ def register(app: typer.Typer) -> None:
             run.py execute bench-out/q/plan.json --output-dir bench-out/q-run --repeats 3
         """
         from scripts.benchmark.errors import UserError
+        from scripts.benchmark.frameworks import registry
 
         if (plan is None) == (resume is None):
             raise UserError("give either PLAN.json with --output-dir, or --resume DIR")
@@ -189,10 +190,7 @@ def register(app: typer.Typer) -> None:
             repeats=repeats,
             fail_fast=fail_fast,
             skip_prepare=skip_prepare,
-            **framework_runtimes(
-                pythons={"miles": miles_python, "verl": verl_python},
-                prefixes={"miles": miles_prefix, "verl": verl_prefix},
-            ),
+            **framework_runtimes(*registry.option_runtimes(miles_python, verl_python, miles_prefix, verl_prefix)),
             cell_timeout_s=cell_timeout_s,
             first_step_timeout_s=first_step_timeout_s,
             stall_timeout_s=stall_timeout_s,

@@ -72,7 +72,7 @@ def plan_impl(
         layout=spec.placement.layout,
         output_dir=out,
         sides=sides,
-        settings={"miles": _miles_paths(miles_root, megatron_root)},
+        settings=_settings(miles_root=miles_root, megatron_root=megatron_root),
     )
     aside = check_plan_folder(out, spec_hash(spec), force=force)
     if aside is not None:
@@ -125,15 +125,15 @@ def _sides(compare_verl: bool, miles_version: str | None, candidate: str | None,
         _fail(EXIT_BAD_INPUT, str(exc))
 
 
-def _miles_paths(miles_root: str | None, megatron_root: str | None):
-    """--miles-root / --megatron-root (absolute: the cells run in their own folders), else $MILES_ROOT / defaults."""
-    from scripts.benchmark.frameworks.miles.launch import MilesPaths
+def _settings(**options):
+    """Each framework's launch settings from its options (absolute checkout paths: the cells run in their own
+    folders), else the environment's / defaults (exit 2 naming an invalid one)."""
+    from scripts.benchmark.frameworks import registry
 
-    for option, value in (("--miles-root", miles_root), ("--megatron-root", megatron_root)):
-        if value is not None and not value.startswith("/"):
-            _fail(EXIT_BAD_INPUT, f"{option} must be an absolute path on the GPU node, got {value!r}")
-    paths = MilesPaths.from_env()
-    return MilesPaths(miles_root=miles_root or paths.miles_root, megatron_root=megatron_root or paths.megatron_root)
+    try:
+        return registry.settings(options)
+    except ValueError as exc:
+        _fail(EXIT_BAD_INPUT, str(exc))
 
 
 def _load_spec(preset: str | None, spec_file: str | None, layout: str | None, **overrides):

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from miles.utils.bench_flops import ModelArch
 from miles.utils.bench_metrics import RunContext, StepRecord
 from scripts.benchmark.contracts.sides import Side
 from scripts.benchmark.frameworks.launch import FrameworkLaunch
@@ -73,6 +74,14 @@ class FrameworkAdapter(Protocol):
     """Top-level module -> the pyproject extra that installs it (errors.py names it when missing)."""
 
     def default_target(self) -> str | None: ...
+
+    def settings(self, options: Mapping[str, Any]) -> Any:
+        """Its launch settings from the command line's options (a checkout path); ValueError when one is invalid."""
+        ...
+
+    def native_train_flops(self, arch: ModelArch, seq_lens: list[int]) -> float | None:
+        """Train FLOPs of these sequences by the framework's own formula (`run.py flops` compares it with ours)."""
+        ...
 
     def targets(self) -> tuple[str, ...]:
         """The targets a side of this framework may name (empty: none)."""
@@ -136,6 +145,12 @@ class AdapterDefaults:
     module_extras: Mapping[str, str] = {}
 
     def default_target(self) -> str | None:
+        return None
+
+    def settings(self, options: Mapping[str, Any]) -> Any:
+        return None
+
+    def native_train_flops(self, arch: ModelArch, seq_lens: list[int]) -> float | None:
         return None
 
     def targets(self) -> tuple[str, ...]:

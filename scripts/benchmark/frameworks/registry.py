@@ -8,8 +8,9 @@
   reference)` names and labels the two so they differ (Miles against Miles: the reference is `miles-base`, both
   labels carry their target).
 - `pair_example(candidate, reference)`, `no_reference_note()`: the words of parity.md that belong to a pair.
-- `option_pair(compare_verl, miles_version)`: the one place the historical options (--compare-verl,
-  --miles-version) map onto sides.
+- `option_pair(compare_verl, miles_version)`, `option_runtimes(...)`: the one place the historical options
+  (--compare-verl, --miles-version, --miles-python, ...) map onto sides and frameworks; `default_sides()` is the
+  candidate alone; `settings(options)` each adapter's launch settings from the command line.
 
 The two real entries are registered on import; a test registers its own adapter with `register` and takes it away
 with `unregister`.
@@ -118,6 +119,26 @@ def make_pair(candidate: Side, reference: Side | None) -> SidePair:
     return SidePair(
         candidate=candidate.model_copy(update={"label": labelled(candidate)}),
         reference=reference.model_copy(update={"name": f"{reference.name}-base", "label": labelled(reference)}),
+    )
+
+
+def default_sides() -> SidePair:
+    """The candidate alone (the registry's default candidate at its default target): a plan that compares nothing."""
+    return make_pair(side_arg("candidate", DEFAULT_PAIR[0]), None)
+
+
+def settings(options: dict[str, Any]) -> dict[str, Any]:
+    """Each framework's launch settings from the command line's options, by name; ValueError when one is invalid."""
+    return {name: adapter.settings(options) for name, adapter in _ADAPTERS.items()}
+
+
+def option_runtimes(
+    miles_python: str | None, verl_python: str | None, miles_prefix: str | None, verl_prefix: str | None
+) -> tuple[dict[str, str | None], dict[str, str | None]]:
+    """--miles-python/--verl-python and --miles-prefix/--verl-prefix as (interpreters, prefixes) by framework."""
+    return (
+        {DEFAULT_PAIR[0]: miles_python, DEFAULT_PAIR[1]: verl_python},
+        {DEFAULT_PAIR[0]: miles_prefix, DEFAULT_PAIR[1]: verl_prefix},
     )
 
 

@@ -54,16 +54,12 @@ class PlanError(ValueError):
         self.plan = plan
 
 
-def _default_sides() -> SidePair:
-    return registry.option_pair(compare_verl=False, miles_version=None)
-
-
 @dataclass(frozen=True)
 class PlanOptions:
     backends: tuple[Backend, ...]
     layout: Layout
     output_dir: Path
-    sides: SidePair = field(default_factory=_default_sides)
+    sides: SidePair = field(default_factory=registry.default_sides)
     settings: Mapping[str, Any] = field(default_factory=dict)
     run_py: str = str(RUN_PY)
 
@@ -115,7 +111,7 @@ def _frameworks(sides: SidePair) -> list[str]:
 
 
 def download_steps(spec: BenchmarkSpec, needed_by: list[str]) -> list[dict[str, Any]]:
-    """`hf download` of the model and the dataset (as Miles's launchers' prepare()), skipped when already present."""
+    """`hf download` of the model and the dataset, skipped when already present."""
     steps = []
     if spec.model.hf_repo:
         argv = ["hf", "download", spec.model.hf_repo, "--local-dir", spec.model.hf_checkpoint]

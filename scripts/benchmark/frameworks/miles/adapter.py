@@ -12,22 +12,23 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from miles.utils.bench_flops import ModelArch, miles_native_train_flops
 from miles.utils.bench_metrics import RunContext, StepRecord
 from scripts.benchmark.contracts.sides import Side
 from scripts.benchmark.frameworks.adapter import AdapterDefaults, CheckStage, LaunchContext, OwnCheck
 from scripts.benchmark.frameworks.launch import FrameworkLaunch
 from scripts.benchmark.frameworks.miles import parity_sources, sink
 from scripts.benchmark.frameworks.miles.flags import flag_problems, load_inventory
-from scripts.benchmark.frameworks.miles.launch import MilesPaths, build_miles_launch
+from scripts.benchmark.frameworks.miles.launch import MilesPaths, build_miles_launch, miles_cuda_graph_flag
 from scripts.benchmark.frameworks.miles.learning import MILES_LEARNING_KEYS, fill_miles_learning
 from scripts.benchmark.frameworks.miles.parity_knobs import parse_miles
 from scripts.benchmark.frameworks.miles.versions import DEFAULT_MILES_TARGET, MILES_TARGETS, miles_target
 from scripts.benchmark.frameworks.miles.versions import target_problems
 from scripts.benchmark.frameworks.native_events import NoStepsError, SinkIssue, merge_native_events
-from scripts.benchmark.frameworks.sglang_version import miles_cuda_graph_flag
 from scripts.benchmark.spec import BenchmarkSpec
 
 _CUDA_GRAPH_FLAGS = ("--sglang-cuda-graph-max-bs", "--sglang-cuda-graph-max-bs-decode")
@@ -56,6 +57,23 @@ class MilesAdapter(AdapterDefaults):
 
     def default_target(self) -> str | None:
         return DEFAULT_MILES_TARGET
+
+    def settings(self, options: Mapping[str, Any]) -> MilesPaths:
+        """--miles-root / --megatron-root (absolute: the cells run in their own folders), else $MILES_ROOT /
+        defaults; ValueError naming the option that is not absolute."""
+        for option in ("miles_root", "megatron_root"):
+            value = options.get(option)
+            if value is not None and not value.startswith("/"):
+                flag = "--" + option.replace("_", "-")
+                raise ValueError(f"{flag} must be an absolute path on the GPU node, got {value!r}")
+        paths = MilesPaths.from_env()
+        return MilesPaths(
+            miles_root=options.get("miles_root") or paths.miles_root,
+            megatron_root=options.get("megatron_root") or paths.megatron_root,
+        )
+
+    def native_train_flops(self, arch: ModelArch, seq_lens: list[int]) -> float | None:
+        return miles_native_train_flops(arch, seq_lens)
 
     def targets(self) -> tuple[str, ...]:
         return tuple(MILES_TARGETS)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from miles.utils.bench_flops import moe_layer_flags
 from scripts.benchmark.frameworks.launch import BENCH_CELL_DIR, FrameworkLaunch
 from scripts.benchmark.frameworks.miles.versions import DEFAULT_MILES_TARGET, MilesTarget, miles_target
-from scripts.benchmark.frameworks.sglang_version import miles_cuda_graph_flag
+from scripts.benchmark.frameworks.sglang_version import cuda_graph_max_bs_key
 from scripts.benchmark.spec import Backend, BenchmarkSpec, Layout
 
 SINK_LOG = f"{BENCH_CELL_DIR}/log.txt"
@@ -71,6 +71,11 @@ class MilesPaths:
             miles_root=os.environ.get("MILES_ROOT", cls.miles_root),
             megatron_root=os.environ.get("MEGATRON_ROOT", cls.megatron_root),
         )
+
+
+def miles_cuda_graph_flag(sglang_version: str) -> str:
+    """Miles re-registers SGLang's CLI with a --sglang- prefix: the field name, dashed."""
+    return "--sglang-" + cuda_graph_max_bs_key(sglang_version).replace("_", "-")
 
 
 def flag_value(value: float | int | str) -> str:

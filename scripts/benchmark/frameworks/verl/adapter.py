@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from miles.utils.bench_flops import ModelArch, verl_native_train_flops
 from miles.utils.bench_metrics import RunContext, StepRecord
 from scripts.benchmark.frameworks.adapter import AdapterDefaults, CheckStage, LaunchContext, OwnCheck
 from scripts.benchmark.frameworks.launch import FrameworkLaunch
@@ -56,6 +57,9 @@ class VerlAdapter(AdapterDefaults):
     def build_launch(self, spec: BenchmarkSpec, backend: str, layout: str, ctx: LaunchContext) -> FrameworkLaunch:
         train_file, val_file = converted_paths(spec, ctx.output_dir / "data")
         return build_verl_launch(spec, backend, layout, VerlData(train_file, val_file))
+
+    def native_train_flops(self, arch: ModelArch, seq_lens: list[int]) -> float | None:
+        return verl_native_train_flops(arch, seq_lens)
 
     def parity_knobs(self, argv: list[str], backend: str, prepare_argv: list[str] | None) -> dict[str, Any]:
         return parse_verl(argv, prepare_argv)
