@@ -24,9 +24,9 @@ from scripts.benchmark.analysis.learning import (
     learning_settings,
 )
 from scripts.benchmark.analysis.settings import AnalysisSettings
-from scripts.benchmark.frameworks.verl.learning import VERL_CLIP_RATIO_KEY, VERL_LEARNING_KEYS, VERL_LENGTH_MAX_KEY
 from scripts.benchmark.frameworks import registry
 from scripts.benchmark.frameworks.sinks import build_step_records
+from scripts.benchmark.frameworks.verl.learning import VERL_CLIP_RATIO_KEY, VERL_LEARNING_KEYS, VERL_LENGTH_MAX_KEY
 from scripts.benchmark.history.report_input import read_report_runs
 from scripts.benchmark.plan.build import PlanOptions, build_plan
 from scripts.benchmark.report.learning import learning_warning

@@ -215,7 +215,7 @@ class TestPreflight:
             cells = exc.plan.data["cells"]
         assert [cell["id"] for cell in cells] == ["miles-megatron-colocate", "miles-base-megatron-colocate"]
         verdicts = parser_rejections(cells, python=sys.executable)
-        (rejected,) = [f"{cell}: {why[0]}" for cell, why in verdicts.items() if why]
+        (rejected,) = (f"{cell}: {why[0]}" for cell, why in verdicts.items() if why)
         assert rejected.startswith("miles-megatron-colocate: train.py: error: unrecognized arguments: --sglang-cuda")
 
     def test_dry_run_check_miles_against_the_release(self, tmp_path, monkeypatch, miles_release):

@@ -22,7 +22,12 @@ STEP_S = {"miles": 0.04, "miles-base": 0.05}
 
 def _run_py(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(RUN_PY), *args], capture_output=True, text=True, timeout=180, cwd=REPO_ROOT, env=os.environ
+        [sys.executable, str(RUN_PY), *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=REPO_ROOT,
+        env=os.environ,
     )
 
 
@@ -59,7 +64,10 @@ def test_two_miles_targets_plan_with_only_the_target_declared(tmp_path):
     (pair,) = json.loads((tmp_path / "D" / "parity.json").read_text())["pairs"]
     differing = {row["knob"]: row for row in pair["rows"] if row["status"] != "matched"}
     assert list(differing) == ["target"] and differing["target"]["status"] == "asymmetry"
-    assert (differing["target"]["candidate"], differing["target"]["reference"]) == (DEFAULT_MILES_TARGET, MILES_RELEASE)
+    assert (differing["target"]["candidate"], differing["target"]["reference"]) == (
+        DEFAULT_MILES_TARGET,
+        MILES_RELEASE,
+    )
     text = (tmp_path / "D" / "parity.md").read_text()
     assert "## miles-megatron-colocate vs miles-base-megatron-colocate" in text
     assert f"| group | knob | Miles {DEFAULT_MILES_TARGET} | Miles {MILES_RELEASE} | status |" in text
@@ -78,18 +86,24 @@ def test_two_miles_targets_run_and_report_with_the_headline_card(tmp_path):
     assert [(c["id"], c["side"], c["state"], c["steps_completed"]) for c in manifest["cells"]] == [
         ("miles-megatron-colocate", "miles", "complete", steps),
         ("miles-base-megatron-colocate", "miles-base", "complete", steps),
-    ], executed.stdout + executed.stderr
+    ], (
+        executed.stdout + executed.stderr
+    )
     assert manifest["sides"] == plan["sides"]
 
     reported = _run_py("report", str(run_dir))
     assert reported.returncode == 0, reported.stdout + reported.stderr
     report = json.loads((run_dir / "report.json").read_text())
     step = next(c for c in report["comparisons"] if c["metric"] == "step_time_s")
-    assert (step["candidate_cell"], step["reference_cell"]) == ("miles-megatron-colocate", "miles-base-megatron-colocate")
+    assert (step["candidate_cell"], step["reference_cell"]) == (
+        "miles-megatron-colocate",
+        "miles-base-megatron-colocate",
+    )
     assert step["ratio"] < 1  # the candidate stand-in is faster
     headline = (run_dir / "headline.md").read_text()
     assert "**megatron / colocate**" in headline
     assert f"Miles {DEFAULT_MILES_TARGET}" in headline and f"Miles {MILES_RELEASE}" in headline
-    assert f"## Miles {DEFAULT_MILES_TARGET} vs Miles {MILES_RELEASE}: megatron / colocate" in (
-        run_dir / "report.md"
-    ).read_text()
+    assert (
+        f"## Miles {DEFAULT_MILES_TARGET} vs Miles {MILES_RELEASE}: megatron / colocate"
+        in (run_dir / "report.md").read_text()
+    )

@@ -6,6 +6,8 @@ from functools import cache
 import pytest
 from omegaconf import OmegaConf
 
+from scripts.benchmark.contracts.parity import ParityPair
+from scripts.benchmark.frameworks import registry
 from scripts.benchmark.frameworks.miles.flags import split_flags
 from scripts.benchmark.frameworks.miles.launch import build_miles_launch
 from scripts.benchmark.frameworks.miles.parity_knobs import parse_miles
@@ -20,8 +22,6 @@ from scripts.benchmark.frameworks.verl.parity_knobs import (
     parse_hydra_value,
     parse_verl,
 )
-from scripts.benchmark.contracts.parity import ParityPair
-from scripts.benchmark.frameworks import registry
 from scripts.benchmark.plan.parity import ParityError, ParitySide, build_parity, parity_file, parity_markdown
 from scripts.benchmark.spec import BACKENDS, LAYOUTS, load_preset, preset_names, with_overrides
 
@@ -121,7 +121,9 @@ class TestMatchedLaunches:
         rows = {r.knob: r for r in _parity(preset, backend=backend, layout="disaggregated")}
         for knob in ("layout", "rollout_loop", "max_policy_lag", "weight_sync_cadence"):
             assert rows[knob].status == "matched", knob
-        assert rows["rollout_loop"].candidate.startswith("one-step off-policy") and rows["max_policy_lag"].reference == 1
+        assert (
+            rows["rollout_loop"].candidate.startswith("one-step off-policy") and rows["max_policy_lag"].reference == 1
+        )
         partial = rows["partial_rollout"]
         assert partial.status == "asymmetry" and "abort" in partial.reference and "cannot be matched" in partial.note
 

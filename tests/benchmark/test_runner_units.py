@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from scripts.benchmark.common.redaction import REDACTED, Redactor, find_plan_secrets, is_secret_name
 from scripts.benchmark.contracts.manifest import Manifest, new_cell_run
 from scripts.benchmark.contracts.plan import Known, plan_problems
 from scripts.benchmark.frameworks import registry
@@ -21,7 +22,6 @@ from scripts.benchmark.runner.executor import interleaved_order
 from scripts.benchmark.runner.gpu_memory import read_used_mib, wait_until_released
 from scripts.benchmark.runner.progress import MatrixProgress, format_duration
 from scripts.benchmark.runner.ray_head import RayTarget, build_head_argv, external_target, extra_start_args
-from scripts.benchmark.common.redaction import REDACTED, Redactor, find_plan_secrets, is_secret_name
 from scripts.benchmark.runner.slurm import build_sbatch
 from scripts.benchmark.runner.watchdog import Watchdog, WatchdogLimits
 from tests.benchmark.standins.plans import RUN_PY, STANDINS, standin_cell, write_plan

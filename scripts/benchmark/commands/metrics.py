@@ -84,7 +84,12 @@ def comparison_markdown(models: list[str], seq_lens: list[int]) -> str:
         + [f"{row[f'{name}_over_ours']:.3f}" for name in names]
         for model, row in zip(models_of_rows, per_sequence, strict=True)
     ]
-    header = ["model", "seq len", "ours: train GFLOP/token", *(f"{registry.label_of(n)} formula / ours" for n in names)]
+    header = [
+        "model",
+        "seq len",
+        "ours: train GFLOP/token",
+        *(f"{registry.label_of(n)} formula / ours" for n in names),
+    ]
     return markdown_table(header, rows, align=["left", "right", "right", *["right"] * len(names)])
 
 

@@ -7,8 +7,9 @@
 - Additional fields (readers may ignore them): steps_completed, num_steps, exit_code, previous_attempts (folders of
   earlier attempts kept by --resume), processes (while the cell runs: its process group, session and every process
   by pid and start time, so a --resume after a killed harness finds what is left), survivors (processes a stop could
-  not end); top level: spec_hash, sides (copied from the plan), options (the execute options, reused by --resume), prepare (one entry per
-  preparation step), harness (the process holding the run folder's lock), warnings.
+  not end); top level: spec_hash, sides (copied from the plan), options (the execute options, reused by
+  --resume), prepare (one entry per preparation step), harness (the process holding the run folder's lock),
+  warnings.
 - `ManifestFile` is the typed definition; `read_manifest_json(path)` is the one reader of the file (validated
   through it), `Manifest.save()` the one writer (also through it).
 - `Manifest.save()` writes tmp + fsync + rename, so a reader never sees a half-written manifest.

@@ -24,4 +24,3 @@ def cuda_graph_max_bs_key(sglang_version: str) -> str:
     """The ServerArgs field that caps the decode CUDA-graph batch size in this SGLang version."""
     renamed = version_tuple(sglang_version) >= SGLANG_DECODE_GRAPH_RENAME
     return "cuda_graph_max_bs_decode" if renamed else "cuda_graph_max_bs"
-

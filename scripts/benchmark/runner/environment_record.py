@@ -4,8 +4,9 @@
   reports (nvidia-smi's header); None with a reason when nvidia-smi is absent or fails.
 - `probe_packages(interpreter_argv)`: versions and git commits of torch, sglang, megatron-core, transformers, ray
   and every registered framework's packages (its adapter's `packages`), plus the CUDA and NCCL versions torch was
-  built with, read by RUNNING the framework's interpreter (through its launch prefix) on a small script that uses importlib.metadata and reads files. The frameworks are never
-  imported into the harness, and the probe imports none of them either (it reads torch/version.py as text).
+  built with, read by RUNNING the framework's interpreter (through its launch prefix) on a small script that uses
+  importlib.metadata and reads files. The frameworks are never imported into the harness, and the probe imports
+  none of them either (it reads torch/version.py as text).
 - `build_environment_record(...)`: the whole record; every missing fact is null and listed in "missing" with why.
   `sglang` names the framework's SGLang version and the ServerArgs field of its decode CUDA-graph cap.
 

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from miles.utils.bench_metrics import read_records, write_text_atomic
+from scripts.benchmark.common.redaction import Redactor, find_plan_secrets, find_words_secrets
 from scripts.benchmark.contracts.manifest import MANIFEST_NAME, CellRun, Manifest, new_cell_run
 from scripts.benchmark.contracts.plan import Known, read_plan_json
 from scripts.benchmark.contracts.sides import SidePair, sides_from_cells
@@ -47,7 +48,6 @@ from scripts.benchmark.runner.options import CannotExecute, ExecuteOptions, RunE
 from scripts.benchmark.runner.preflight import check_can_execute, launch_problems, steps_to_prepare  # noqa: F401
 from scripts.benchmark.runner.process import become_child_subreaper
 from scripts.benchmark.runner.progress import MatrixProgress
-from scripts.benchmark.common.redaction import Redactor, find_plan_secrets, find_words_secrets
 from scripts.benchmark.runner.run_lock import LOCK_NAME, RunLock, hold_run_lock
 from scripts.benchmark.runner.write_errors import describe_write_error, write_error_in
 

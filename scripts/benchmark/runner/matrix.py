@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from scripts.benchmark.common.redaction import Redactor
 from scripts.benchmark.contracts.manifest import CellRun, Manifest, ProcessRecord, write_json_atomic
 from scripts.benchmark.runner import cell_records, gpu_memory
 from scripts.benchmark.runner.cell_command import CellCommand, build_cell_command, substitute_cell_dir
@@ -27,7 +28,6 @@ from scripts.benchmark.runner.options import ExecuteOptions, harness_argv, needs
 from scripts.benchmark.runner.process import ManagedProcess, capture_output, run_to_completion
 from scripts.benchmark.runner.progress import MatrixProgress
 from scripts.benchmark.runner.ray_head import PrivateRayHead, RayTarget, external_target, start_private_head
-from scripts.benchmark.common.redaction import Redactor
 from scripts.benchmark.runner.sink_follower import SinkFollower
 from scripts.benchmark.runner.watchdog import CellOutcome, Watchdog
 from scripts.benchmark.runner.write_errors import SpaceReserve, describe_write_error, write_error_in

@@ -5,8 +5,8 @@
   run folder that `ray job submit` can carry.
 - `check_can_execute(plan, skip_prepare=...) -> list[str]`: the machine (skippable with --no-preflight):
   nvidia-smi / enough GPUs, what each framework's adapter needs (its entry script, `ray` on PATH, its package
-  importable by the cells' python3), the checkpoint and the prompt data (each either present, or downloadable by the plan's `hf download` step: the `hf`
-  CLI on PATH), and an installed SGLang that accepts the SGLang keys the
+  importable by the cells' python3), the checkpoint and the prompt data (each either present, or downloadable by
+  the plan's `hf download` step: the `hf` CLI on PATH), and an installed SGLang that accepts the SGLang keys the
   cells pass (`sglang_check`). An empty list means the plan can run here.
 - `installed_check_rejections(plan)`: each framework's own check that needs it installed on this machine (e.g.
   Miles's own parse_args, from the checkout the cells' PYTHONPATH names), one line per rejected cell.

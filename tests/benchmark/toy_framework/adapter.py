@@ -33,7 +33,12 @@ class ToyAdapter(AdapterDefaults):
 
     def build_launch(self, spec: BenchmarkSpec, backend: str, layout: str, ctx: LaunchContext) -> FrameworkLaunch:
         argv = [sys.executable, str(TRAINER), "--sink", SINK, "--steps", str(spec.run.num_steps)]
-        argv += ["--step-s", str(STEP_S), "--samples", str(spec.batch.prompts_per_step * spec.batch.samples_per_prompt)]
+        argv += [
+            "--step-s",
+            str(STEP_S),
+            "--samples",
+            str(spec.batch.prompts_per_step * spec.batch.samples_per_prompt),
+        ]
         argv += ["--target", ctx.side.target or "a"]
         return FrameworkLaunch(
             framework=self.name,
@@ -46,7 +51,10 @@ class ToyAdapter(AdapterDefaults):
         )
 
     def parity_knobs(self, argv: list[str], backend: str, prepare_argv: list[str] | None) -> dict[str, Any]:
-        return {"steps": int(argv[argv.index("--steps") + 1]), "samples_per_step": int(argv[argv.index("--samples") + 1])}
+        return {
+            "steps": int(argv[argv.index("--steps") + 1]),
+            "samples_per_step": int(argv[argv.index("--samples") + 1]),
+        }
 
     def read_sink(self, paths: list[Path], ctx: RunContext) -> list[StepRecord]:
         lines = [json.loads(line) for path in paths for line in path.read_text().splitlines() if line.strip()]

@@ -26,8 +26,12 @@ from scripts.benchmark.frameworks.miles.flags import flag_problems, load_invento
 from scripts.benchmark.frameworks.miles.launch import MilesPaths, build_miles_launch, miles_cuda_graph_flag
 from scripts.benchmark.frameworks.miles.learning import MILES_LEARNING_KEYS, fill_miles_learning
 from scripts.benchmark.frameworks.miles.parity_knobs import parse_miles
-from scripts.benchmark.frameworks.miles.versions import DEFAULT_MILES_TARGET, MILES_TARGETS, miles_target
-from scripts.benchmark.frameworks.miles.versions import target_problems
+from scripts.benchmark.frameworks.miles.versions import (
+    DEFAULT_MILES_TARGET,
+    MILES_TARGETS,
+    miles_target,
+    target_problems,
+)
 from scripts.benchmark.frameworks.native_events import NoStepsError, SinkIssue, merge_native_events
 from scripts.benchmark.spec import BenchmarkSpec
 
