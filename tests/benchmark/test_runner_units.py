@@ -346,6 +346,7 @@ def test_a_signal_while_the_end_of_run_report_is_written_stops_it_and_is_recorde
     """In-process, as the harness runs it: the report is cut short, the manifest says so, no exception escapes."""
     import threading
 
+    from scripts.benchmark.commands.execute import end_of_run_report
     from scripts.benchmark.runner.end_report import report_after_run
     from tests.benchmark.synthetic_runs import write_run_folder
     from tests.benchmark.test_report import planted_cells
@@ -361,7 +362,7 @@ def test_a_signal_while_the_end_of_run_report_is_written_stops_it_and_is_recorde
     timer = threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT))  # the report takes longer than this
     try:
         timer.start()
-        report_after_run(manifest, MatrixProgress(total_cells=0, stream=io.StringIO(), live=False))
+        report_after_run(manifest, MatrixProgress(total_cells=0, stream=io.StringIO(), live=False), end_of_run_report)
         restored = signal.getsignal(signal.SIGINT)
     finally:
         timer.cancel()

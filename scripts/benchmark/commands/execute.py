@@ -51,10 +51,21 @@ def execute_impl(
         merged[key] = {**stored.get(key, {}), **explicit.get(key, {})}
     options = ExecuteOptions(**merged)
     try:
-        return executor.execute(plan_path, output_dir, options, resume=resume, preflight=preflight)
+        return executor.execute(
+            plan_path, output_dir, options, resume=resume, preflight=preflight, end_report=end_of_run_report
+        )
     except RunError as exc:
         typer.echo(f"error: {exc}", err=True)
         return exc.exit_code
+
+
+def end_of_run_report(run_dir: Path) -> tuple[str, dict[str, Path]]:
+    """What `run.py report DIR` writes, made at the end of a run: (the verdict text, the files written)."""
+    from scripts.benchmark.report.sections import verdict_markdown
+    from scripts.benchmark.report.write import analyse_and_write
+
+    doc, written = analyse_and_write(run_dir)
+    return verdict_markdown(doc).rstrip(), written
 
 
 def framework_runtimes(pythons: dict[str, str | None], prefixes: dict[str, str | None]) -> dict[str, Any]:

@@ -20,7 +20,7 @@
   is refused with exit 2 naming its pid and host.
 - Returns the exit status: 0 all complete, 1 some cell not complete, 130 interrupted.
 - At the end of every run (complete, failed or interrupted) where some cell repeat wrote a step, the report of
-  `run.py report DIR` is written into DIR and its verdict printed; a report error (or a signal while it is written)
+  `run.py report DIR` (the `end_report` the command hands over) is written into DIR and its verdict printed; a report error (or a signal while it is written)
   never changes the exit status: it is printed and appended to the manifest's `warnings`.
 
 Caveats:
@@ -42,6 +42,7 @@ from scripts.benchmark.contracts.manifest import MANIFEST_NAME, CellRun, Manifes
 from scripts.benchmark.contracts.plan import Known, read_plan_json
 from scripts.benchmark.contracts.sides import SidePair, sides_from_cells
 from scripts.benchmark.frameworks import registry
+from scripts.benchmark.runner.end_report import EndReport
 from scripts.benchmark.runner.leftovers import stop_leftovers
 from scripts.benchmark.runner.matrix import MatrixRunner
 from scripts.benchmark.runner.options import CannotExecute, ExecuteOptions, RunError
@@ -234,6 +235,7 @@ def execute(
     resume: bool = False,
     progress: MatrixProgress | None = None,
     preflight: bool = False,
+    end_report: EndReport | None = None,
 ) -> int:
     # Absolute, because each cell runs with the cell folder as its working directory and ${BENCH_CELL_DIR} in its
     # sink path: a relative run folder would make the sink land one level down, where the runner never looks.
@@ -243,8 +245,9 @@ def execute(
     try:
         with hold_run_lock(output_dir) as lock:
             return _execute_locked(
-                plan_path, output_dir, options, lock, resume=resume, progress=progress, preflight=preflight
-            )
+                plan_path, output_dir, options, lock, resume=resume, progress=progress, preflight=preflight,
+                end_report=end_report,
+            )  # fmt: skip
     except RunError:
         # A rejected run leaves nothing behind that it made: its lock file, and the folder if it created it.
         if not lock_existed:
@@ -263,6 +266,7 @@ def _execute_locked(
     resume: bool,
     progress: MatrixProgress | None,
     preflight: bool,
+    end_report: EndReport | None,
 ) -> int:
     try:
         plan, manifest, todo = prepare_execution(plan_path, output_dir, options, resume=resume, preflight=preflight)
@@ -279,7 +283,7 @@ def _execute_locked(
         progress.message(f"nothing to do: all {len(manifest.cells)} cell repeats in {output_dir} are complete")
         progress.close()
         return 0
-    return MatrixRunner(plan, manifest, options, progress).run(todo)
+    return MatrixRunner(plan, manifest, options, progress, end_report).run(todo)
 
 
 def _record_lock(manifest: Manifest, lock: RunLock) -> None:
