@@ -87,7 +87,8 @@ class MilesAdapter(AdapterDefaults):
 
     def build_launch(self, spec: BenchmarkSpec, backend: str, layout: str, ctx: LaunchContext) -> FrameworkLaunch:
         target = miles_target(ctx.side.target or DEFAULT_MILES_TARGET)
-        return build_miles_launch(spec, backend, layout, ctx.own_settings(self.name, MilesPaths()), target)
+        paths = ctx.own_settings(self.name) or MilesPaths()
+        return build_miles_launch(spec, backend, layout, paths, target, ctx.side.name)
 
     def launch_problems(self, launch: FrameworkLaunch) -> list[str]:
         return flag_problems(launch.argv, launch.backend, load_inventory())
