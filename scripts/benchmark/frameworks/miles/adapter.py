@@ -21,11 +21,17 @@ from miles.utils.bench_metrics import RunContext, StepRecord
 from scripts.benchmark.contracts.sides import Side
 from scripts.benchmark.frameworks.adapter import AdapterDefaults, CheckStage, LaunchContext, OwnCheck
 from scripts.benchmark.frameworks.launch import FrameworkLaunch
-from scripts.benchmark.frameworks.miles import parity_sources, sink
 from scripts.benchmark.frameworks.miles.flags import flag_problems, load_inventory
 from scripts.benchmark.frameworks.miles.launch import MilesPaths, build_miles_launch, miles_cuda_graph_flag
 from scripts.benchmark.frameworks.miles.learning import MILES_LEARNING_KEYS, fill_miles_learning
 from scripts.benchmark.frameworks.miles.parity_knobs import parse_miles
+from scripts.benchmark.frameworks.miles.parity_sources import launch_words
+from scripts.benchmark.frameworks.miles.sink import (
+    COMPLETE_ANCHORS,
+    find_refused_flags,
+    miles_events,
+    normalize_miles_steps,
+)
 from scripts.benchmark.frameworks.miles.versions import (
     DEFAULT_MILES_TARGET,
     MILES_TARGETS,
@@ -97,21 +103,21 @@ class MilesAdapter(AdapterDefaults):
         return parse_miles(argv, backend, load_inventory())
 
     def launch_words(self, knob: str, argv: list[str]) -> str | None:
-        return parity_sources.launch_words(knob, argv)
+        return launch_words(knob, argv)
 
     def inherent_differences(self, backend: str, layout: str) -> dict[str, str]:
         return {**_ALWAYS, **(_FSDP if backend == "fsdp" else _MEGATRON)}
 
     def read_sink(self, paths: list[Path], ctx: RunContext) -> list[StepRecord]:
         issues: list[SinkIssue] = []
-        events = sink.miles_events(paths, issues)
+        events = miles_events(paths, issues)
         if not events:
             raise NoStepsError(f"no miles step metrics found in {', '.join(str(p) for p in paths)}")
-        steps = merge_native_events(events, issues, complete_anchors=sink.COMPLETE_ANCHORS)
-        return fill_miles_learning(sink.normalize_miles_steps(steps, ctx), paths, ctx)
+        steps = merge_native_events(events, issues, complete_anchors=COMPLETE_ANCHORS)
+        return fill_miles_learning(normalize_miles_steps(steps, ctx), paths, ctx)
 
     def refused(self, launch_argv: list[str]) -> list[str]:
-        return sink.find_refused_flags(launch_argv)
+        return find_refused_flags(launch_argv)
 
     def preflight(self, cells: list[dict[str, Any]]) -> list[str]:
         missing = []

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from miles.utils.bench_metrics import RunContext, StepRecord
 from scripts.benchmark.frameworks.learning_signals import learning_from_keys, set_learning
-from scripts.benchmark.frameworks.miles import train_steps as miles_train
+from scripts.benchmark.frameworks.miles.train_steps import infer_optimizer_steps, read_train_steps, train_means_by_step
 
 MILES_LEARNING_KEYS: dict[str, tuple[str, ...]] = {
     "reward_mean": ("rollout/raw_reward",),
@@ -31,14 +31,14 @@ def _train_means(
     records: list[StepRecord], paths: list[Path], ctx: RunContext
 ) -> Callable[[int], tuple[dict[str, float], list[str]]]:
     """Per schema step: the `train/*` means and the flags about how they were grouped."""
-    train_steps = miles_train.read_train_steps(paths)
+    train_steps = read_train_steps(paths)
     per_step = ctx.optimizer_steps_per_step
     if per_step is None:
-        per_step = miles_train.infer_optimizer_steps(train_steps, len(records))
+        per_step = infer_optimizer_steps(train_steps, len(records))
     if not train_steps or per_step is None or per_step <= 0:
         why = "no train/step metrics" if not train_steps else "optimizer steps per step unknown"
         return lambda step: ({}, [f"learning_unknown:train_signals:{why}"])
-    means = miles_train.train_means_by_step(train_steps, per_step)
+    means = train_means_by_step(train_steps, per_step)
 
     def lookup(step: int) -> tuple[dict[str, float], list[str]]:
         values, seen = means.get(step, ({}, 0))

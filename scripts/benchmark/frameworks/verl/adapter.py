@@ -20,11 +20,12 @@ from scripts.benchmark.frameworks.adapter import AdapterDefaults, CheckStage, La
 from scripts.benchmark.frameworks.launch import FrameworkLaunch
 from scripts.benchmark.frameworks.native_events import NoStepsError, SinkIssue, merge_native_events
 from scripts.benchmark.frameworks.sglang_version import cuda_graph_max_bs_key
-from scripts.benchmark.frameworks.verl import parity_sources, sink
 from scripts.benchmark.frameworks.verl.data import converted_paths, prepare_step
 from scripts.benchmark.frameworks.verl.launch import VerlData, build_verl_launch, overrides_of
 from scripts.benchmark.frameworks.verl.learning import LEARNING_KEYS, fill_verl_learning
 from scripts.benchmark.frameworks.verl.parity_knobs import parse_verl
+from scripts.benchmark.frameworks.verl.parity_sources import launch_words
+from scripts.benchmark.frameworks.verl.sink import COMPLETE_ANCHORS, verl_events, verl_record
 from scripts.benchmark.spec import BenchmarkSpec
 
 _SGLANG_KEYS = ("cuda_graph_max_bs", "cuda_graph_max_bs_decode")
@@ -65,18 +66,18 @@ class VerlAdapter(AdapterDefaults):
         return parse_verl(argv, prepare_argv)
 
     def launch_words(self, knob: str, argv: list[str]) -> str | None:
-        return parity_sources.launch_words(knob, argv)
+        return launch_words(knob, argv)
 
     def inherent_differences(self, backend: str, layout: str) -> dict[str, str]:
         return {**_ALWAYS, **(_DISAGGREGATED if layout == "disaggregated" else {})}
 
     def read_sink(self, paths: list[Path], ctx: RunContext) -> list[StepRecord]:
         issues: list[SinkIssue] = []
-        events = sink.verl_events(paths, issues)
+        events = verl_events(paths, issues)
         if not events:
             raise NoStepsError(f"no verl step metrics found in {', '.join(str(p) for p in paths)}")
-        steps = merge_native_events(events, issues, complete_anchors=sink.COMPLETE_ANCHORS)
-        return fill_verl_learning([sink.verl_record(steps[s], ctx) for s in sorted(steps)], ctx)
+        steps = merge_native_events(events, issues, complete_anchors=COMPLETE_ANCHORS)
+        return fill_verl_learning([verl_record(steps[s], ctx) for s in sorted(steps)], ctx)
 
     def preflight(self, cells: list[dict[str, Any]]) -> list[str]:
         if _importable():
