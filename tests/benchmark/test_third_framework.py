@@ -12,6 +12,8 @@ also planned against VERL (the union of both adapters' declared differences must
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,9 @@ from typer.testing import CliRunner
 
 from scripts.benchmark.frameworks import registry
 from scripts.benchmark.run import build_app
+from scripts.benchmark.runner.sink_follower import read_sink
 from tests.benchmark.toy_framework import ADAPTER as TOY
+from tests.benchmark.toy_framework.adapter import TRAINER
 
 
 @pytest.fixture
@@ -40,12 +44,23 @@ def _plan(out: Path, *sides: str):
     return _run("--preset", "smoke", "--backend", "fsdp", "--output-dir", str(out), "--dry-run", *sides)
 
 
-def test_the_registry_knows_the_toy_only_while_registered(toy_registered):
+def test_the_registry_knows_the_toy_only_while_registered(toy_registered, tmp_path):
     assert "toy" in registry.names() and registry.label_of("toy") == "Toy"
     assert registry.by_sink_format("toy-jsonl") is TOY
+    sink = tmp_path / "toy.jsonl"
+    subprocess.run([sys.executable, str(TRAINER), "--sink", str(sink), "--steps", "3", "--step-s", "0"], check=True)
+    context = {"cell": {"model_config": "qwen3-0.6b", "gpus": {"train": 1, "rollout": 1}}, "final": True}
+    assert [r.step for r in read_sink("toy-jsonl", sink, context)] == [1, 2, 3]
+    result, output = _run("ingest", str(sink), "--framework", "toy", "--model", "qwen3-0.6b", "--gpus", "1",
+                          "-o", str(tmp_path / "m.jsonl"))  # fmt: skip
+    assert result.exit_code == 0 and "wrote 3 records" in output, output
     registry.unregister("toy")
-    with pytest.raises(ValueError, match="toy-jsonl"):
-        registry.by_sink_format("toy-jsonl")
+    for unknown in (lambda: registry.by_sink_format("toy-jsonl"), lambda: read_sink("toy-jsonl", sink, context)):
+        with pytest.raises(ValueError, match="sink.format 'toy-jsonl' is not one of"):
+            unknown()  # never read by another framework's reader
+    result, output = _run("ingest", str(sink), "--framework", "toy", "--model", "qwen3-0.6b", "--gpus", "1",
+                          "-o", str(tmp_path / "m.jsonl"))  # fmt: skip
+    assert result.exit_code == 2 and "--framework must be miles or verl, got 'toy'" in output
     registry.register(TOY)
 
 
