@@ -23,9 +23,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from scripts.benchmark.contracts.sides import Side, SidePair
 
 SCHEMA_VERSION = 1
-CELL_KEYS: tuple[str, ...] = ("id", "framework", "backend", "layout", "launch_argv", "sink", "num_steps")
-"""The fields a cell cannot run without (the others are descriptive or optional)."""
-
 _Argv = list[str]
 
 

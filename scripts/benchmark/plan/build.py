@@ -4,8 +4,8 @@
   registered framework at a target: contracts/sides.py), the per-framework command-line settings (by adapter name,
   e.g. checkout paths) and the run.py path the prepare steps call.
 - `build_plan(spec, preset, options) -> Plan`: plan.json content (shared contract: schema_version, spec, spec_hash,
-  preset, sides, targets {side name: target}, prepare, cells, each with its `side`), the per-cell launches (built by
-  each side's adapter) and the parity pairs. Every launch is checked by its adapter (flags it would refuse); parity
+  preset, sides, targets {side name: target}, prepare, cells, each with its `side` and the launch its side's adapter
+  built) and the parity pairs. Every launch is checked by its adapter (flags it would refuse); parity
   rows come from the emitted launches parsed back. A parity, flag or target error raises PlanError, but the Plan
   (with the failing parity rows) is attached so it can still be written for review.
 - `prepare` (in order): `download-model` and `download-dataset` (`hf download`; only when the spec names
@@ -70,7 +70,6 @@ class PlanOptions:
 @dataclass
 class Plan:
     data: dict[str, Any]
-    launches: list[FrameworkLaunch]
     parity: ParityFile
     title: str
     sides: SidePair
@@ -212,7 +211,7 @@ def build_plan(spec: BenchmarkSpec, preset: str | None, options: PlanOptions) ->
     }
     _assert_no_secrets(data)
     title = f"{preset or spec.name} ({options.layout})"
-    plan = Plan(data, launches, parity_file(digest, pairs), title, options.sides)
+    plan = Plan(data, parity_file(digest, pairs), title, options.sides)
     if errors:
         raise PlanError("; ".join(errors), plan)
     return plan
