@@ -371,3 +371,15 @@ def test_a_signal_while_the_end_of_run_report_is_written_stops_it_and_is_recorde
     assert manifest.warnings == [f"report: not written, interrupted by SIGINT; run `run.py report {run_dir}`"]
     assert Manifest.load(run_dir / "manifest.json").warnings == manifest.warnings
     assert restored is harness_handler and not (run_dir / "report.md").exists()
+
+
+def test_resume_reads_per_framework_options_of_manifests_written_before_pythons_and_prefixes():
+    from scripts.benchmark.runner.options import ExecuteOptions, options_from_manifest
+
+    stored = {"repeats": 2, "miles_python": "/opt/m/bin/python", "verl_prefix": "<redacted>", "miles_prefix": None}
+    options = options_from_manifest(stored)
+    assert options == {"repeats": 2, "pythons": {"miles": "/opt/m/bin/python"}}
+    assert ExecuteOptions(**options).runtime("miles").python == "/opt/m/bin/python"
+    assert ExecuteOptions(**options).runtime("verl") == ExecuteOptions().runtime("verl")
+    current = {"pythons": {"verl": "/v"}, "prefixes": {"miles": "docker exec -i m", "verl": "<redacted>"}}
+    assert options_from_manifest(current) == {"pythons": {"verl": "/v"}, "prefixes": {"miles": "docker exec -i m"}}
