@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -359,10 +360,15 @@ def test_a_signal_while_the_end_of_run_report_is_written_stops_it_and_is_recorde
         late.append(signum)
 
     previous = signal.signal(signal.SIGINT, harness_handler)
-    timer = threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT))  # the report takes longer than this
+    timer = threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT))
+
+    def slow_report(folder):  # the real report, started late enough that the signal always comes while it runs
+        time.sleep(5)
+        return end_of_run_report(folder)
+
     try:
         timer.start()
-        report_after_run(manifest, MatrixProgress(total_cells=0, stream=io.StringIO(), live=False), end_of_run_report)
+        report_after_run(manifest, MatrixProgress(total_cells=0, stream=io.StringIO(), live=False), slow_report)
         restored = signal.getsignal(signal.SIGINT)
     finally:
         timer.cancel()

@@ -16,7 +16,6 @@ from scripts.benchmark.contracts.manifest import Manifest
 from scripts.benchmark.errors import missing_module_error
 from scripts.benchmark.runner.progress import MatrixProgress
 
-
 EndReport = Callable[[Path], tuple[str, dict[str, Path]]]
 """run folder -> (the verdict text to print, {name: path written})."""
 
