@@ -20,8 +20,9 @@
   is refused with exit 2 naming its pid and host.
 - Returns the exit status: 0 all complete, 1 some cell not complete, 130 interrupted.
 - At the end of every run (complete, failed or interrupted) where some cell repeat wrote a step, the report of
-  `run.py report DIR` (the `end_report` the command hands over) is written into DIR and its verdict printed; a report error (or a signal while it is written)
-  never changes the exit status: it is printed and appended to the manifest's `warnings`.
+  `run.py report DIR` (the `end_report` the command hands over) is written into DIR and its verdict printed; a
+  report error (or a signal while it is written) never changes the exit status: it is printed and appended to the
+  manifest's `warnings`.
 
 Caveats:
 - `RunError` (bad input) is raised before anything is started; everything after that is recorded in the manifest.
