@@ -111,7 +111,7 @@ METRICS: dict[str, MetricSpec] = {
 class StepRecord:
     """One training step of one framework, in schema v2 units (seconds, tokens, TFLOP/s per GPU, fractions)."""
 
-    framework: Framework
+    framework: str
     step: int
     step_time_s: float | None
     phases_s: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(PHASES))

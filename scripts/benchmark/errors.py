@@ -17,12 +17,17 @@ import typer
 
 EXIT_BAD_INPUT = 2
 
+
+def _framework_extras() -> dict[str, str]:
+    """What each registered framework's adapter declares (its own modules and the extra that installs them)."""
+    from scripts.benchmark.frameworks import registry
+
+    return {module: extra for name in registry.names() for module, extra in registry.get(name).module_extras.items()}
+
+
 # Top-level module -> the extra of pyproject.toml that installs it.
 MODULE_EXTRAS: dict[str, str] = {
-    "hydra": "verl",
-    "omegaconf": "verl",
-    "pyarrow": "verl",
-    "orjson": "verl",
+    **_framework_extras(),
     "matplotlib": "analysis",
     "arch": "analysis",
     "sqlalchemy": "analysis",

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from scripts.benchmark.frameworks import registry
 from scripts.benchmark.frameworks.miles.launch import MilesPaths
 from scripts.benchmark.plan.build import PlanOptions, build_plan, cell_prepare_steps, render_cell_script
 from scripts.benchmark.spec import BACKENDS, LAYOUTS, load_preset, preset_names, with_overrides
@@ -27,9 +28,9 @@ def golden_text(preset: str, backend: str, layout: str) -> str:
     options = PlanOptions(
         backends=(backend,),
         layout=layout,
-        compare_verl=True,
         output_dir=OUTPUT_DIR,
-        paths=MilesPaths(miles_root="<MILES_ROOT>", megatron_root="<MEGATRON_ROOT>"),
+        sides=registry.option_pair(compare_verl=True, miles_version=None),
+        settings={"miles": MilesPaths(miles_root="<MILES_ROOT>", megatron_root="<MEGATRON_ROOT>")},
         run_py="<REPO_ROOT>/scripts/benchmark/run.py",
     )
     plan = build_plan(with_overrides(load_preset(preset), layout=layout), preset, options)

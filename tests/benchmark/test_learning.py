@@ -24,8 +24,9 @@ from scripts.benchmark.analysis.learning import (
     learning_settings,
 )
 from scripts.benchmark.analysis.settings import AnalysisSettings
-from scripts.benchmark.frameworks.learning_signals import VERL_CLIP_RATIO_KEY, VERL_LEARNING_KEYS, VERL_LENGTH_MAX_KEY
+from scripts.benchmark.frameworks import registry
 from scripts.benchmark.frameworks.sinks import build_step_records
+from scripts.benchmark.frameworks.verl.learning import VERL_CLIP_RATIO_KEY, VERL_LEARNING_KEYS, VERL_LENGTH_MAX_KEY
 from scripts.benchmark.history.report_input import read_report_runs
 from scripts.benchmark.plan.build import PlanOptions, build_plan
 from scripts.benchmark.report.learning import learning_warning
@@ -380,7 +381,8 @@ class TestLearningSettings:
 
     def test_plan_cells_carry_what_the_readers_need_and_the_follower_passes_it_on(self):
         spec = load_preset("smoke")
-        options = PlanOptions(backends=("fsdp",), layout="colocate", compare_verl=True, output_dir=Path("/out"))
+        sides = registry.option_pair(compare_verl=True, miles_version=None)
+        options = PlanOptions(backends=("fsdp",), layout="colocate", output_dir=Path("/out"), sides=sides)
         for cell in build_plan(spec, "smoke", options).data["cells"]:
             assert cell["optimizer_steps_per_step"] == spec.batch.optimizer_steps_per_step
             assert cell["max_response_tokens"] == spec.lengths.max_response

@@ -6,6 +6,8 @@ from functools import cache
 import pytest
 from omegaconf import OmegaConf
 
+from scripts.benchmark.contracts.parity import ParityPair
+from scripts.benchmark.frameworks import registry
 from scripts.benchmark.frameworks.miles.flags import split_flags
 from scripts.benchmark.frameworks.miles.launch import build_miles_launch
 from scripts.benchmark.frameworks.miles.parity_knobs import parse_miles
@@ -20,7 +22,7 @@ from scripts.benchmark.frameworks.verl.parity_knobs import (
     parse_hydra_value,
     parse_verl,
 )
-from scripts.benchmark.plan.parity import ParityError, build_parity, parity_json, parity_markdown
+from scripts.benchmark.plan.parity import ParityError, ParitySide, build_parity, parity_file, parity_markdown
 from scripts.benchmark.spec import BACKENDS, LAYOUTS, load_preset, preset_names, with_overrides
 
 AR = "actor_rollout_ref"
@@ -35,11 +37,18 @@ def _launches(preset: str, backend: str, layout: str):
     return tuple(miles.argv), tuple(verl.argv), tuple(prepare_step(spec, "/out/data", "run.py")["argv"])
 
 
+def _build(miles, verl, backend, layout, prepare):
+    """build_parity of a Miles (candidate) launch against a VERL (reference) launch, through the adapters."""
+    candidate = ParitySide(registry.get("miles"), list(miles))
+    reference = ParitySide(registry.get("verl"), list(verl), list(prepare))
+    return build_parity(candidate, reference, backend, layout)
+
+
 def _parity(preset="qwen3-1.7b-base", backend="fsdp", layout="colocate", miles_edit=None, verl_edit=None):
     miles, verl, prepare = (list(x) for x in _launches(preset, backend, layout))
     miles = miles_edit(miles) if miles_edit else miles
     verl = verl_edit(verl) if verl_edit else verl
-    return build_parity(miles, verl, backend, layout, prepare)
+    return _build(miles, verl, backend, layout, prepare)
 
 
 def m_drop(flag):
@@ -112,9 +121,11 @@ class TestMatchedLaunches:
         rows = {r.knob: r for r in _parity(preset, backend=backend, layout="disaggregated")}
         for knob in ("layout", "rollout_loop", "max_policy_lag", "weight_sync_cadence"):
             assert rows[knob].status == "matched", knob
-        assert rows["rollout_loop"].miles.startswith("one-step off-policy") and rows["max_policy_lag"].verl == 1
+        assert (
+            rows["rollout_loop"].candidate.startswith("one-step off-policy") and rows["max_policy_lag"].reference == 1
+        )
         partial = rows["partial_rollout"]
-        assert partial.status == "asymmetry" and "abort" in partial.verl and "cannot be matched" in partial.note
+        assert partial.status == "asymmetry" and "abort" in partial.reference and "cannot be matched" in partial.note
 
     def test_the_old_synchronous_verl_staleness_is_caught(self):
         """Warm-up 0 + threshold 1 (wait) makes separate_async wait for every prompt: not Miles's async loop."""
@@ -124,20 +135,20 @@ class TestMatchedLaunches:
             v_set("trainer.v1.sampler.max_off_policy_threshold=1"),
         )
         with pytest.raises(ParityError, match="rollout_loop: miles='one-step off-policy.*verl='synchronous'"):
-            build_parity(list(miles), old(list(verl)), "fsdp", "disaggregated", list(convert))
+            _build(list(miles), old(list(verl)), "fsdp", "disaggregated", list(convert))
 
     def test_a_synchronous_miles_entry_point_is_caught(self):
         miles, verl, convert = _launches("smoke", "fsdp", "disaggregated")
         sync_miles = [token.replace("train_async.py", "train.py") for token in miles]
         with pytest.raises(ParityError, match="rollout_loop"):
-            build_parity(sync_miles, list(verl), "fsdp", "disaggregated", list(convert))
+            _build(sync_miles, list(verl), "fsdp", "disaggregated", list(convert))
 
     def test_bridge_mode_router_dtype_is_what_the_model_uses(self):
         """--moe-router-dtype never reaches the bridge provider: a VERL fp32 router would be a mismatch."""
         miles, verl, convert = _launches("qwen3-30b-a3b", "megatron", "colocate")
         fp32 = v_set(f"+{AR}.actor.megatron.override_transformer_config.moe_router_dtype=fp32")
         with pytest.raises(ParityError, match="moe_router_dtype: miles='model dtype \\(bf16\\)' verl='fp32'"):
-            build_parity(list(miles), fp32(list(verl)), "megatron", "colocate", list(convert))
+            _build(list(miles), fp32(list(verl)), "megatron", "colocate", list(convert))
         with_flag = [*miles, "--moe-router-dtype", "fp32"]
         assert parse_miles(with_flag, "megatron")["moe_router_dtype"] == "model dtype (bf16)"
 
@@ -385,23 +396,12 @@ class TestVerlDefaults:
 class TestOutputs:
     def test_parity_json_and_markdown(self):
         rows = _parity(backend="megatron")
-        parity = parity_json(
-            "abc123abc123",
-            [
-                {
-                    "backend": "megatron",
-                    "layout": "colocate",
-                    "miles_cell": "m",
-                    "verl_cell": "v",
-                    "error": None,
-                    "rows": rows,
-                }
-            ],
-        )
-        pair = parity["pairs"][0]
-        assert pair["counts"]["MISMATCH"] == 0 and pair["counts"]["asymmetry"] == 5
-        assert pair["counts"]["matched"] + 5 == len(pair["rows"])
-        text = parity_markdown(parity, "qwen3-1.7b-base")
+        pair = ParityPair(backend="megatron", layout="colocate", candidate_cell="m", reference_cell="v", rows=rows)
+        parity = parity_file("abc123abc123", [pair])
+        counts = parity.pairs[0].counts
+        assert counts["MISMATCH"] == 0 and counts["asymmetry"] == 5
+        assert counts["matched"] + 5 == len(parity.pairs[0].rows)
+        text = parity_markdown(parity, "qwen3-1.7b-base", registry.option_pair(compare_verl=True, miles_version=None))
         clip_high = "| grpo | clip_high | 0.28 | 0.28 | matched | `--eps-clip-high 0.28` | "
         assert clip_high + "`actor_rollout_ref.actor.clip_ratio_high=0.28` |  |" in text
         assert "| rollout | completion_wait | event-driven | 2 s replay-buffer poll | asymmetry |" in text

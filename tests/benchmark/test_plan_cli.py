@@ -106,7 +106,7 @@ class TestWandb:
         for name, expected in (("on", "wandb (project miles-bench)"), ("off", "off")):
             for pair in json.loads((tmp_path / name / "parity.json").read_text())["pairs"]:
                 row = next(r for r in pair["rows"] if r["knob"] == "tracking")
-                assert (row["miles"], row["verl"], row["status"]) == (expected, expected, "matched")
+                assert (row["candidate"], row["reference"], row["status"]) == (expected, expected, "matched")
                 assert ("network logger" in row["note"]) == (name == "on")
         assert "wandb-secret-value-42" not in (tmp_path / "on" / "plan.json").read_text()
 
@@ -264,3 +264,49 @@ def test_skip_prepare_on_the_main_command_names_what_will_not_be_downloaded(tmp_
     assert "model.hf_checkpoint /root/models/Qwen3-0.6B does not exist (and --skip-prepare skips its download)" in (
         result.output
     )
+
+
+class TestSides:
+    """--candidate / --reference name the two sides; --compare-verl is the reference VERL; today's plans carry
+    their sides (candidate Miles, reference VERL) with unchanged cell ids."""
+
+    def test_compare_verl_and_reference_verl_plan_the_same(self, tmp_path, monkeypatch):
+        monkeypatch.setenv("VERL_ISOLATED_DIR", str(tmp_path / "no-verl-here"))
+        base = ["--preset", "smoke", "--backend", "fsdp", "--dry-run"]
+        sugar = _invoke(*base, "--output-dir", str(tmp_path / "a"), "--compare-verl")
+        named = _invoke(*base, "--output-dir", str(tmp_path / "b"), "--reference", "verl")
+        assert sugar.exit_code == 0 and named.exit_code == 0, sugar.output + named.output
+        plans = [json.loads((tmp_path / n / "plan.json").read_text()) for n in ("a", "b")]
+        assert plans[0]["sides"] == plans[1]["sides"]
+        assert [(s["role"], s["name"], s["label"]) for s in plans[0]["sides"]] == [
+            ("candidate", "miles", "Miles"),
+            ("reference", "verl", "VERL"),
+        ]
+        assert [(c["id"], c["side"]) for c in plans[0]["cells"]] == [
+            ("miles-fsdp-colocate", "miles"),
+            ("verl-fsdp-colocate", "verl"),
+        ]
+        texts = [(tmp_path / n / "parity.md").read_text().replace(str(tmp_path / n), "DIR") for n in ("a", "b")]
+        assert texts[0] == texts[1]
+
+    @pytest.mark.parametrize(
+        "extra,message",
+        [
+            (["--reference", "nope"], "unknown framework 'nope'"),
+            (["--candidate", "miles@9.9"], "unknown Miles target '9.9'"),
+            (["--reference", "miles"], "both sides run Miles 31f1ca9"),
+            (["--compare-verl", "--reference", "verl"], "give either --compare-verl or --reference"),
+        ],
+    )
+    def test_bad_sides_exit_2_naming_the_problem(self, tmp_path, extra, message):
+        result = _invoke("--preset", "smoke", "--output-dir", str(tmp_path / "o"), "--dry-run", *extra)
+        assert result.exit_code == 2 and message in result.output, result.output
+
+    def test_miles_wandb_group_is_the_cell_id_on_both_sides_of_miles(self, tmp_path):
+        result = _invoke(
+            "--preset", "smoke", "--backend", "megatron", "--output-dir", str(tmp_path / "o"), "--dry-run", "--wandb",
+            "--candidate", "miles", "--reference", "miles@0.0.2",
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        for cell in json.loads((tmp_path / "o" / "plan.json").read_text())["cells"]:
+            assert cell["argv"][cell["argv"].index("--wandb-group") + 1] == cell["id"]

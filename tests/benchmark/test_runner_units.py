@@ -8,19 +8,21 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from scripts.benchmark.common.redaction import REDACTED, Redactor, find_plan_secrets, is_secret_name
 from scripts.benchmark.contracts.manifest import Manifest, new_cell_run
-from scripts.benchmark.contracts.plan import plan_problems
+from scripts.benchmark.contracts.plan import Known, plan_problems
+from scripts.benchmark.frameworks import registry
 from scripts.benchmark.runner.cell_command import FrameworkRuntime, build_cell_command, framework_interpreter_argv
 from scripts.benchmark.runner.environment_record import build_environment_record, probe_packages
 from scripts.benchmark.runner.executor import interleaved_order
 from scripts.benchmark.runner.gpu_memory import read_used_mib, wait_until_released
 from scripts.benchmark.runner.progress import MatrixProgress, format_duration
 from scripts.benchmark.runner.ray_head import RayTarget, build_head_argv, external_target, extra_start_args
-from scripts.benchmark.runner.redaction import REDACTED, Redactor, find_plan_secrets, is_secret_name
 from scripts.benchmark.runner.slurm import build_sbatch
 from scripts.benchmark.runner.watchdog import Watchdog, WatchdogLimits
 from tests.benchmark.standins.plans import RUN_PY, STANDINS, standin_cell, write_plan
@@ -71,7 +73,8 @@ class TestRedaction:
         from scripts.benchmark.spec import BACKENDS, load_preset, preset_names
 
         for preset in preset_names():
-            options = PlanOptions(backends=BACKENDS, layout="colocate", compare_verl=True, output_dir=tmp_path)
+            sides = registry.option_pair(compare_verl=True, miles_version=None)
+            options = PlanOptions(backends=BACKENDS, layout="colocate", output_dir=tmp_path, sides=sides)
             plan = build_plan(load_preset(preset), preset, options).data
             assert find_plan_secrets(plan) == [] and plan_problems(plan) == []
             for cell in plan["cells"]:
@@ -86,7 +89,8 @@ class TestPlanChecks:
         cell["num_steps"] = 0
         cell["sink"]["format"] = "tensorboard"
         twin = standin_cell("verl")
-        problems = plan_problems({"schema_version": 1, "cells": [cell, twin, {"id": "x"}]})
+        known = Known(frameworks=registry.names(), sink_formats=registry.sink_formats())
+        problems = plan_problems({"schema_version": 1, "cells": [cell, twin, {"id": "x"}]}, known)
         assert "cells[0] (verl-fsdp-colocate): num_steps must be a positive integer, got 0" in problems
         assert any("sink.format 'tensorboard' is not one of" in p for p in problems)
         assert "cells[1] (verl-fsdp-colocate): duplicate id" in problems
@@ -343,6 +347,7 @@ def test_a_signal_while_the_end_of_run_report_is_written_stops_it_and_is_recorde
     """In-process, as the harness runs it: the report is cut short, the manifest says so, no exception escapes."""
     import threading
 
+    from scripts.benchmark.commands.execute import end_of_run_report
     from scripts.benchmark.runner.end_report import report_after_run
     from tests.benchmark.synthetic_runs import write_run_folder
     from tests.benchmark.test_report import planted_cells
@@ -355,10 +360,15 @@ def test_a_signal_while_the_end_of_run_report_is_written_stops_it_and_is_recorde
         late.append(signum)
 
     previous = signal.signal(signal.SIGINT, harness_handler)
-    timer = threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT))  # the report takes longer than this
+    timer = threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT))
+
+    def slow_report(folder):  # the real report, started late enough that the signal always comes while it runs
+        time.sleep(5)
+        return end_of_run_report(folder)
+
     try:
         timer.start()
-        report_after_run(manifest, MatrixProgress(total_cells=0, stream=io.StringIO(), live=False))
+        report_after_run(manifest, MatrixProgress(total_cells=0, stream=io.StringIO(), live=False), slow_report)
         restored = signal.getsignal(signal.SIGINT)
     finally:
         timer.cancel()
@@ -367,3 +377,15 @@ def test_a_signal_while_the_end_of_run_report_is_written_stops_it_and_is_recorde
     assert manifest.warnings == [f"report: not written, interrupted by SIGINT; run `run.py report {run_dir}`"]
     assert Manifest.load(run_dir / "manifest.json").warnings == manifest.warnings
     assert restored is harness_handler and not (run_dir / "report.md").exists()
+
+
+def test_resume_reads_per_framework_options_of_manifests_written_before_pythons_and_prefixes():
+    from scripts.benchmark.runner.options import ExecuteOptions, options_from_manifest
+
+    stored = {"repeats": 2, "miles_python": "/opt/m/bin/python", "verl_prefix": "<redacted>", "miles_prefix": None}
+    options = options_from_manifest(stored)
+    assert options == {"repeats": 2, "pythons": {"miles": "/opt/m/bin/python"}}
+    assert ExecuteOptions(**options).runtime("miles").python == "/opt/m/bin/python"
+    assert ExecuteOptions(**options).runtime("verl") == ExecuteOptions().runtime("verl")
+    current = {"pythons": {"verl": "/v"}, "prefixes": {"miles": "docker exec -i m", "verl": "<redacted>"}}
+    assert options_from_manifest(current) == {"pythons": {"verl": "/v"}, "prefixes": {"miles": "docker exec -i m"}}

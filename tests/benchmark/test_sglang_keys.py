@@ -2,8 +2,8 @@
 
 import pytest
 
-from scripts.benchmark.frameworks.miles.launch import build_miles_launch
-from scripts.benchmark.frameworks.sglang_version import cuda_graph_max_bs_key, miles_cuda_graph_flag, version_tuple
+from scripts.benchmark.frameworks.miles.launch import build_miles_launch, miles_cuda_graph_flag
+from scripts.benchmark.frameworks.sglang_version import cuda_graph_max_bs_key, version_tuple
 from scripts.benchmark.frameworks.verl.launch import VerlData, build_verl_launch
 from scripts.benchmark.runner.environment_record import build_environment_record
 from scripts.benchmark.runner.sglang_check import installed_sglang_version, sglang_key_problems

@@ -46,12 +46,34 @@ def execute_impl(
         typer.echo(f"error: --resume {output_dir}: {MANIFEST_NAME} cannot be read: {_first_line(exc)}", err=True)
         return 2
     explicit = {k: v for k, v in overrides.items() if v is not None}
-    options = ExecuteOptions(**{**stored, **explicit})
+    merged = {**stored, **explicit}
+    for key in ("pythons", "prefixes"):  # per framework: an option given now replaces only that framework's
+        merged[key] = {**stored.get(key, {}), **explicit.get(key, {})}
+    options = ExecuteOptions(**merged)
     try:
-        return executor.execute(plan_path, output_dir, options, resume=resume, preflight=preflight)
+        return executor.execute(
+            plan_path, output_dir, options, resume=resume, preflight=preflight, end_report=end_of_run_report
+        )
     except RunError as exc:
         typer.echo(f"error: {exc}", err=True)
         return exc.exit_code
+
+
+def end_of_run_report(run_dir: Path) -> tuple[str, dict[str, Path]]:
+    """What `run.py report DIR` writes, made at the end of a run: (the verdict text, the files written)."""
+    from scripts.benchmark.report.sections import verdict_markdown
+    from scripts.benchmark.report.write import analyse_and_write
+
+    doc, written = analyse_and_write(run_dir)
+    return verdict_markdown(doc).rstrip(), written
+
+
+def framework_runtimes(pythons: dict[str, str | None], prefixes: dict[str, str | None]) -> dict[str, Any]:
+    """The per-framework --<name>-python / --<name>-prefix options as ExecuteOptions' `pythons` and `prefixes`."""
+    return {
+        "pythons": {name: value for name, value in pythons.items() if value is not None} or None,
+        "prefixes": {name: value for name, value in prefixes.items() if value is not None} or None,
+    }
 
 
 def _first_line(exc: Exception) -> str:
@@ -168,6 +190,7 @@ def register(app: typer.Typer) -> None:
             run.py execute bench-out/q/plan.json --output-dir bench-out/q-run --repeats 3
         """
         from scripts.benchmark.errors import UserError
+        from scripts.benchmark.frameworks import registry
 
         if (plan is None) == (resume is None):
             raise UserError("give either PLAN.json with --output-dir, or --resume DIR")
@@ -178,10 +201,7 @@ def register(app: typer.Typer) -> None:
             repeats=repeats,
             fail_fast=fail_fast,
             skip_prepare=skip_prepare,
-            miles_python=miles_python,
-            verl_python=verl_python,
-            miles_prefix=miles_prefix,
-            verl_prefix=verl_prefix,
+            **framework_runtimes(*registry.option_runtimes(miles_python, verl_python, miles_prefix, verl_prefix)),
             cell_timeout_s=cell_timeout_s,
             first_step_timeout_s=first_step_timeout_s,
             stall_timeout_s=stall_timeout_s,

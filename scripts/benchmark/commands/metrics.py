@@ -1,10 +1,11 @@
 """`run.py ingest` (a framework's native sink -> schema-v2 metrics.jsonl) and `run.py flops` (the FLOPs model).
 
-- `ingest --framework {miles,verl} --model <preset|config.json> --gpus N [--rollout-gpus N] [--layout L] SOURCE...
-  -o FILE` reads the sink files (a Miles stdout log, a Miles event folder, a VERL FileLogger file; folders stand
-  for their *.jsonl files), writes one StepRecord per line, and prints a one-line summary per step to stderr.
+- `ingest --framework NAME --model <preset|config.json> --gpus N [--rollout-gpus N] [--layout L] SOURCE... -o FILE`
+  reads the sink files with that registered framework's reader (e.g. a Miles stdout log or event folder, a VERL
+  FileLogger file; folders stand for their *.jsonl files), writes one StepRecord per line, and prints a one-line
+  summary per step to stderr.
 - `flops --model <preset|config.json> --seq-lens 1024,4096 [--json]` prints forward_flops and train_flops of one
-  sequence per length, with Miles's and VERL's own formulas next to ours.
+  sequence per length, with each registered framework's own formula (its adapter's) next to ours.
 - `--model` is a path to an HF config.json (or its folder), a name in scripts/benchmark/model_configs/, or a preset.
 
 Caveats:
@@ -42,45 +43,54 @@ def _parse_seq_lens(text: str) -> list[int]:
 
 
 def flops_impl(model: str, seq_lens: list[int]) -> dict:
-    from miles.utils.bench_flops import (
-        ModelArch,
-        forward_flops,
-        miles_native_train_flops,
-        train_flops,
-        verl_native_train_flops,
-    )
+    """Our forward and train FLOPs per sequence, and each registered framework's own formula next to ours."""
+    from miles.utils.bench_flops import ModelArch, forward_flops, train_flops
+    from scripts.benchmark.frameworks import registry
 
     arch = ModelArch.from_hf_config(resolve_model_config(model))
+    adapters = [registry.get(name) for name in registry.names()]
     rows = []
     for seq_len in seq_lens:
         ours = train_flops(arch, seq_len)
-        miles, verl = miles_native_train_flops(arch, [seq_len]), verl_native_train_flops(arch, [seq_len])
+        native = {a.name: a.native_train_flops(arch, [seq_len]) for a in adapters}
+        native = {name: value for name, value in native.items() if value is not None}
         rows.append(
             {
                 "seq_len": seq_len,
                 "forward_flops": forward_flops(arch, seq_len),
                 "train_flops": ours,
-                "miles_native_train_flops": miles,
-                "verl_native_train_flops": verl,
-                "miles_over_ours": miles / ours,
-                "verl_over_ours": verl / ours,
+                **{f"{name}_native_train_flops": value for name, value in native.items()},
+                **{f"{name}_over_ours": value / ours for name, value in native.items()},
             }
         )
     return {"model": model, "model_type": arch.model_type, "per_sequence": rows}
 
 
+def formula_names(row: dict) -> list[str]:
+    """The frameworks whose own formula a `flops_impl` row carries, in registry order."""
+    return [key.removesuffix("_over_ours") for key in row if key.endswith("_over_ours")]
+
+
 def comparison_markdown(models: list[str], seq_lens: list[int]) -> str:
     """The docs table: train FLOPs per token of one sequence, ours, and each framework's own formula against it."""
     from scripts.benchmark.common.markdown import markdown_table
+    from scripts.benchmark.frameworks import registry
 
+    per_sequence = [row for model in models for row in flops_impl(model, seq_lens)["per_sequence"]]
+    names = formula_names(per_sequence[0]) if per_sequence else []
+    models_of_rows = [model for model in models for _ in seq_lens]
     rows = [
         [model, str(row["seq_len"]), f"{row['train_flops'] / row['seq_len'] / 1e9:.2f}"]
-        + [f"{row['miles_over_ours']:.3f}", f"{row['verl_over_ours']:.3f}"]
-        for model in models
-        for row in flops_impl(model, seq_lens)["per_sequence"]
+        + [f"{row[f'{name}_over_ours']:.3f}" for name in names]
+        for model, row in zip(models_of_rows, per_sequence, strict=True)
     ]
-    header = ["model", "seq len", "ours: train GFLOP/token", "Miles formula / ours", "VERL formula / ours"]
-    return markdown_table(header, rows, align=["left", "right", "right", "right", "right"])
+    header = [
+        "model",
+        "seq len",
+        "ours: train GFLOP/token",
+        *(f"{registry.label_of(n)} formula / ours" for n in names),
+    ]
+    return markdown_table(header, rows, align=["left", "right", "right", *["right"] * len(names)])
 
 
 def ingest_impl(
@@ -149,11 +159,15 @@ def register(app: typer.Typer) -> None:
         if json_output:
             typer.echo(json.dumps(result, indent=2))
             return
-        typer.echo(f"{'seq_len':>8} {'forward_flops':>14} {'train_flops':>14} {'miles/ours':>10} {'verl/ours':>10}")
+        names = formula_names(result["per_sequence"][0]) if result["per_sequence"] else []
+        typer.echo(
+            f"{'seq_len':>8} {'forward_flops':>14} {'train_flops':>14}"
+            + "".join(f" {name + '/ours':>10}" for name in names)
+        )
         for row in result["per_sequence"]:
             typer.echo(
-                f"{row['seq_len']:>8} {row['forward_flops']:>14.4e} {row['train_flops']:>14.4e} "
-                f"{row['miles_over_ours']:>10.4f} {row['verl_over_ours']:>10.4f}"
+                f"{row['seq_len']:>8} {row['forward_flops']:>14.4e} {row['train_flops']:>14.4e}"
+                + "".join(f" {row[f'{name}_over_ours']:>10.4f}" for name in names)
             )
 
     @app.command("ingest")
@@ -188,9 +202,10 @@ def register(app: typer.Typer) -> None:
             run.py ingest run/cells/verl-fsdp-colocate/rep-0/sink --framework verl --model qwen3-4b --gpus 8 -o m.jsonl
         """
         from scripts.benchmark.errors import UserError
+        from scripts.benchmark.frameworks import registry
 
-        if framework not in ("miles", "verl"):
-            raise UserError(f"--framework must be miles or verl, got {framework!r}")
+        if framework not in registry.names():
+            raise UserError(f"--framework must be {' or '.join(registry.names())}, got {framework!r}")
         for option, value in (("--gpus", gpus), ("--rollout-gpus", rollout_gpus)):
             if value is not None and value < 1:
                 raise UserError(f"{option} must be >= 1, got {value}")

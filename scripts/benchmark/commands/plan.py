@@ -1,8 +1,13 @@
-"""The main job (the app callback, no subcommand): plan matched Miles/VERL launches from one spec, then run them.
+"""The main job (the app callback, no subcommand): plan matched launches of two sides from one spec, then run them.
 
     run.py --backend {fsdp,megatron,all} [--compare-verl] --preset NAME | --spec FILE
            [--layout colocate|disaggregated] --output-dir DIR [--dry-run] [--num-steps N] [--gpus-per-node N]
            [--repeats N] [--skip-prepare] [--wandb] [--force] [--no-preflight]
+           [--candidate NAME[@TARGET]] [--reference NAME[@TARGET]]
+
+The sides: `--candidate` (default: Miles at --miles-version) and `--reference` (none unless given; --compare-verl is
+`--reference verl`), each a registered framework (frameworks/registry.py) at one of its targets. Two targets of one
+framework compare two builds (`--candidate miles --reference miles@0.0.2`: the reference side is `miles-base`).
 
 Writes DIR/plan.json, DIR/cells/<id>.sh, DIR/parity.md and DIR/parity.json, prints a summary; without --dry-run it
 then runs the plan into the same DIR (`run.py execute`, see commands/execute.py). DIR must be new, empty, or hold
@@ -45,29 +50,29 @@ def plan_impl(
     check_miles: bool = False,
     force: bool = False,
     preflight: bool = True,
+    candidate: str | None = None,
+    reference: str | None = None,
 ) -> None:
     from pathlib import Path
 
-    from scripts.benchmark.frameworks.miles.versions import DEFAULT_MILES_TARGET, MILES_TARGETS
     from scripts.benchmark.plan.build import PlanError, PlanOptions, build_plan, write_plan
     from scripts.benchmark.plan.folder import check_plan_folder, write_plan_atomically
     from scripts.benchmark.spec import BACKENDS, spec_hash
 
     if backend not in ("fsdp", "megatron", "all"):
         _fail(EXIT_BAD_INPUT, f"--backend must be fsdp, megatron or all, got {backend!r}")
-    if miles_version not in (None, *MILES_TARGETS):
-        _fail(EXIT_BAD_INPUT, f"--miles-version must be one of {', '.join(MILES_TARGETS)}, got {miles_version!r}")
+    _check_miles_version(miles_version)
     if repeats is not None and repeats < 1:
         _fail(EXIT_BAD_INPUT, f"--repeats must be >= 1, got {repeats}")
+    sides = _sides(compare_verl, miles_version, candidate, reference)
     spec = _load_spec(preset, spec_file, layout, num_steps=num_steps, gpus_per_node=gpus_per_node, wandb=wandb)
     out = Path(output_dir).expanduser().absolute()
     options = PlanOptions(
         backends=BACKENDS if backend == "all" else (backend,),
         layout=spec.placement.layout,
-        compare_verl=compare_verl,
         output_dir=out,
-        paths=_miles_paths(miles_root, megatron_root),
-        miles_version=miles_version or DEFAULT_MILES_TARGET,
+        sides=sides,
+        settings=_settings(miles_root=miles_root, megatron_root=megatron_root),
     )
     aside = check_plan_folder(out, spec_hash(spec), force=force)
     if aside is not None:
@@ -82,27 +87,53 @@ def plan_impl(
     written = write_plan_atomically(out, lambda tmp: write_plan(plan, out, into=tmp))
     from scripts.benchmark.analysis.settings import COMPARISON_REPEATS
 
-    repeats = repeats if repeats is not None else (COMPARISON_REPEATS if compare_verl else 1)
+    compares = sides.reference is not None
+    repeats = repeats if repeats is not None else (COMPARISON_REPEATS if compares else 1)
     _print_summary(plan, written, out, repeats)
-    if compare_verl:
-        _check_verl_composition(plan)
+    if compares:
+        _plan_stage_checks(plan)
     if dry_run:
         if check_miles:
-            _check_with_installed_miles(plan.data)
+            _installed_checks(plan.data)
         typer.echo("dry run: nothing executed")
         return
     _execute_plan(plan, out, repeats=repeats, skip_prepare=skip_prepare, preflight=preflight)
 
 
-def _miles_paths(miles_root: str | None, megatron_root: str | None):
-    """--miles-root / --megatron-root (absolute: the cells run in their own folders), else $MILES_ROOT / defaults."""
-    from scripts.benchmark.frameworks.miles.launch import MilesPaths
+def _check_miles_version(miles_version: str | None) -> None:
+    from scripts.benchmark.frameworks import registry
 
-    for option, value in (("--miles-root", miles_root), ("--megatron-root", megatron_root)):
-        if value is not None and not value.startswith("/"):
-            _fail(EXIT_BAD_INPUT, f"{option} must be an absolute path on the GPU node, got {value!r}")
-    paths = MilesPaths.from_env()
-    return MilesPaths(miles_root=miles_root or paths.miles_root, megatron_root=megatron_root or paths.megatron_root)
+    targets = registry.get(registry.DEFAULT_PAIR[0]).targets()
+    if miles_version not in (None, *targets):
+        _fail(EXIT_BAD_INPUT, f"--miles-version must be one of {', '.join(targets)}, got {miles_version!r}")
+
+
+def _sides(compare_verl: bool, miles_version: str | None, candidate: str | None, reference: str | None):
+    """The plan's sides: the historical options through the registry's one mapping, or --candidate/--reference."""
+    from scripts.benchmark.frameworks import registry
+
+    if candidate is None and reference is None:
+        return registry.option_pair(compare_verl, miles_version)
+    if compare_verl and reference is not None:
+        _fail(EXIT_BAD_INPUT, "give either --compare-verl or --reference, not both")
+    try:
+        legacy = registry.option_pair(compare_verl, miles_version)
+        chosen = registry.side_arg("candidate", candidate) if candidate else legacy.candidate
+        other = registry.side_arg("reference", reference) if reference else legacy.reference
+        return registry.make_pair(chosen, other)
+    except ValueError as exc:
+        _fail(EXIT_BAD_INPUT, str(exc))
+
+
+def _settings(**options):
+    """Each framework's launch settings from its options (absolute checkout paths: the cells run in their own
+    folders), else the environment's / defaults (exit 2 naming an invalid one)."""
+    from scripts.benchmark.frameworks import registry
+
+    try:
+        return registry.settings(options)
+    except ValueError as exc:
+        _fail(EXIT_BAD_INPUT, str(exc))
 
 
 def _load_spec(preset: str | None, spec_file: str | None, layout: str | None, **overrides):
@@ -129,27 +160,25 @@ def _load_spec(preset: str | None, spec_file: str | None, layout: str | None, **
         _fail(EXIT_BAD_INPUT, f"invalid spec: {exc}")
 
 
-def _check_verl_composition(plan) -> None:
-    """Every VERL cell's overrides composed against VERL 0.9.1's real config in strict mode (exit 3 on failure)."""
-    import os
+def _plan_stage_checks(plan) -> None:
+    """Each framework's own check that needs no installed framework (e.g. VERL's strict Hydra composition against
+    its real config), on every cell of the plan (exit 3 on failure; skipped, and said, when the tool is absent)."""
+    from scripts.benchmark.frameworks import registry
 
-    from scripts.benchmark.frameworks.verl.config import find_verl_root
-    from scripts.benchmark.plan.build import verl_compose_check
-
-    compose = verl_compose_check(plan, find_verl_root())
-    if compose is None:
-        where = os.environ.get("VERL_ISOLATED_DIR") or ".cache/verl-0.9.1 or an installed verl"
-        typer.echo(f"VERL strict compose: skipped (no VERL 0.9.1 config found in {where})")
-    elif compose:
-        bad = {cell: problems for cell, problems in compose.items() if problems}
+    for check in registry.own_checks(plan.data["cells"], "plan"):
+        if check.problems is None:
+            typer.echo(f"{check.title}: skipped ({check.unavailable})")
+            continue
+        bad = {cell: problems for cell, problems in check.problems.items() if problems}
         if bad:
-            _fail(EXIT_PARITY, f"VERL overrides do not compose against VERL 0.9.1: {bad}")
-        typer.echo(f"VERL strict compose: ok for {len(compose)} cell(s)")
+            _fail(EXIT_PARITY, f"{check.failure}: {bad}")
+        typer.echo(f"{check.title}: ok for {len(check.problems)} cell(s)")
 
 
 def _execute_plan(plan, out, *, repeats: int | None, skip_prepare: bool, preflight: bool) -> None:
-    """The machine preflight (exit 4 naming what is missing) and the installed Miles's own parser on the Miles cells,
-    both skipped by --no-preflight, then `run.py execute` of the written plan into the same folder."""
+    """The machine preflight (exit 4 naming what is missing) and each framework's own check that needs it installed
+    (e.g. Miles's own parser), both skipped by --no-preflight, then `run.py execute` of the written plan into the same
+    folder."""
     from scripts.benchmark.commands.execute import execute_impl
     from scripts.benchmark.runner.preflight import check_can_execute
 
@@ -157,27 +186,25 @@ def _execute_plan(plan, out, *, repeats: int | None, skip_prepare: bool, preflig
         missing = check_can_execute(plan.data, skip_prepare=skip_prepare)
         if missing:
             _fail(EXIT_CANNOT_EXECUTE, "cannot execute the plan on this machine:\n  - " + "\n  - ".join(missing))
-        _check_with_installed_miles(plan.data)
+        _installed_checks(plan.data)
     overrides = {"repeats": repeats, "skip_prepare": skip_prepare}
     code = execute_impl(out / "plan.json", out, overrides, resume=False, preflight=False)
     if code:
         raise typer.Exit(code)
 
 
-def _check_with_installed_miles(plan_data) -> None:
-    """Miles's own parse_args on every Miles cell, before any GPU time is spent (runner/preflight.py)."""
-    from scripts.benchmark.frameworks.miles.parser_check import MilesParserUnavailable
-    from scripts.benchmark.runner.preflight import miles_parser_rejections
+def _installed_checks(plan_data) -> None:
+    """Each framework's own check that needs it installed here (e.g. Miles's own parse_args on its cells), before
+    any GPU time is spent: exit 4 when the tool cannot run, 2 when it rejects a cell (runner/preflight.py)."""
+    from scripts.benchmark.runner.preflight import installed_check_rejections
 
-    try:
-        rejected = miles_parser_rejections(plan_data)
-    except MilesParserUnavailable as exc:
-        _fail(EXIT_CANNOT_EXECUTE, f"cannot execute the plan on this machine: {exc}")
+    rejected, unavailable, passed = installed_check_rejections(plan_data)
+    if unavailable:
+        _fail(EXIT_CANNOT_EXECUTE, f"cannot execute the plan on this machine: {unavailable[0]}")
     if rejected:
-        _fail(EXIT_BAD_INPUT, "the installed Miles's own parser rejects the plan:\n  - " + "\n  - ".join(rejected))
-    typer.echo(
-        f"Miles's own parser: ok for {len([c for c in plan_data['cells'] if c['framework'] == 'miles'])} cell(s)"
-    )
+        _fail(EXIT_BAD_INPUT, "\n".join(rejected))
+    for line in passed:
+        typer.echo(line)
 
 
 def _print_summary(plan, written, out, repeats: int) -> None:
@@ -199,10 +226,10 @@ def _print_summary(plan, written, out, repeats: int) -> None:
     )
     for step in data["prepare"]:
         typer.echo(f"  prepare {step['name']}: creates {step['creates']}")
-    for pair in plan.parity["pairs"]:
-        c = pair["counts"]
+    for pair in plan.parity.pairs:
+        c = pair.counts
         typer.echo(
-            f"  parity {pair['miles_cell']} vs {pair['verl_cell']}: {c['matched']} matched, "
+            f"  parity {pair.candidate_cell} vs {pair.reference_cell}: {c['matched']} matched, "
             f"{c['asymmetry']} declared asymmetries, {c['MISMATCH']} mismatches"
         )
     for warning in data["warnings"]:
@@ -254,6 +281,18 @@ def main_callback(
         "--check-miles",
         help="dry run: also run the installed Miles's own parser (--miles-root, python3 on PATH) on the Miles cells",
     ),
+    candidate: str = typer.Option(
+        None,
+        "--candidate",
+        help="the measured side: a registered framework, optionally @TARGET",
+        show_default="miles at --miles-version",
+    ),
+    reference: str = typer.Option(
+        None,
+        "--reference",
+        help="the side it is compared with, NAME[@TARGET] (a second target of the same framework compares two builds)",
+        show_default="none; --compare-verl means verl",
+    ),
 ) -> None:
     """Plan (and, without --dry-run, run) the Miles vs VERL matrix for one spec.
 
@@ -286,6 +325,8 @@ def main_callback(
         check_miles=check_miles,
         force=force,
         preflight=preflight,
+        candidate=candidate,
+        reference=reference,
     )
 
 

@@ -1,13 +1,15 @@
 """DIR/manifest.json: what the runner did to every cell repeat, written atomically after every change.
 
-- Shared contract fields per cell: id, framework, backend, layout, repeat, state (pending | running | complete |
+- Shared contract fields per cell: id, framework, side (the plan side it belongs to; None in older manifests),
+  backend, layout, repeat, state (pending | running | complete |
   failed | interrupted), reason, started_at, ended_at (ISO-8601 UTC or null), dir ("cells/<id>/rep-<k>"), metrics
   ("cells/<id>/rep-<k>/metrics.jsonl").
 - Additional fields (readers may ignore them): steps_completed, num_steps, exit_code, previous_attempts (folders of
   earlier attempts kept by --resume), processes (while the cell runs: its process group, session and every process
   by pid and start time, so a --resume after a killed harness finds what is left), survivors (processes a stop could
-  not end); top level: spec_hash, options (the execute options, reused by --resume), prepare (one entry per
-  preparation step), harness (the process holding the run folder's lock), warnings.
+  not end); top level: spec_hash, sides (copied from the plan), options (the execute options, reused by
+  --resume), prepare (one entry per preparation step), harness (the process holding the run folder's lock),
+  warnings.
 - `ManifestFile` is the typed definition; `read_manifest_json(path)` is the one reader of the file (validated
   through it), `Manifest.save()` the one writer (also through it).
 - `Manifest.save()` writes tmp + fsync + rename, so a reader never sees a half-written manifest.
@@ -30,6 +32,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from miles.utils.bench_metrics import write_text_atomic
+from scripts.benchmark.contracts.sides import Side
 
 MANIFEST_NAME = "manifest.json"
 SCHEMA_VERSION = 1
@@ -88,6 +91,8 @@ class CellRun(BaseModel):
 
     id: str
     framework: str
+    side: str | None = None
+    """The plan side the cell belongs to (None in manifests written before sides existed)."""
     backend: str
     layout: str
     repeat: int
@@ -117,6 +122,7 @@ class ManifestFile(BaseModel):
     schema_version: Literal[1]
     plan: str = "plan.json"
     spec_hash: str | None = None
+    sides: list[Side] | None = None
     options: dict[str, Any] = Field(default_factory=dict)
     prepare: list[dict[str, Any]] = Field(default_factory=list)
     harness: HarnessRecord | None = None
@@ -146,6 +152,7 @@ class Manifest:
     path: Path
     cells: list[CellRun]
     spec_hash: str | None = None
+    sides: list[Side] | None = None
     options: dict[str, Any] = field(default_factory=dict)
     prepare: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -161,6 +168,7 @@ class Manifest:
         document = ManifestFile(
             schema_version=SCHEMA_VERSION,
             spec_hash=self.spec_hash,
+            sides=self.sides,
             options=self.options,
             prepare=self.prepare,
             harness=self.harness,
@@ -180,6 +188,7 @@ class Manifest:
             path=path,
             cells=list(document.cells),
             spec_hash=document.spec_hash,
+            sides=document.sides,
             options=document.options,
             prepare=document.prepare,
             warnings=document.warnings,
@@ -210,6 +219,7 @@ def new_cell_run(cell: dict[str, Any], repeat: int) -> CellRun:
     return CellRun(
         id=cell["id"],
         framework=cell["framework"],
+        side=cell.get("side"),
         backend=cell["backend"],
         layout=cell["layout"],
         repeat=repeat,

@@ -2,25 +2,40 @@
 
 The planner validates the document through `PlanFile` before writing it, and the runner reads it back through
 the same model, so a hand-edited plan with a wrong type, an empty command or a duplicate cell is refused before
-anything starts. `plan_problems(data)` lists every problem as one line naming the field (`cells[0] (<id>): ...`).
+anything starts. `plan_problems(data, known)` lists every problem as one line naming the field
+(`cells[0] (<id>): ...`).
+
+- `sides` (contracts/sides.py): the candidate and, when the plan compares, the reference; every cell's `side` names
+  one of them. Plans written before sides existed have neither (readers rebuild them from the cells' frameworks).
+- `Known`: the frameworks and sink formats the reader of the plan can handle. Contracts name no framework: the
+  runner passes the registry's (frameworks/registry.py); without it, any non-empty name passes.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+
+from scripts.benchmark.contracts.sides import Side, SidePair
 
 SCHEMA_VERSION = 1
-SINK_FORMATS: tuple[str, ...] = ("verl-file-logger", "miles-stdout", "miles-event-log")
-"""VERL's FileLogger JSONL file; a Miles job's stdout log; the folder of per-process JSONL files of Miles's event
-log (older plans)."""
-CELL_KEYS: tuple[str, ...] = ("id", "framework", "backend", "layout", "launch_argv", "sink", "num_steps")
-"""The fields a cell cannot run without (the others are descriptive or optional)."""
-
 _Argv = list[str]
+
+
+@dataclass(frozen=True)
+class Known:
+    """What the reader of a plan handles (the registry's names and sink formats); empty: not checked."""
+
+    frameworks: tuple[str, ...] = ()
+    sink_formats: tuple[str, ...] = ()
+
+
+def _known(info: ValidationInfo) -> Known:
+    return (info.context or {}).get("known") or Known()
 
 
 class CellSink(BaseModel):
@@ -31,9 +46,12 @@ class CellSink(BaseModel):
 
     @field_validator("format")
     @classmethod
-    def _known_format(cls, value: str) -> str:
-        if value not in SINK_FORMATS:
-            raise ValueError(f"sink.format {value!r} is not one of {SINK_FORMATS}")
+    def _known_format(cls, value: str, info: ValidationInfo) -> str:
+        formats = _known(info).sink_formats
+        if formats and value not in formats:
+            raise ValueError(f"sink.format {value!r} is not one of {formats}")
+        if not value:
+            raise ValueError("sink.format is empty")
         return value
 
 
@@ -43,7 +61,8 @@ class PlanCell(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
 
     id: str
-    framework: Literal["miles", "verl"]
+    framework: str
+    side: str | None = None
     backend: str
     layout: str
     launch_argv: _Argv = Field(min_length=1)
@@ -55,6 +74,14 @@ class PlanCell(BaseModel):
     model_config_path: str | None = Field(default=None, alias="model_config")
     script: str | None = None
     ray_head_argv: _Argv | None = None
+
+    @field_validator("framework")
+    @classmethod
+    def _registered(cls, value: str, info: ValidationInfo) -> str:
+        frameworks = _known(info).frameworks
+        if frameworks and value not in frameworks:
+            raise ValueError(f"framework {value!r} is not one of {frameworks}")
+        return value
 
     @field_validator("launch_argv")
     @classmethod
@@ -90,6 +117,7 @@ class PlanFile(BaseModel):
     spec: dict[str, Any] = Field(default_factory=dict)
     spec_hash: str | None = None
     preset: str | None = None
+    sides: list[Side] | None = None
     prepare: list[PrepareStep] = Field(default_factory=list)
     cells: list[PlanCell] = Field(min_length=1)
     warnings: list[str] = Field(default_factory=list)
@@ -111,7 +139,7 @@ def _field_message(loc: tuple, error: dict[str, Any]) -> str:
     message = error["msg"].removeprefix("Value error, ")
     if name in ("launch_argv", "argv") or name.startswith(("launch_argv.", "argv.")):
         return f"{name.split('.')[0]} must be a non-empty list of strings"
-    if name in ("num_steps", "sink.format") and error["type"] == "value_error":
+    if name in ("num_steps", "sink.format", "framework") and error["type"] == "value_error":
         return message
     return f"{name}: {message}" if name else message
 
@@ -133,7 +161,23 @@ def _validation_lines(data: dict[str, Any], exc: ValidationError) -> list[str]:
     return list(dict.fromkeys(lines))
 
 
-def plan_problems(data: Any) -> list[str]:
+def _side_problems(data: dict[str, Any]) -> list[str]:
+    """`sides` hold one candidate and at most one reference, and every cell's `side` names one of them."""
+    sides, cells = data.get("sides"), data.get("cells") if isinstance(data.get("cells"), list) else []
+    if sides is None:
+        return []
+    try:
+        names = {side.name for side in SidePair.from_list(sides).sides()}
+    except (ValueError, TypeError) as exc:
+        return [f"sides: {str(exc).splitlines()[0]}"]
+    return [
+        f"cells[{index}] ({cell.get('id')}): side {cell.get('side')!r} is not one of {sorted(names)}"
+        for index, cell in enumerate(cells)
+        if isinstance(cell, dict) and cell.get("side") not in names
+    ]
+
+
+def plan_problems(data: Any, known: Known | None = None) -> list[str]:
     """Every reason this document cannot be executed, one line each naming the field; [] when it can."""
     if not isinstance(data, dict):
         return ["the plan is not a JSON object"]
@@ -141,9 +185,11 @@ def plan_problems(data: Any) -> list[str]:
     if data.get("schema_version") != SCHEMA_VERSION:
         problems.append(f"schema_version is {data.get('schema_version')!r}, expected {SCHEMA_VERSION}")
     try:
-        PlanFile.model_validate(data)
+        PlanFile.model_validate(data, context={"known": known or Known()})
     except ValidationError as exc:
         problems += [line for line in _validation_lines(data, exc) if not line.startswith("schema_version")]
+    else:
+        problems += _side_problems(data)
     cells = data.get("cells") if isinstance(data.get("cells"), list) else []
     seen: set[str] = set()
     for index, cell in enumerate(cells):
@@ -154,13 +200,13 @@ def plan_problems(data: Any) -> list[str]:
     return problems
 
 
-def read_plan_json(path: Path) -> dict[str, Any]:
+def read_plan_json(path: Path, known: Known | None = None) -> dict[str, Any]:
     """plan.json as checked JSON; ValueError naming the file and every problem."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise ValueError(f"plan {path} is not valid JSON: {exc}") from exc
-    problems = plan_problems(data)
+    problems = plan_problems(data, known)
     if problems:
         raise ValueError(f"plan {path} cannot be executed:\n  " + "\n  ".join(problems))
     return data

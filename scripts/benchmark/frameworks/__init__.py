@@ -1,1 +1,1 @@
-"""Launch builders, one module per framework: `miles.build_miles_launch`, `verl.build_verl_launch`."""
+"""One folder per framework, each exporting its `FrameworkAdapter` (adapter.py); registry.py maps names to them."""

@@ -1,8 +1,10 @@
 """What a framework builder hands to the plan: one cell's launch, plus how a launch is rendered as text.
 
 - `FrameworkLaunch`: framework, backend, layout, `argv` (the framework command), `launch_argv` (what the harness
-  executes), `env` (no secrets), `sink` ({"format", "path"}), optional `ray_head_argv` (Miles only), `blocks`
-  (the named argv blocks, for review).
+  executes), `env` (no secrets), `sink` ({"format", "path"}), optional `ray_head_argv` (the private Ray head a
+  `ray job submit` launch needs), `blocks` (the named argv blocks, for review), `side` (the side it belongs to: the
+  prefix of its cell id; the framework's name when empty).
+- `uses_ray_job_submit(argv)`: the launch submits a Ray job.
 - `render_argv(argv)`: one flag per line (a flag and its value share a line), shell-quoted, for goldens and scripts.
 - `BENCH_CELL_DIR`: the literal placeholder the runner replaces by the absolute folder of one cell repeat.
 - `ray_shell_problem(path)` / `ray_entrypoint_guard()`: `ray job submit -- CMD...` joins CMD into one /bin/sh line
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 BENCH_CELL_DIR = "${BENCH_CELL_DIR}"
@@ -35,10 +38,11 @@ class FrameworkLaunch:
     sink: dict[str, str]
     ray_head_argv: list[str] | None = None
     blocks: dict[str, list[str]] = field(default_factory=dict)
+    side: str = ""
 
     @property
     def cell_id(self) -> str:
-        return f"{self.framework}-{self.backend}-{self.layout}"
+        return f"{self.side or self.framework}-{self.backend}-{self.layout}"
 
 
 def quote(token: str) -> str:
@@ -62,13 +66,19 @@ def render_argv(argv: list[str], indent: str = "  ") -> list[str]:
     return [lines[0]] + [indent + line for line in lines[1:]] if lines else []
 
 
+def uses_ray_job_submit(argv: Sequence[str]) -> bool:
+    """The launch submits a Ray job (it needs a Ray head and a run folder Ray's entrypoint shell can carry)."""
+    words = list(argv)
+    return any(words[i : i + 2] == ["job", "submit"] for i in range(len(words) - 1))
+
+
 def ray_shell_problem(path: str) -> str | None:
     """Why `path` cannot pass through Ray's job entrypoint shell line, or None."""
     bad = sorted(set(re.sub(f"[{RAY_SHELL_SAFE}]", "", path)))
     if not bad:
         return None
     return (
-        f"{path!r} holds {''.join(bad)!r}: `ray job submit` runs Miles's command as a /bin/sh line, where these "
+        f"{path!r} holds {''.join(bad)!r}: `ray job submit` runs the job's command as a /bin/sh line, where these "
         f"characters would be interpreted; use a folder of [{RAY_SHELL_SAFE}] only"
     )
 

@@ -1,7 +1,7 @@
 """SGLang's own key names per release: the launches spell them for the version each framework runs.
 
 - `version_tuple("0.5.16rc1") -> (0, 5, 16)`; `cuda_graph_max_bs_key(version)`: the ServerArgs field capping the
-  decode CUDA-graph batch (renamed in 0.5.14); `miles_cuda_graph_flag(version)`: Miles's --sglang-* spelling of it.
+  decode CUDA-graph batch (renamed in 0.5.14). Each framework spells that field its own way (its adapter).
 """
 
 from __future__ import annotations
@@ -16,8 +16,3 @@ def cuda_graph_max_bs_key(sglang_version: str) -> str:
     """The ServerArgs field that caps the decode CUDA-graph batch size in this SGLang version."""
     renamed = version_tuple(sglang_version) >= SGLANG_DECODE_GRAPH_RENAME
     return "cuda_graph_max_bs_decode" if renamed else "cuda_graph_max_bs"
-
-
-def miles_cuda_graph_flag(sglang_version: str) -> str:
-    """Miles re-registers SGLang's CLI with a --sglang- prefix: the field name, dashed."""
-    return "--sglang-" + cuda_graph_max_bs_key(sglang_version).replace("_", "-")

@@ -1,43 +1,48 @@
 """Build and write the plan of one benchmark invocation: cells, prepare steps, per-cell scripts and the parity proof.
 
-- `PlanOptions`: backends, layout, compare_verl, output_dir, Miles paths, the run.py path the prepare step calls,
-  and the Miles version the launches target (frameworks/miles/versions.py).
+- `PlanOptions`: backends, layout, output_dir, the `sides` (a candidate and optionally a reference, each a
+  registered framework at a target: contracts/sides.py), the per-framework command-line settings (by adapter name,
+  e.g. checkout paths) and the run.py path the prepare steps call.
 - `build_plan(spec, preset, options) -> Plan`: plan.json content (shared contract: schema_version, spec, spec_hash,
-  preset, targets {"miles": version}, prepare, cells), the per-cell launches, and the parity pairs. Every Miles
-  cell's flags are checked against the inventory; parity rows come from the emitted launches parsed back. A parity,
-  flag or target error raises PlanError, but the Plan (with the failing parity rows) is attached so it can still be
-  written for review.
-- `prepare` (in order): `download-model` and `download-dataset` (`hf download`, as Miles's launchers' prepare(); only
-  when the spec names `model.hf_repo` / `data.hf_repo`), then, with --compare-verl, `convert-data`. Each step has
-  `creates` + `skip_if_exists` (a present model or dataset is not fetched again) and `needed_by` (the frameworks whose
-  cell scripts run it: the downloads for both, the conversion for VERL only).
-- `verl_compose_check(plan)`: strict Hydra composition of every VERL cell when VERL 0.9.1's config is found.
+  preset, sides, targets {side name: target}, prepare, cells, each with its `side` and the launch its side's adapter
+  built) and the parity pairs. Every launch is checked by its adapter (flags it would refuse); parity
+  rows come from the emitted launches parsed back. A parity, flag or target error raises PlanError, but the Plan
+  (with the failing parity rows) is attached so it can still be written for review.
+- `prepare` (in order): `download-model` and `download-dataset` (`hf download`; only when the spec names
+  `model.hf_repo` / `data.hf_repo`), then each side's adapter's own steps (e.g. a data conversion). Each step has
+  `creates` + `skip_if_exists` (a present model or dataset is not fetched again) and `needed_by` (the frameworks
+  whose cell scripts run it: the downloads for every side, an adapter's step for its framework only).
 - `write_plan(plan, output_dir)`: plan.json, cells/<id>.sh (runnable, set -euo pipefail, defines BENCH_CELL_DIR),
   parity.json, parity.md.
 
 Caveats:
-- Miles cells carry an extra key, `ray_head_argv` (the Ray head their `ray job submit` needs); the cell script starts
-  it in its own session and stops only that process group.
+- A launch that submits a Ray job carries `ray_head_argv` (the Ray head it needs); the cell script starts it in its
+  own session and stops only that process group.
 - Secrets never enter a plan: env holds only the fixed values built here.
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scripts.benchmark.common.redaction import find_plan_secrets
+from scripts.benchmark.contracts.parity import ParityFile, ParityPair, parity_text
 from scripts.benchmark.contracts.plan import plan_json_text
-from scripts.benchmark.frameworks.launch import FrameworkLaunch, quote, ray_entrypoint_guard, render_argv
-from scripts.benchmark.frameworks.miles.flags import flag_problems, load_inventory
-from scripts.benchmark.frameworks.miles.launch import MilesPaths, build_miles_launch
-from scripts.benchmark.frameworks.miles.versions import DEFAULT_MILES_TARGET, miles_target, target_problems
-from scripts.benchmark.frameworks.verl.data import CONVERT_STEP, converted_paths, prepare_step
-from scripts.benchmark.frameworks.verl.launch import VerlData, build_verl_launch, overrides_of
-from scripts.benchmark.plan.parity import ParityError, build_parity, parity_json, parity_markdown
-from scripts.benchmark.runner.cell_command import uses_ray_job_submit
-from scripts.benchmark.runner.redaction import find_plan_secrets
+from scripts.benchmark.contracts.sides import Side, SidePair
+from scripts.benchmark.frameworks import registry
+from scripts.benchmark.frameworks.adapter import LaunchContext
+from scripts.benchmark.frameworks.launch import (
+    FrameworkLaunch,
+    quote,
+    ray_entrypoint_guard,
+    render_argv,
+    uses_ray_job_submit,
+)
+from scripts.benchmark.plan.parity import ParityError, ParitySide, build_parity, parity_file, parity_markdown
 from scripts.benchmark.spec import Backend, BenchmarkSpec, Layout, spec_hash, spec_json, steady_state_warnings
 
 RUN_PY = Path(__file__).resolve().parents[1] / "run.py"
@@ -53,19 +58,21 @@ class PlanError(ValueError):
 class PlanOptions:
     backends: tuple[Backend, ...]
     layout: Layout
-    compare_verl: bool
     output_dir: Path
-    paths: MilesPaths = field(default_factory=MilesPaths)
+    sides: SidePair = field(default_factory=registry.default_sides)
+    settings: Mapping[str, Any] = field(default_factory=dict)
     run_py: str = str(RUN_PY)
-    miles_version: str = DEFAULT_MILES_TARGET
+
+    def context(self, side: Side) -> LaunchContext:
+        return LaunchContext(output_dir=self.output_dir, run_py=self.run_py, side=side, settings=self.settings)
 
 
 @dataclass
 class Plan:
     data: dict[str, Any]
-    launches: list[FrameworkLaunch]
-    parity: dict[str, Any]
+    parity: ParityFile
     title: str
+    sides: SidePair
 
 
 def _plan_cell(spec: BenchmarkSpec, launch: FrameworkLaunch) -> dict[str, Any]:
@@ -73,6 +80,7 @@ def _plan_cell(spec: BenchmarkSpec, launch: FrameworkLaunch) -> dict[str, Any]:
     cell = {
         "id": launch.cell_id,
         "framework": launch.framework,
+        "side": launch.side or launch.framework,
         "backend": launch.backend,
         "layout": layout,
         "argv": launch.argv,
@@ -97,8 +105,12 @@ def _plan_cell(spec: BenchmarkSpec, launch: FrameworkLaunch) -> dict[str, Any]:
     return cell
 
 
-def download_steps(spec: BenchmarkSpec) -> list[dict[str, Any]]:
-    """`hf download` of the model and the dataset (as Miles's launchers' prepare()), skipped when already present."""
+def _frameworks(sides: SidePair) -> list[str]:
+    return list(dict.fromkeys(side.framework for side in sides.sides()))
+
+
+def download_steps(spec: BenchmarkSpec, needed_by: list[str]) -> list[dict[str, Any]]:
+    """`hf download` of the model and the dataset, skipped when already present."""
     steps = []
     if spec.model.hf_repo:
         argv = ["hf", "download", spec.model.hf_repo, "--local-dir", spec.model.hf_checkpoint]
@@ -110,14 +122,18 @@ def download_steps(spec: BenchmarkSpec) -> list[dict[str, Any]]:
         steps.append(
             {"name": "download-dataset", "argv": argv, "creates": spec.data.prompt_data, "skip_if_exists": True}
         )
-    return [{**step, "needed_by": ["miles", "verl"]} for step in steps]
+    return [{**step, "needed_by": list(needed_by)} for step in steps]
 
 
 def prepare_steps(spec: BenchmarkSpec, options: PlanOptions) -> list[dict[str, Any]]:
-    """In order: model download, dataset download, then (VERL only) the data conversion, which reads the dataset."""
-    steps = download_steps(spec)
-    if options.compare_verl:
-        steps.append({**prepare_step(spec, options.output_dir / "data", options.run_py), "needed_by": ["verl"]})
+    """In order: model download, dataset download (every side), then each framework's own steps (its side only)."""
+    steps = download_steps(spec, _frameworks(options.sides))
+    names = {step["name"] for step in steps}
+    for side in options.sides.sides():
+        for step in registry.get(side.framework).prepare_steps(spec, options.context(side)):
+            if step["name"] not in names:
+                names.add(step["name"])
+                steps.append({**step, "needed_by": [side.framework]})
     return steps
 
 
@@ -126,49 +142,76 @@ def cell_prepare_steps(cell: dict[str, Any], prepare: list[dict[str, Any]]) -> l
     return [step for step in prepare if cell["framework"] in step.get("needed_by", [cell["framework"]])]
 
 
-def build_plan(spec: BenchmarkSpec, preset: str | None, options: PlanOptions) -> Plan:
-    data_dir = options.output_dir / "data"
-    train_file, val_file = converted_paths(spec, data_dir)
-    prepare = prepare_steps(spec, options)
-    convert_argv = next((step["argv"] for step in prepare if step["name"] == CONVERT_STEP), None)
-    inventory, launches, pairs, errors = load_inventory(), [], [], []
-    target = miles_target(options.miles_version)
-    for backend in options.backends:
-        problems = target_problems(target, backend)
-        errors += problems
+def _own_prepare_argv(side: Side, prepare: list[dict[str, Any]]) -> list[str] | None:
+    """The argv of the first prepare step only this side's framework needs (what its parity reader may read)."""
+    return next((step["argv"] for step in prepare if step.get("needed_by") == [side.framework]), None)
+
+
+def _side_launches(spec, backend, options, errors) -> list[FrameworkLaunch] | None:
+    """One launch per side for this backend, or None (with the reasons in `errors`) when a side cannot plan it."""
+    launches = []
+    for side in options.sides.sides():
+        adapter = registry.get(side.framework)
+        problems = adapter.cannot_plan(backend, side)
         if problems:
+            errors += problems
+            return None
+        built = adapter.build_launch(spec, backend, options.layout, options.context(side))
+        launch = dataclasses.replace(built, side=side.name)
+        errors += [f"{launch.cell_id}: {p}" for p in adapter.launch_problems(launch)]
+        launches.append(launch)
+    return launches
+
+
+def _parity_pair(launches, options: PlanOptions, prepare, errors) -> ParityPair:
+    (candidate, reference), sides = launches, options.sides
+    parity_sides = [
+        ParitySide(registry.get(side.framework), launch.argv, _own_prepare_argv(side, prepare), side.target)
+        for side, launch in ((sides.candidate, candidate), (sides.reference, reference))
+    ]
+    try:
+        rows, error = build_parity(*parity_sides, candidate.backend, options.layout), None
+    except ParityError as exc:
+        rows, error = exc.rows, str(exc)
+        errors.append(f"parity {error}")
+    return ParityPair(
+        backend=candidate.backend,
+        layout=options.layout,
+        candidate_cell=candidate.cell_id,
+        reference_cell=reference.cell_id,
+        error=error,
+        rows=rows,
+    )
+
+
+def build_plan(spec: BenchmarkSpec, preset: str | None, options: PlanOptions) -> Plan:
+    prepare = prepare_steps(spec, options)
+    launches: list[FrameworkLaunch] = []
+    pairs: list[ParityPair] = []
+    errors: list[str] = []
+    for backend in options.backends:
+        built = _side_launches(spec, backend, options, errors)
+        if built is None:
             continue
-        miles = build_miles_launch(spec, backend, options.layout, options.paths, target)
-        errors += [f"{miles.cell_id}: {p}" for p in flag_problems(miles.argv, backend, inventory)]
-        launches.append(miles)
-        if not options.compare_verl:
-            continue
-        verl = build_verl_launch(spec, backend, options.layout, VerlData(train_file, val_file))
-        launches.append(verl)
-        pair = {"backend": backend, "layout": options.layout, "miles_cell": miles.cell_id, "verl_cell": verl.cell_id}
-        try:
-            rows, error = (
-                build_parity(miles.argv, verl.argv, backend, options.layout, convert_argv, inventory),
-                None,
-            )
-        except ParityError as exc:
-            rows, error = exc.rows, str(exc)
-            errors.append(f"parity {error}")
-        pairs.append({**pair, "rows": rows, "error": error})
+        launches += built
+        if options.sides.reference is not None:
+            pairs.append(_parity_pair(built, options, prepare, errors))
     digest = spec_hash(spec)
+    sides = options.sides.sides()
     data = {
         "schema_version": 1,
         "spec": spec_json(spec),
         "spec_hash": digest,
         "preset": preset,
-        "targets": {"miles": target.name},
+        "sides": [side.model_dump(mode="json") for side in sides],
+        "targets": {side.name: side.target for side in sides if side.target},
         "prepare": prepare,
         "cells": [_plan_cell(spec, launch) for launch in launches],
         "warnings": steady_state_warnings(spec),
     }
     _assert_no_secrets(data)
     title = f"{preset or spec.name} ({options.layout})"
-    plan = Plan(data=data, launches=launches, parity=parity_json(digest, pairs), title=title)
+    plan = Plan(data, parity_file(digest, pairs), title, options.sides)
     if errors:
         raise PlanError("; ".join(errors), plan)
     return plan
@@ -178,19 +221,6 @@ def _assert_no_secrets(data: dict[str, Any]) -> None:
     """The same rule the runner applies to a plan before executing it (redaction.find_plan_secrets)."""
     leaked = find_plan_secrets(data)
     assert not leaked, f"literal secrets in the plan: {leaked}"
-
-
-def verl_compose_check(plan: Plan, root: Path | None) -> dict[str, list[str]] | None:
-    """{cell id: problems} for every VERL cell, or None when VERL 0.9.1's config is not available here."""
-    if root is None:
-        return None
-    from scripts.benchmark.frameworks.verl.config import verl_override_problems
-
-    return {
-        launch.cell_id: verl_override_problems(overrides_of(launch.argv), root)
-        for launch in plan.launches
-        if launch.framework == "verl"
-    }
 
 
 def render_cell_script(cell: dict[str, Any], prepare: list[dict[str, Any]], output_dir: Path) -> str:
@@ -223,8 +253,8 @@ def write_plan(plan: Plan, output_dir: Path, into: Path | None = None) -> list[P
     (target / "cells").mkdir(exist_ok=True)
     written = [target / "plan.json", target / "parity.json", target / "parity.md"]
     written[0].write_text(plan_json_text(plan.data))
-    written[1].write_text(json.dumps(plan.parity, indent=2, default=str) + "\n")
-    written[2].write_text(parity_markdown(plan.parity, plan.title))
+    written[1].write_text(parity_text(plan.parity))
+    written[2].write_text(parity_markdown(plan.parity, plan.title, plan.sides))
     for cell in plan.data["cells"]:
         script = target / cell["script"]
         script.write_text(render_cell_script(cell, cell_prepare_steps(cell, plan.data["prepare"]), output_dir))

@@ -1,40 +1,51 @@
 """The parity proof: both emitted launches parsed back (never the spec) into one canonical table of knobs.
 
-- `build_parity(...) -> list[ParityRow]`: one row per knob: value per cell, `matched` or `asymmetry` (declared, with a
-  one-line note of the expected throughput effect). A difference that is not declared raises `ParityError`. The
-  values come from each framework's reader (`frameworks/miles/parity_knobs.py`, `frameworks/verl/parity_knobs.py`).
-- Every row also carries the literal words that set the knob in each launch (`miles_launch`, `verl_launch`, from
-  plan/parity_sources.py), so the table can be checked against the cell scripts word for word.
-- `parity_json(...)`, `parity_markdown(...)`: what the plan writes as parity.json / parity.md (with a legend and a
-  link to the manual).
+- `build_parity(candidate, reference, backend, layout) -> list[ParityRow]`: one row per knob: value per side,
+  `matched` or `asymmetry` (declared, with a one-line note of the expected throughput effect). A difference that is
+  not declared raises `ParityError`. The values come from each side's adapter (`parity_knobs`); the literal words
+  that set the knob in each launch (`candidate_launch`, `reference_launch`) from its `launch_words`, so the table can
+  be checked against the cell scripts word for word.
+- Declared asymmetries: when the two sides run different frameworks, the union of both adapters'
+  `inherent_differences`; two sides of one framework declare none, except their targets (a `target` row, which is
+  the change under comparison).
+- `parity_file(...)`, `parity_markdown(...)`: what the plan writes as parity.json (contracts/parity.py) / parity.md
+  (with a legend, in the sides' labels, and a link to the manual).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
-from scripts.benchmark.frameworks.miles.parity_knobs import parse_miles
-from scripts.benchmark.frameworks.verl.parity_knobs import parse_verl
-from scripts.benchmark.plan.parity_sources import launch_words
 from scripts.benchmark.common.markdown import markdown_table
+from scripts.benchmark.contracts.parity import ParityFile, ParityPair, ParityRow
+from scripts.benchmark.contracts.sides import SidePair
+from scripts.benchmark.frameworks import registry
+from scripts.benchmark.frameworks.adapter import FrameworkAdapter
 
 DOCS = "docs/benchmark/plan.md#the-parity-table-and-declared-asymmetries"
-LEGEND = [
-    "Legend: **Miles** / **VERL** are the canonical values both launches are read back into (the same unit and",
-    "name on both sides); **Miles sets it with** / **VERL sets it with** are the literal flags and overrides of the",
-    "cell scripts (`not set: framework default` when no word sets the knob); **status** is `matched`, `asymmetry`",
-    "(declared, with its expected throughput effect) or `MISMATCH` (not declared: the plan is refused).",
-    "Example: Miles's `--optimizer adam` is Adam with decoupled weight decay, VERL's default `AdamW`: both `adamw`.",
-    "`train_state_offload` (weights and optimizer moved to CPU while SGLang generates) is not",
-    "`optimizer_cpu_offload` (the optimizer step itself on CPU).",
-]
+NOT_SET = "not set: framework default"
+TARGET_NOTE = "the change under comparison: both sides run the same framework at these targets"
+
+
+def legend(candidate: str, reference: str, example: str) -> list[str]:
+    """The legend of parity.md in the sides' labels; `example` is the pair's own example sentence (registry)."""
+    return [
+        f"Legend: **{candidate}** / **{reference}** are the canonical values both launches are read back into (the "
+        f"same unit and name on both sides); **{candidate} sets it with** / **{reference} sets it with** are the "
+        "literal flags and overrides of the cell scripts (`not set: framework default` when no word sets the knob); "
+        "**status** is `matched`, `asymmetry` (declared, with its expected throughput effect) or `MISMATCH` (not "
+        "declared: the plan is refused).",
+        *([example] if example else []),
+        "`train_state_offload` (weights and optimizer moved to CPU while SGLang generates) is not "
+        "`optimizer_cpu_offload` (the optimizer step itself on CPU).",
+    ]
 
 
 class ParityError(ValueError):
-    """A knob differs between the Miles and the VERL launch and is not a declared asymmetry."""
+    """A knob differs between the two launches and is not a declared asymmetry."""
 
     def __init__(self, message: str, rows: list | None = None):
         super().__init__(message)
@@ -42,15 +53,13 @@ class ParityError(ValueError):
 
 
 @dataclass(frozen=True)
-class ParityRow:
-    knob: str
-    group: str
-    miles: Any
-    verl: Any
-    status: str
-    note: str
-    miles_launch: str = ""
-    verl_launch: str = ""
+class ParitySide:
+    """One side's launch as the parity table reads it."""
+
+    adapter: FrameworkAdapter
+    argv: list[str]
+    prepare_argv: list[str] | None = None
+    target: str | None = None
 
 
 # (group, knob) in table order; a knob missing from both parses is skipped (backend-specific groups).
@@ -89,38 +98,12 @@ _MATCHED_COST = {
     "tracking": "wandb adds a network logger (background upload) to both runs; equal cost, never the metric sink",
 }
 
-# Differences that are inherent to the two frameworks, with their expected effect on throughput.
-_ALWAYS_DECLARED = {
-    "sampling_seed": "none on cost per token; response lengths vary run to run on both sides (compare medians)",
-    "client_concurrency": "small: both servers cap running requests at the same number; VERL queues the rest "
-    "in SGLang, Miles in its client",
-    "completion_wait": "VERL's generate phase ends up to 2 s late per step (hard-coded poll_interval=2.0)",
-    "metric_sink": "none: Miles prints its perf lines to stdout whatever the harness does; VERL's FileLogger "
-    "appends one JSON line per step from the driver (milliseconds)",
-}
-_FSDP_DECLARED = {
-    "training_seed": "none: weights come from the checkpoint and no dropout is active",
-    "cuda_allocator": "memory only (fragmentation, OOM margin); Miles's stock FSDP setting is kept",
-}
-_MEGATRON_DECLARED = {
-    "weight_cpu_backup": "Miles's colocated Megatron actor copies weights to CPU every step: extra time in the "
-    "Miles step (train_wait)",
-}
-_DISAGGREGATED_DECLARED = {
-    "partial_rollout": "cannot be matched: VERL's separate_async always aborts the in-flight requests at the weight "
-    "update and resumes them (tokens after the update are on-policy, the rollout pool keeps working); Miles's "
-    "train_async.py waits for the rollout, so its rollout GPUs idle during the update. Same lag bound (1 step)",
-    "rollout_memory_saver": "VERL always enables SGLang's memory saver; without colocation it only adds "
-    "bookkeeping, no offload",
-}
 
-
-def declared_asymmetries(backend: str, layout: str) -> dict[str, str]:
-    declared = dict(_ALWAYS_DECLARED)
-    declared.update(_FSDP_DECLARED if backend == "fsdp" else _MEGATRON_DECLARED)
-    if layout == "disaggregated":
-        declared.update(_DISAGGREGATED_DECLARED)
-    return declared
+def declared_asymmetries(candidate: FrameworkAdapter, reference: FrameworkAdapter, backend: str, layout: str):
+    """Knob -> note: both adapters' inherent differences when the frameworks differ, none otherwise."""
+    if candidate.name == reference.name:
+        return {}
+    return {**candidate.inherent_differences(backend, layout), **reference.inherent_differences(backend, layout)}
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -133,83 +116,88 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
-def build_parity(
-    miles_argv: list[str],
-    verl_argv: list[str],
-    backend: str,
-    layout: str,
-    prepare_argv: list[str] | None = None,
-    inventory: dict | None = None,
-) -> list[ParityRow]:
+def _words(knob: str, candidate: ParitySide, reference: ParitySide) -> tuple[str, str]:
+    a = candidate.adapter.launch_words(knob, candidate.argv)
+    b = reference.adapter.launch_words(knob, reference.argv)
+    if a is None and b is None:
+        return "", ""
+    return a or NOT_SET, b or NOT_SET
+
+
+def _target_row(candidate: ParitySide, reference: ParitySide) -> list[ParityRow]:
+    """Two sides of one framework: the target row (an asymmetry when the targets differ, which is the point)."""
+    if candidate.adapter.name != reference.adapter.name:
+        return []
+    a, b = candidate.target, reference.target
+    status, note = ("matched", "") if a == b else ("asymmetry", TARGET_NOTE)
+    return [ParityRow(knob="target", group="run", candidate=a, reference=b, status=status, note=note)]
+
+
+def build_parity(candidate: ParitySide, reference: ParitySide, backend: str, layout: str) -> list[ParityRow]:
     """All rows; raises ParityError (carrying the rows) if a knob differs and is not a declared asymmetry."""
-    miles, verl = parse_miles(miles_argv, backend, inventory), parse_verl(verl_argv, prepare_argv)
-    declared, rows, errors = declared_asymmetries(backend, layout), [], []
+    a_knobs = candidate.adapter.parity_knobs(candidate.argv, backend, candidate.prepare_argv)
+    b_knobs = reference.adapter.parity_knobs(reference.argv, backend, reference.prepare_argv)
+    declared = declared_asymmetries(candidate.adapter, reference.adapter, backend, layout)
+    rows, errors = _target_row(candidate, reference), []
     for group, knob in KNOBS:
-        if knob not in miles and knob not in verl:
+        if knob not in a_knobs and knob not in b_knobs:
             continue
-        a, b = miles.get(knob, "<absent>"), verl.get(knob, "<absent>")
-        words = launch_words(knob, miles_argv, verl_argv)
+        a, b = a_knobs.get(knob, "<absent>"), b_knobs.get(knob, "<absent>")
+        words = dict(zip(("candidate_launch", "reference_launch"), _words(knob, candidate, reference), strict=True))
+        row = {"knob": knob, "group": group, "candidate": a, "reference": b, **words}
         if _same(a, b):
             note = _MATCHED_COST.get(knob, "") if a not in ("off", "none") else ""
-            rows.append(ParityRow(knob, group, a, b, "matched", note, *words))
+            rows.append(ParityRow(**row, status="matched", note=note))
         elif knob in declared:
-            rows.append(ParityRow(knob, group, a, b, "asymmetry", declared[knob], *words))
+            rows.append(ParityRow(**row, status="asymmetry", note=declared[knob]))
         else:
-            rows.append(ParityRow(knob, group, a, b, "MISMATCH", "not a declared asymmetry", *words))
-            errors.append(f"{knob}: miles={a!r} verl={b!r}")
+            rows.append(ParityRow(**row, status="MISMATCH", note="not a declared asymmetry"))
+            errors.append(f"{knob}: {candidate.adapter.name}={a!r} {reference.adapter.name}={b!r}")
     if errors:
         raise ParityError(f"{backend}/{layout}: " + "; ".join(errors), rows)
     return rows
 
 
-def parity_json(spec_hash: str, pairs: list[dict[str, Any]]) -> dict[str, Any]:
-    """pairs: [{"backend", "layout", "miles_cell", "verl_cell", "rows": [ParityRow], "error": str|None}]."""
-    out = []
-    for pair in pairs:
-        rows = [asdict(row) for row in pair["rows"]]
-        counts = {s: sum(r["status"] == s for r in rows) for s in ("matched", "asymmetry", "MISMATCH")}
-        out.append(
-            {
-                **{k: pair[k] for k in ("backend", "layout", "miles_cell", "verl_cell", "error")},
-                "counts": counts,
-                "rows": rows,
-            }
-        )
-    return {"schema_version": 1, "spec_hash": spec_hash, "pairs": out}
+def parity_file(spec_hash: str, pairs: list[ParityPair]) -> ParityFile:
+    """parity.json: one pair per backend x layout, with its status counts."""
+    return ParityFile(spec_hash=spec_hash, pairs=[pair.with_counts() for pair in pairs])
 
 
 def _knob_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def _words(text: str | None) -> str:
+def _launch_text(text: str | None) -> str:
     if not text:
         return ""
     return text if text.startswith("not set") else f"`{text}`"
 
 
-def parity_markdown(parity: dict[str, Any], title: str) -> str:
+def parity_markdown(parity: ParityFile, title: str, sides: SidePair) -> str:
+    candidate = sides.candidate
+    reference_label = sides.reference.label if sides.reference else registry.label_of(registry.DEFAULT_PAIR[1])
+    example = registry.pair_example(candidate.framework, sides.reference.framework if sides.reference else None)
     lines = [
         f"# Parity: {title}",
         "",
-        f"spec_hash `{parity['spec_hash']}`; what each row means: [{DOCS}]({DOCS}).",
+        f"spec_hash `{parity.spec_hash}`; what each row means: [{DOCS}]({DOCS}).",
         "",
     ]
-    lines += [" ".join(LEGEND), ""]
-    if not parity["pairs"]:
-        return "\n".join(lines + ["No VERL cells planned (run with --compare-verl): nothing to compare.", ""])
-    for pair in parity["pairs"]:
-        c = pair["counts"]
-        lines += [f"## {pair['miles_cell']} vs {pair['verl_cell']}", ""]
+    lines += [" ".join(legend(candidate.label, reference_label, example)), ""]
+    if not parity.pairs:
+        return "\n".join(lines + [registry.no_reference_note(), ""])
+    for pair in parity.pairs:
+        c = pair.counts
+        lines += [f"## {pair.candidate_cell} vs {pair.reference_cell}", ""]
         lines += [f"{c['matched']} matched, {c['asymmetry']} declared asymmetries, {c['MISMATCH']} mismatches.", ""]
-        if pair["error"]:
-            lines += [f"**Parity error**: {pair['error']}", ""]
+        if pair.error:
+            lines += [f"**Parity error**: {pair.error}", ""]
         rows = [
-            [r["group"], r["knob"], _knob_text(r["miles"]), _knob_text(r["verl"]), r["status"]]
-            + [_words(r.get("miles_launch")), _words(r.get("verl_launch")), _knob_text(r["note"])]
-            for r in pair["rows"]
+            [r.group, r.knob, _knob_text(r.candidate), _knob_text(r.reference), r.status]
+            + [_launch_text(r.candidate_launch), _launch_text(r.reference_launch), _knob_text(r.note)]
+            for r in pair.rows
         ]
-        header = ["group", "knob", "Miles", "VERL", "status", "Miles sets it with", "VERL sets it with"]
-        header += ["expected throughput effect"]
+        header = ["group", "knob", candidate.label, reference_label, "status", f"{candidate.label} sets it with"]
+        header += [f"{reference_label} sets it with", "expected throughput effect"]
         lines += [markdown_table(header, rows), ""]
     return "\n".join(lines)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scripts.benchmark.frameworks.launch import uses_ray_job_submit
 from scripts.benchmark.runner.ray_head import RayTarget
 
 CELL_DIR_PLACEHOLDER = "${BENCH_CELL_DIR}"
@@ -64,11 +65,6 @@ def framework_interpreter_argv(launch_argv: Sequence[str], runtime: FrameworkRun
 
 def substitute_cell_dir(value: str, cell_dir: Path) -> str:
     return value.replace(CELL_DIR_PLACEHOLDER, str(cell_dir))
-
-
-def uses_ray_job_submit(argv: Sequence[str]) -> bool:
-    words = list(argv)
-    return any(words[i : i + 2] == ["job", "submit"] for i in range(len(words) - 1))
 
 
 def _rewrite_ray_job_submit(argv: list[str], target: RayTarget, submission_id: str) -> list[str]:

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from scripts.benchmark.common.redaction import Redactor
 from scripts.benchmark.contracts.manifest import write_json_atomic
 from scripts.benchmark.runner import environment_record
 from scripts.benchmark.runner.cell_command import (
@@ -16,7 +17,6 @@ from scripts.benchmark.runner.cell_command import (
     framework_interpreter_argv,
     substitute_cell_dir,
 )
-from scripts.benchmark.runner.redaction import Redactor
 
 
 def write_command_record(cell_dir: Path, command: CellCommand, redactor: Redactor) -> None:

@@ -2,10 +2,11 @@
 
 - `read_gpus()`: GPU model, count, memory and driver via `nvidia-smi --query-gpu`, plus the CUDA version the driver
   reports (nvidia-smi's header); None with a reason when nvidia-smi is absent or fails.
-- `probe_packages(interpreter_argv)`: versions and git commits of torch, sglang, megatron-core, transformers, ray,
-  miles and verl, plus the CUDA and NCCL versions torch was built with, read by RUNNING the framework's interpreter
-  (through its launch prefix) on a small script that uses importlib.metadata and reads files. The frameworks are never
-  imported into the harness, and the probe imports none of them either (it reads torch/version.py as text).
+- `probe_packages(interpreter_argv)`: versions and git commits of torch, sglang, megatron-core, transformers, ray
+  and every registered framework's packages (its adapter's `packages`), plus the CUDA and NCCL versions torch was
+  built with, read by RUNNING the framework's interpreter (through its launch prefix) on a small script that uses
+  importlib.metadata and reads files. The frameworks are never imported into the harness, and the probe imports
+  none of them either (it reads torch/version.py as text).
 - `build_environment_record(...)`: the whole record; every missing fact is null and listed in "missing" with why.
   `sglang` names the framework's SGLang version and the ServerArgs field of its decode CUDA-graph cap.
 
@@ -24,6 +25,7 @@ import socket
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from scripts.benchmark.frameworks import registry
 from scripts.benchmark.frameworks.sglang_version import cuda_graph_max_bs_key
 from scripts.benchmark.runner.process import capture_output
 
@@ -33,9 +35,9 @@ PACKAGES: dict[str, str] = {
     "megatron-core": "megatron.core",
     "transformers": "transformers",
     "ray": "ray",
-    "miles": "miles",
-    "verl": "verl",
+    **{dist: module for name in registry.names() for dist, module in registry.get(name).packages.items()},
 }
+"""Distribution -> module probed in every cell's interpreter: the shared stack, then each registered framework's."""
 
 # Runs inside the framework's interpreter: stdlib only, imports no framework package.
 _PROBE = r"""

@@ -5,7 +5,7 @@
   where a private head is needed, with preflight=True the machine: runner/preflight.py; then the output folder
   writable), then writes DIR/plan.json and DIR/manifest.json. A rejected run leaves no folder it created.
 - Order: repeat 0 of every cell, then repeat 1, ...; within a repeat the cells of one (backend, layout) run
-  Miles then VERL, so node drift hits both frameworks alike.
+  candidate then reference, so node drift hits both sides alike.
 - Preparation steps run once, before the first cell, with this interpreter for a bare python (they are harness
   work: downloads, data conversion); a step whose `creates` exists is skipped.
 - Per cell repeat: command.sh and env.json (redacted), environment.json, an optional private Ray head, the command in
@@ -20,8 +20,9 @@
   is refused with exit 2 naming its pid and host.
 - Returns the exit status: 0 all complete, 1 some cell not complete, 130 interrupted.
 - At the end of every run (complete, failed or interrupted) where some cell repeat wrote a step, the report of
-  `run.py report DIR` is written into DIR and its verdict printed; a report error (or a signal while it is written)
-  never changes the exit status: it is printed and appended to the manifest's `warnings`.
+  `run.py report DIR` (the `end_report` the command hands over) is written into DIR and its verdict printed; a
+  report error (or a signal while it is written) never changes the exit status: it is printed and appended to the
+  manifest's `warnings`.
 
 Caveats:
 - `RunError` (bad input) is raised before anything is started; everything after that is recorded in the manifest.
@@ -37,16 +38,18 @@ from pathlib import Path
 from typing import Any
 
 from miles.utils.bench_metrics import read_records, write_text_atomic
+from scripts.benchmark.common.redaction import Redactor, find_plan_secrets, find_words_secrets
 from scripts.benchmark.contracts.manifest import MANIFEST_NAME, CellRun, Manifest, new_cell_run
-from scripts.benchmark.contracts.plan import read_plan_json
-from scripts.benchmark.frameworks.miles.sink import find_refused_flags
+from scripts.benchmark.contracts.plan import Known, read_plan_json
+from scripts.benchmark.contracts.sides import SidePair, sides_from_cells
+from scripts.benchmark.frameworks import registry
+from scripts.benchmark.runner.end_report import EndReport
 from scripts.benchmark.runner.leftovers import stop_leftovers
 from scripts.benchmark.runner.matrix import MatrixRunner
 from scripts.benchmark.runner.options import CannotExecute, ExecuteOptions, RunError
 from scripts.benchmark.runner.preflight import check_can_execute, launch_problems, steps_to_prepare  # noqa: F401
 from scripts.benchmark.runner.process import become_child_subreaper
 from scripts.benchmark.runner.progress import MatrixProgress
-from scripts.benchmark.runner.redaction import Redactor, find_plan_secrets, find_words_secrets
 from scripts.benchmark.runner.run_lock import LOCK_NAME, RunLock, hold_run_lock
 from scripts.benchmark.runner.write_errors import describe_write_error, write_error_in
 
@@ -65,8 +68,11 @@ def check_output_dir(output_dir: Path) -> None:
 
 
 def load_plan(path: Path) -> dict[str, Any]:
+    """plan.json checked against the contract and the registry (its frameworks and sink formats), free of secrets
+    and of launch words its frameworks' adapters refuse."""
+    known = Known(frameworks=registry.names(), sink_formats=registry.sink_formats())
     try:
-        plan = read_plan_json(path)
+        plan = read_plan_json(path, known)
     except OSError as exc:
         raise RunError(f"cannot read plan {path}: {exc.strerror or exc}") from exc
     except ValueError as exc:
@@ -77,22 +83,36 @@ def load_plan(path: Path) -> dict[str, Any]:
     refused = [
         f"cells[{cell['id']}].launch_argv: {problem}"
         for cell in plan["cells"]
-        if cell["framework"] == "miles"
-        for problem in find_refused_flags(cell["launch_argv"])
+        for problem in registry.get(cell["framework"]).refused(cell["launch_argv"])
     ]
     if secrets or refused:
         raise RunError(f"plan {path} cannot be executed:\n  " + "\n  ".join(secrets + refused))
     return plan
 
 
-def interleaved_order(cells: list[dict[str, Any]], repeats: int) -> list[tuple[dict[str, Any], int]]:
-    """Repeat by repeat; inside a repeat, per (backend, layout) in plan order, Miles then VERL."""
+def plan_sides(plan: dict[str, Any]) -> SidePair:
+    """The plan's sides; for a plan written before sides existed, one side per framework (the registry's pair)."""
+    if plan.get("sides"):
+        return SidePair.from_list(plan["sides"])
+    labels = {name: registry.label_of(name) for name in registry.names()}
+    return sides_from_cells((c["framework"] for c in plan["cells"]), registry.DEFAULT_PAIR, labels)
+
+
+def interleaved_order(
+    cells: list[dict[str, Any]], repeats: int, sides: SidePair | None = None
+) -> list[tuple[dict[str, Any], int]]:
+    """Repeat by repeat; inside a repeat, per (backend, layout) in plan order, the candidate then the reference."""
     groups: list[tuple[str, str]] = []
     for cell in cells:
         if (cell["backend"], cell["layout"]) not in groups:
             groups.append((cell["backend"], cell["layout"]))
-    rank = {"miles": 0, "verl": 1}
-    ordered = sorted(cells, key=lambda c: (groups.index((c["backend"], c["layout"])), rank.get(c["framework"], 2)))
+    sides = sides or plan_sides({"cells": cells})
+    rank = {side.name: index for index, side in enumerate(sides.sides())}
+
+    def key(cell: dict[str, Any]) -> tuple[int, int]:
+        return groups.index((cell["backend"], cell["layout"])), rank.get(cell.get("side") or cell["framework"], 2)
+
+    ordered = sorted(cells, key=key)
     return [(cell, repeat) for repeat in range(repeats) for cell in ordered]
 
 
@@ -161,17 +181,19 @@ def _prepare(
         raise RunError("--ray external needs --ray-address (or RAY_ADDRESS in the environment)")
     _check_here(plan, options, output_dir, preflight)
     _check_prefix_secrets(options)
+    sides = plan_sides(plan)
     if not resume:
         _copy_plan_files(plan_path, output_dir)
         manifest = Manifest(
             path=manifest_path,
             spec_hash=plan.get("spec_hash"),
-            cells=[new_cell_run(cell, rep) for cell, rep in interleaved_order(plan["cells"], options.repeats)],
+            sides=plan.get("sides"),
+            cells=[new_cell_run(cell, rep) for cell, rep in interleaved_order(plan["cells"], options.repeats, sides)],
         )
     else:
         manifest = _load_manifest(manifest_path)
         known = {c.key for c in manifest.cells}
-        for cell, rep in interleaved_order(plan["cells"], options.repeats):
+        for cell, rep in interleaved_order(plan["cells"], options.repeats, sides):
             if (cell["id"], rep) not in known:  # --resume --repeats N with a larger N adds repeats
                 manifest.cells.append(new_cell_run(cell, rep))
     manifest.options = Redactor.from_environ(os.environ).redact_json(asdict(options))
@@ -195,9 +217,9 @@ def _copy_plan_files(plan_path: Path | None, output_dir: Path) -> None:
 def _check_prefix_secrets(options: ExecuteOptions) -> None:
     """A launch prefix is recorded (manifest options, logs): it must not carry a literal secret either."""
     problems = []
-    for name, prefix in (("--miles-prefix", options.miles_prefix), ("--verl-prefix", options.verl_prefix)):
+    for framework, prefix in options.prefixes.items():
         if prefix:
-            problems += find_words_secrets(shlex.split(prefix), name)
+            problems += find_words_secrets(shlex.split(prefix), f"--{framework}-prefix")
     if problems:
         raise RunError(
             "a literal secret in "
@@ -214,6 +236,7 @@ def execute(
     resume: bool = False,
     progress: MatrixProgress | None = None,
     preflight: bool = False,
+    end_report: EndReport | None = None,
 ) -> int:
     # Absolute, because each cell runs with the cell folder as its working directory and ${BENCH_CELL_DIR} in its
     # sink path: a relative run folder would make the sink land one level down, where the runner never looks.
@@ -223,8 +246,9 @@ def execute(
     try:
         with hold_run_lock(output_dir) as lock:
             return _execute_locked(
-                plan_path, output_dir, options, lock, resume=resume, progress=progress, preflight=preflight
-            )
+                plan_path, output_dir, options, lock, resume=resume, progress=progress, preflight=preflight,
+                end_report=end_report,
+            )  # fmt: skip
     except RunError:
         # A rejected run leaves nothing behind that it made: its lock file, and the folder if it created it.
         if not lock_existed:
@@ -243,6 +267,7 @@ def _execute_locked(
     resume: bool,
     progress: MatrixProgress | None,
     preflight: bool,
+    end_report: EndReport | None,
 ) -> int:
     try:
         plan, manifest, todo = prepare_execution(plan_path, output_dir, options, resume=resume, preflight=preflight)
@@ -259,7 +284,7 @@ def _execute_locked(
         progress.message(f"nothing to do: all {len(manifest.cells)} cell repeats in {output_dir} are complete")
         progress.close()
         return 0
-    return MatrixRunner(plan, manifest, options, progress).run(todo)
+    return MatrixRunner(plan, manifest, options, progress, end_report).run(todo)
 
 
 def _record_lock(manifest: Manifest, lock: RunLock) -> None:

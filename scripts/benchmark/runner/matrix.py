@@ -18,16 +18,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from scripts.benchmark.common.redaction import Redactor
 from scripts.benchmark.contracts.manifest import CellRun, Manifest, ProcessRecord, write_json_atomic
 from scripts.benchmark.runner import cell_records, gpu_memory
 from scripts.benchmark.runner.cell_command import CellCommand, build_cell_command, substitute_cell_dir
-from scripts.benchmark.runner.end_report import report_after_run
+from scripts.benchmark.runner.end_report import EndReport, report_after_run
 from scripts.benchmark.runner.leftovers import alive_survivors
 from scripts.benchmark.runner.options import ExecuteOptions, harness_argv, needs_private_head
 from scripts.benchmark.runner.process import ManagedProcess, capture_output, run_to_completion
 from scripts.benchmark.runner.progress import MatrixProgress
 from scripts.benchmark.runner.ray_head import PrivateRayHead, RayTarget, external_target, start_private_head
-from scripts.benchmark.runner.redaction import Redactor
 from scripts.benchmark.runner.sink_follower import SinkFollower
 from scripts.benchmark.runner.watchdog import CellOutcome, Watchdog
 from scripts.benchmark.runner.write_errors import SpaceReserve, describe_write_error, write_error_in
@@ -50,7 +50,15 @@ class _StopRequest:
 class MatrixRunner:
     """One execution of a plan into a run folder (see the module docstring)."""
 
-    def __init__(self, plan: dict[str, Any], manifest: Manifest, options: ExecuteOptions, progress: MatrixProgress):
+    def __init__(
+        self,
+        plan: dict[str, Any],
+        manifest: Manifest,
+        options: ExecuteOptions,
+        progress: MatrixProgress,
+        end_report: EndReport | None = None,
+    ):
+        self.end_report = end_report
         self.plan = plan
         self.manifest = manifest
         self.options = options
@@ -73,7 +81,7 @@ class MatrixRunner:
             code = self._run_matrix(todo)
             self.progress.close()
             if self.write_failure is None:
-                report_after_run(self.manifest, self.progress)
+                report_after_run(self.manifest, self.progress, self.end_report)
             else:
                 print(f"run stopped: {self.write_failure}; free space, then --resume {self.run_dir}", file=sys.stderr)
             return code

@@ -3,12 +3,14 @@ and the decisions that follow from them alone (a private Ray head per cell, the 
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from scripts.benchmark.runner.cell_command import FrameworkRuntime, uses_ray_job_submit
+from scripts.benchmark.frameworks.launch import uses_ray_job_submit
+from scripts.benchmark.runner.cell_command import FrameworkRuntime
 from scripts.benchmark.runner.watchdog import WatchdogLimits
 
 RayMode = Literal["auto", "private", "external", "none"]
@@ -31,10 +33,10 @@ class ExecuteOptions:
     repeats: int = 1
     fail_fast: bool = False
     skip_prepare: bool = False
-    miles_python: str | None = None
-    verl_python: str | None = None
-    miles_prefix: str | None = None
-    verl_prefix: str | None = None
+    pythons: dict[str, str] = field(default_factory=dict)
+    """Framework name -> its interpreter (--<name>-python)."""
+    prefixes: dict[str, str] = field(default_factory=dict)
+    """Framework name -> its launch prefix (--<name>-prefix, e.g. `docker exec -i <container>`)."""
     cell_timeout_s: float = WatchdogLimits.cell_timeout_s
     first_step_timeout_s: float = WatchdogLimits.first_step_timeout_s
     stall_timeout_s: float = WatchdogLimits.stall_timeout_s
@@ -47,9 +49,7 @@ class ExecuteOptions:
     poll_interval_s: float = 0.2
 
     def runtime(self, framework: str) -> FrameworkRuntime:
-        if framework == "miles":
-            return FrameworkRuntime.from_options(self.miles_python, self.miles_prefix)
-        return FrameworkRuntime.from_options(self.verl_python, self.verl_prefix)
+        return FrameworkRuntime.from_options(self.pythons.get(framework), self.prefixes.get(framework))
 
     def limits(self) -> WatchdogLimits:
         return WatchdogLimits(
@@ -60,7 +60,7 @@ class ExecuteOptions:
 
 
 def needs_private_head(cell: Mapping[str, Any], options: ExecuteOptions) -> bool:
-    """--ray private: every cell; --ray auto without RAY_ADDRESS: cells that submit a Ray job (Miles)."""
+    """--ray private: every cell; --ray auto without RAY_ADDRESS: cells that submit a Ray job."""
     if options.ray == "private":
         return True
     return options.ray == "auto" and not options.ray_address and uses_ray_job_submit(cell["launch_argv"])
@@ -71,7 +71,19 @@ def harness_argv(argv: list[str]) -> list[str]:
     return [sys.executable if word in ("python", "python3") else word for word in argv]
 
 
+_PER_FRAMEWORK = re.compile(r"(?P<framework>[a-z][a-z0-9_]*)_(?P<kind>python|prefix)")
+"""`<name>_python` / `<name>_prefix`: how manifests written before `pythons`/`prefixes` existed stored them."""
+
+
 def options_from_manifest(stored: Mapping[str, Any]) -> dict[str, Any]:
     """The options a run was started with (what --resume reuses unless overridden on the command line)."""
     known = set(ExecuteOptions.__dataclass_fields__)
-    return {k: v for k, v in stored.items() if k in known and v != "<redacted>"}
+    options = {k: v for k, v in stored.items() if k in known and v != "<redacted>"}
+    for key, value in stored.items():
+        match = _PER_FRAMEWORK.fullmatch(key)
+        if match and value is not None and value != "<redacted>":
+            kind = "pythons" if match["kind"] == "python" else "prefixes"
+            options[kind] = {**options.get(kind, {}), match["framework"]: value}
+    if isinstance(options.get("prefixes"), dict):
+        options["prefixes"] = {k: v for k, v in options["prefixes"].items() if v != "<redacted>"}
+    return options

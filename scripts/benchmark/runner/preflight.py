@@ -4,31 +4,27 @@
   steps, each cell's command or launch prefix, the interpreters, a Ray CLI where a private head is needed), and a
   run folder that `ray job submit` can carry.
 - `check_can_execute(plan, skip_prepare=...) -> list[str]`: the machine (skippable with --no-preflight):
-  nvidia-smi / enough GPUs, the Miles train.py path, `ray` on PATH, VERL importable by the cells' python3, the
-  checkpoint and the prompt data (each either present, or downloadable by the plan's `hf download` step: the `hf`
-  CLI on PATH), and an installed SGLang that accepts the SGLang keys the
+  nvidia-smi / enough GPUs, what each framework's adapter needs (its entry script, `ray` on PATH, its package
+  importable by the cells' python3), the checkpoint and the prompt data (each either present, or downloadable by
+  the plan's `hf download` step: the `hf` CLI on PATH), and an installed SGLang that accepts the SGLang keys the
   cells pass (`sglang_check`). An empty list means the plan can run here.
-- `miles_parser_rejections(plan, python=None) -> list[str]`: the installed Miles's own parse_args (the checkout the
-  cells' PYTHONPATH names) on every Miles cell, one line per rejected cell with Miles's message (the flag it names).
-  Raises MilesParserUnavailable when that Miles cannot be imported by `python` (default: python3 on PATH).
+- `installed_check_rejections(plan)`: each framework's own check that needs it installed on this machine (e.g.
+  Miles's own parse_args, from the checkout the cells' PYTHONPATH names), one line per rejected cell.
 
 Caveats:
-- It only looks; it starts nothing. VERL is probed in a child python3 with importlib.util.find_spec, never imported
-  here (the wheel's top-level `scripts`/`tests` packages would shadow ours).
+- It only looks; it starts nothing. What a framework needs is its adapter's `preflight` (a framework is probed in a
+  child python3, never imported here).
 """
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from scripts.benchmark.frameworks.launch import ray_shell_problem
-from scripts.benchmark.runner.cell_command import find_executable_problem, uses_ray_job_submit
+from scripts.benchmark.frameworks import registry
+from scripts.benchmark.frameworks.launch import ray_shell_problem, uses_ray_job_submit
+from scripts.benchmark.runner.cell_command import find_executable_problem
 from scripts.benchmark.runner.options import ExecuteOptions, harness_argv, needs_private_head
 from scripts.benchmark.runner.sglang_check import installed_sglang_version, sglang_key_problems
 
@@ -45,12 +41,6 @@ def _gpu_count() -> tuple[int | None, str]:
     return len(gpus["gpus"]), ""
 
 
-def _verl_importable() -> bool:
-    probe = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('verl') else 1)"
-    python = shutil.which("python3")
-    return bool(python) and subprocess.run([python, "-c", probe], capture_output=True, timeout=60).returncode == 0
-
-
 def check_can_execute(plan: dict[str, Any], *, skip_prepare: bool = False) -> list[str]:
     missing: list[str] = []
     cells = plan["cells"]
@@ -60,18 +50,18 @@ def check_can_execute(plan: dict[str, Any], *, skip_prepare: bool = False) -> li
         missing.append(why)
     elif count < needed:
         missing.append(f"the plan needs {needed} GPUs per cell, nvidia-smi lists {count}")
-    miles = [cell for cell in cells if cell["framework"] == "miles"]
-    if miles:
-        train_py = next((word for word in miles[0].get("argv") or [] if word.endswith(".py")), "train.py")
-        if not Path(train_py).is_file():
-            missing.append(f"Miles train.py not found at {train_py} (set MILES_ROOT or --miles-root)")
-        if shutil.which("ray") is None:
-            missing.append("ray not found on PATH (Miles cells run as `ray job submit`)")
-    if any(cell["framework"] == "verl" for cell in cells) and not _verl_importable():
-        missing.append("verl is not importable by python3 (pip install 'verl[sglang]==0.9.1' on the GPU node)")
+    for framework, mine in _cells_by_framework(cells).items():
+        missing += registry.get(framework).preflight(mine)
     versions: dict[str, str | None] = {}
     missing += sglang_key_problems(cells, lambda framework: versions.setdefault("python3", installed_sglang_version()))
     return missing + _data_problems(plan, skip_prepare)
+
+
+def _cells_by_framework(cells: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    by_framework: dict[str, list[dict[str, Any]]] = {}
+    for cell in cells:
+        by_framework.setdefault(cell["framework"], []).append(cell)
+    return by_framework
 
 
 def _data_problems(plan: dict[str, Any], skip_prepare: bool) -> list[str]:
@@ -95,36 +85,21 @@ def _data_problems(plan: dict[str, Any], skip_prepare: bool) -> list[str]:
     return missing
 
 
-def miles_parser_rejections(plan: dict[str, Any], python: str | None = None) -> list[str]:
-    """Miles's own verdict on the plan's Miles cells, before any GPU time: --hf-checkpoint points at a folder holding
-    only the preset's config.json (the model may not be downloaded yet); Miles is where the cells' job finds it."""
-    from scripts.benchmark.frameworks.miles.parser_check import (
-        MilesParserUnavailable,
-        parser_launches,
-        run_miles_parser,
-    )
-
-    cells = [cell for cell in plan["cells"] if cell["framework"] == "miles"]
-    if not cells:
-        return []
-    python = python or shutil.which("python3")
-    if python is None:
-        raise MilesParserUnavailable("python3 not found on PATH to run Miles's parser")
-    with tempfile.TemporaryDirectory(prefix="miles-preflight-") as tmp:
-        launches = parser_launches(cells, Path(tmp))
-        verdicts = run_miles_parser(launches, _miles_path(cells[0]), python)
-    return [
-        f"{cell['id']}: {verdict['error']}"
-        for cell, verdict in zip(cells, verdicts, strict=True)
-        if not verdict["accepted"]
-    ]
-
-
-def _miles_path(cell: dict[str, Any]) -> list[str]:
-    """The PYTHONPATH of the cell's `ray job submit --runtime-env-json` (the Miles and Megatron checkouts)."""
-    argv = cell["launch_argv"]
-    runtime_env = json.loads(argv[argv.index("--runtime-env-json") + 1])
-    return [path for path in runtime_env["env_vars"].get("PYTHONPATH", "").split(os.pathsep) if path]
+def installed_check_rejections(plan: dict[str, Any]) -> tuple[list[str], list[str], list[str]]:
+    """Each framework's own check that needs it installed here (e.g. Miles's own parse_args, from the checkout the
+    cells' PYTHONPATH names), before any GPU time: (rejections "<cell>: <why>" under their check's failure sentence,
+    unavailable reasons, "<title>: ok for N cell(s)" lines)."""
+    rejected, unavailable, passed = [], [], []
+    for check in registry.own_checks(plan["cells"], "installed"):
+        if check.problems is None:
+            unavailable.append(check.unavailable)
+            continue
+        lines = [f"{cell}: {problem}" for cell, problems in check.problems.items() for problem in problems]
+        if lines:
+            rejected.append(check.failure + ":\n  - " + "\n  - ".join(lines))
+        else:
+            passed.append(f"{check.title}: ok for {len(check.problems)} cell(s)")
+    return rejected, unavailable, passed
 
 
 def launch_problems(plan: dict[str, Any], options: ExecuteOptions, run_dir: Path) -> list[str]:
@@ -136,7 +111,7 @@ def launch_problems(plan: dict[str, Any], options: ExecuteOptions, run_dir: Path
                 f"prepare step {step['name']}: {problem} (it creates {step.get('creates')}; "
                 "install it, create that path, or pass --skip-prepare)"
             )
-    for framework, python in (("miles", options.miles_python), ("verl", options.verl_python)):
+    for framework, python in options.pythons.items():
         runtime = options.runtime(framework)
         if python and not runtime.prefix and (problem := find_executable_problem([python])):
             problems.append(f"--{framework}-python: {problem}")

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scripts.benchmark.common.redaction import Redactor
 from scripts.benchmark.contracts.manifest import CellProcesses, ProcessRecord
-from scripts.benchmark.runner.redaction import Redactor
 
 _PR_SET_CHILD_SUBREAPER = 36
 _PROC = Path("/proc")

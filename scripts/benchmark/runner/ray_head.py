@@ -32,8 +32,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from scripts.benchmark.common.redaction import Redactor
 from scripts.benchmark.runner.process import ManagedProcess, StopOutcome, is_alive
-from scripts.benchmark.runner.redaction import Redactor
 
 _READY_TIMEOUT_S = 180.0
 START_ARGS_ENV = "BENCH_RAY_START_ARGS"

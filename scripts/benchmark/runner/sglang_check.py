@@ -2,10 +2,10 @@
 
 - `installed_sglang_version(python)`: the sglang distribution's version in that interpreter (importlib.metadata in a
   child; sglang itself is never imported), or None.
-- `sglang_key_problems(cells, installed)`: one line per cell whose CUDA-graph cap is spelled for another SGLang:
-  VERL hands engine_kwargs.sglang.* to the ServerArgs dataclass, which refuses an unknown field, so the key must be
-  exactly the installed version's; Miles's CLI still parses --sglang-cuda-graph-max-bs as a deprecated alias after
-  the 0.5.14 rename, but --sglang-cuda-graph-max-bs-decode does not exist before it.
+- `sglang_key_problems(cells, installed)`: one line per cell whose CUDA-graph cap is spelled for another SGLang.
+  Each adapter finds the key its launch passes (`sglang_key`) and says which spellings an SGLang version accepts
+  (`sglang_accepts`): VERL hands engine_kwargs.sglang.* to the ServerArgs dataclass, which refuses an unknown field;
+  Miles's CLI still parses --sglang-cuda-graph-max-bs as a deprecated alias after the 0.5.14 rename.
 """
 
 from __future__ import annotations
@@ -14,11 +14,9 @@ import shutil
 from collections.abc import Callable
 from typing import Any
 
-from scripts.benchmark.frameworks.sglang_version import cuda_graph_max_bs_key, miles_cuda_graph_flag
+from scripts.benchmark.frameworks import registry
+from scripts.benchmark.frameworks.sglang_version import cuda_graph_max_bs_key
 from scripts.benchmark.runner.process import capture_output
-
-_VERL_KEYS = ("cuda_graph_max_bs", "cuda_graph_max_bs_decode")
-_MILES_FLAGS = ("--sglang-cuda-graph-max-bs", "--sglang-cuda-graph-max-bs-decode")
 
 
 def installed_sglang_version(python: str = "python3") -> str | None:
@@ -30,33 +28,18 @@ def installed_sglang_version(python: str = "python3") -> str | None:
     return (out or "").strip() or None
 
 
-def _emitted_key(cell: dict[str, Any]) -> str | None:
-    for token in cell["argv"]:
-        if cell["framework"] == "miles" and token in _MILES_FLAGS:
-            return token
-        key = token.partition("=")[0].rsplit(".", 1)[-1]
-        if cell["framework"] == "verl" and ".engine_kwargs.sglang." in token and key in _VERL_KEYS:
-            return key
-    return None
-
-
-def _accepted(framework: str, key: str, version: str) -> bool:
-    if framework == "verl":
-        return key == cuda_graph_max_bs_key(version)
-    return key == "--sglang-cuda-graph-max-bs" or key == miles_cuda_graph_flag(version)
-
-
 def sglang_key_problems(cells: list[dict[str, Any]], installed: Callable[[str], str | None]) -> list[str]:
     """`installed(framework)` is the SGLang version that framework's interpreter has (None: not installed)."""
     problems = []
     for cell in cells:
-        key = _emitted_key(cell)
+        adapter = registry.get(cell["framework"])
+        key = adapter.sglang_key(cell["argv"])
         if key is None:
             continue
         version = installed(cell["framework"])
         if version is None:
             problems.append(f"{cell['id']}: passes SGLang's {key} but no sglang is installed for {cell['framework']}")
-        elif not _accepted(cell["framework"], key, version):
+        elif not adapter.sglang_accepts(key, version):
             problems.append(
                 f"{cell['id']}: passes SGLang's {key}, which sglang {version} (installed for {cell['framework']}) "
                 f"does not accept; it names the cap {cuda_graph_max_bs_key(version)} (renamed in 0.5.14): set "

@@ -1,11 +1,10 @@
 """Follow a cell's metric sink while it grows and append each completed step to metrics.jsonl at once.
 
 - `read_sink(format, path, context) -> list[StepRecord]`: the one call into the metric readers
-  (`frameworks.sinks.build_step_records`): "verl-file-logger" is VERL's FileLogger JSONL file, "miles-stdout" the
-  cell's log.txt (the Miles job's stdout), "miles-event-log" the folder of per-process JSONL files of Miles's
-  --save-debug-event-data. The readers' RunContext comes from the plan cell (model_config, gpus, layout) and the
-  cell's environment record (GPU name).
-- `SinkFollower.poll(final=False)` re-reads the sink and appends, via `bench_metrics.append_record` (fsync per line),
+  (`frameworks.sinks.build_step_records`), through the adapter that declares the cell's sink format
+  (`registry.by_sink_format`; a format no adapter reads is an error). The readers' RunContext comes from the plan
+  cell (model_config, gpus, layout) and the cell's environment record (GPU name).
+- `SinkFollower.poll(final=False)` re-reads the sink and appends (fsync per line)
   every record of a step not written yet; returns the records it appended. `final=True` is the last read after the
   process ended (a reader may then release a step it was holding back as incomplete).
 - One restart rule with `run.py ingest`: when the readers' record of a step already written changes (a restart
@@ -37,8 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from miles.utils.bench_metrics import StepRecord, write_text_atomic
-from scripts.benchmark.contracts.plan import SINK_FORMATS
-from scripts.benchmark.runner.redaction import Redactor
+from scripts.benchmark.common.redaction import Redactor
 from scripts.benchmark.runner.write_errors import RunFolderWriteError
 
 SinkReader = Callable[[str, Path, Mapping[str, Any]], list[StepRecord]]
@@ -48,26 +46,26 @@ def read_sink(format: str, path: Path, context: Mapping[str, Any]) -> list[StepR
     """Every step record the sink holds so far, in step order (the framework readers do the parsing).
 
     While the cell runs (final False) only complete steps are returned: up to, not including, the first record the
-    readers flag as incomplete or, for Miles, as lacking the next rollout's record (a Miles step's weight sync is
-    booked in the next rollout, so Miles step k is complete once rollout k+1 trained).
+    readers flag as incomplete, or with one of its adapter's `incomplete_flags` (a Miles step's weight sync is booked
+    in the next rollout, so Miles step k is complete once rollout k+1 trained).
     """
-    if format not in SINK_FORMATS:
-        raise ValueError(f"sink.format {format!r} is not one of {SINK_FORMATS}")
+    from scripts.benchmark.frameworks import registry
+
+    adapter = registry.by_sink_format(format)
     if not path.exists() or (path.is_dir() and not any(path.rglob("*.jsonl"))):
         return []
     from scripts.benchmark.frameworks.native_events import NoStepsError
     from scripts.benchmark.frameworks.sinks import build_step_records
 
-    framework = "verl" if format == "verl-file-logger" else "miles"
     try:
-        records = build_step_records(framework, [path], build_run_context(context))
+        records = build_step_records(adapter.name, [path], build_run_context(context))
     except NoStepsError:
         return []
     if context.get("final"):
         return records
     complete: list[StepRecord] = []
     for record in records:
-        if any(flag.startswith("incomplete:") or flag == "miles_shift:no_next_step" for flag in record.flags):
+        if any(flag.startswith("incomplete:") or flag in adapter.incomplete_flags for flag in record.flags):
             break
         complete.append(record)
     return complete

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from scripts.benchmark.runner.redaction import Redactor
+from scripts.benchmark.common.redaction import Redactor
 
 _RAY_OPTIONS = ("--ray", "--ray-address", "--ray-dashboard-url")
 _RUN_PY = Path(__file__).resolve().parents[1] / "run.py"

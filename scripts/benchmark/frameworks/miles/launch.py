@@ -2,8 +2,9 @@
 wrapped in `ray job submit` like Miles's own launchers (miles/utils/external_utils/command_utils.py::execute_train),
 built from named blocks.
 
-- `build_miles_launch(spec, backend, layout, paths) -> FrameworkLaunch`; `MilesPaths` (Miles checkout, Megatron-LM,
-  Ray addresses) is where the GPU node keeps things.
+- `build_miles_launch(spec, backend, layout, paths, target, side) -> FrameworkLaunch`; `MilesPaths` (Miles
+  checkout, Megatron-LM, Ray addresses) is where the GPU node keeps things; `side` is the plan side's name (two
+  sides of Miles: `miles` and `miles-base`).
 - Blocks, in order: ckpt, rollout, perf, grpo, optimizer, sglang, backend (fsdp | megatron incl. the architecture
   args that Miles's scripts/models/<model>.py supply, emitted from the spec's HF config), placement, sink, tracking.
 - Every value is pinned where the two Miles backends' defaults differ (adam beta2, weight decay, lr decay style,
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 from miles.utils.bench_flops import moe_layer_flags
 from scripts.benchmark.frameworks.launch import BENCH_CELL_DIR, FrameworkLaunch
 from scripts.benchmark.frameworks.miles.versions import DEFAULT_MILES_TARGET, MilesTarget, miles_target
-from scripts.benchmark.frameworks.sglang_version import miles_cuda_graph_flag
+from scripts.benchmark.frameworks.sglang_version import cuda_graph_max_bs_key
 from scripts.benchmark.spec import Backend, BenchmarkSpec, Layout
 
 SINK_LOG = f"{BENCH_CELL_DIR}/log.txt"
@@ -71,6 +72,11 @@ class MilesPaths:
             miles_root=os.environ.get("MILES_ROOT", cls.miles_root),
             megatron_root=os.environ.get("MEGATRON_ROOT", cls.megatron_root),
         )
+
+
+def miles_cuda_graph_flag(sglang_version: str) -> str:
+    """Miles re-registers SGLang's CLI with a --sglang- prefix: the field name, dashed."""
+    return "--sglang-" + cuda_graph_max_bs_key(sglang_version).replace("_", "-")
 
 
 def flag_value(value: float | int | str) -> str:
@@ -250,16 +256,17 @@ def _placement(spec: BenchmarkSpec, layout: Layout) -> list[str]:
     return argv + ["--update-weights-interval", flag_value(spec.placement.async_loop.weight_sync_every_steps)]
 
 
-def _tracking(spec: BenchmarkSpec, backend: Backend, layout: Layout) -> list[str]:
+def _tracking(spec: BenchmarkSpec, backend: Backend, layout: Layout, side: str) -> list[str]:
     if not spec.tracking.wandb:
         return []
     argv = ["--use-wandb", "--wandb-project", spec.tracking.wandb_project]
-    return argv + ["--wandb-group", f"miles-{backend}-{layout}", "--disable-wandb-random-suffix"]
+    return argv + ["--wandb-group", f"{side}-{backend}-{layout}", "--disable-wandb-random-suffix"]
 
 
 def miles_train_blocks(
-    spec: BenchmarkSpec, backend: Backend, layout: Layout, target: MilesTarget | None = None
+    spec: BenchmarkSpec, backend: Backend, layout: Layout, target: MilesTarget | None = None, side: str = "miles"
 ) -> dict[str, list[str]]:
+    """The named argv blocks; `side` names the plan side (the wandb group is its cell id)."""
     target = target or miles_target(DEFAULT_MILES_TARGET)
     return {
         "ckpt": _ckpt(spec),
@@ -270,7 +277,7 @@ def miles_train_blocks(
         "sglang": _sglang(spec, target),
         "backend": _megatron(spec) if backend == "megatron" else _fsdp(spec),
         "placement": _placement(spec, layout),
-        "tracking": _tracking(spec, backend, layout),
+        "tracking": _tracking(spec, backend, layout, side),
     }
 
 
@@ -288,10 +295,11 @@ def build_miles_launch(
     layout: Layout,
     paths: MilesPaths | None = None,
     target: MilesTarget | None = None,
+    side: str = "miles",
 ) -> FrameworkLaunch:
     paths = paths or MilesPaths()
     target = target or miles_target(DEFAULT_MILES_TARGET)
-    blocks = miles_train_blocks(spec, backend, layout, target)
+    blocks = miles_train_blocks(spec, backend, layout, target, side)
     argv = ["python3", f"{paths.miles_root}/{ENTRY_POINTS[layout]}"] + [
         token for block in blocks.values() for token in block
     ]

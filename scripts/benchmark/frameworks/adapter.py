@@ -1,0 +1,187 @@
+"""What the planner, the runner and the readers need of a framework, as one small typed protocol.
+
+Every framework folder (`frameworks/<name>/`) exports one object implementing `FrameworkAdapter`; the registry
+(frameworks/registry.py) maps names to them. Nothing outside those folders and the registry names a framework: a
+plan is two sides (contracts/sides.py), each an adapter plus its target.
+
+- `LaunchContext`: what a launch is built against besides the spec: the plan folder, the run.py the prepare steps
+  call, the side (its target), and the per-framework settings of the command line (`settings[adapter.name]`).
+- `OwnCheck`: the result of a framework's own acceptance check (problems per cell, or why it could not run here).
+- `FrameworkAdapter`: build a cell's launch, read its parity knobs back, read its native sink into step records,
+  name its learning signals, run its own checks, preflight a machine, report its versions and targets.
+
+Caveats:
+- `read_sink` returns records with their `learning` block set but not derived (frameworks/sinks.py derives TFLOPs,
+  MFU and rates for every framework alike).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from miles.utils.bench_flops import ModelArch
+from miles.utils.bench_metrics import RunContext, StepRecord
+from scripts.benchmark.contracts.sides import Side
+from scripts.benchmark.frameworks.launch import FrameworkLaunch
+from scripts.benchmark.spec import BenchmarkSpec
+
+CheckStage = Literal["plan", "installed"]
+"""`plan`: runs after every plan with what the harness holds (a config tree); `installed`: needs the framework
+installed on this machine (--check-miles, the preflight of a real run)."""
+
+
+@dataclass(frozen=True)
+class LaunchContext:
+    output_dir: Path
+    run_py: str
+    side: Side
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    """The command line's per-framework settings, by adapter name (a checkout path, a prefix)."""
+
+    def own_settings(self, name: str, default: Any = None) -> Any:
+        return self.settings.get(name, default)
+
+
+@dataclass(frozen=True)
+class OwnCheck:
+    title: str
+    """What the check is called where it is reported ("VERL strict compose")."""
+    failure: str
+    """The sentence that introduces its problems when a cell fails."""
+    problems: dict[str, list[str]] | None
+    """Problems per cell id ([] when accepted); None when the tool is not available here (see `unavailable`)."""
+    unavailable: str = ""
+
+
+@runtime_checkable
+class FrameworkAdapter(Protocol):
+    name: str
+    """The registry key, the default side name and the prefix of today's cell ids."""
+    label: str
+    """What reports print for it."""
+    sink_formats: tuple[str, ...]
+    """The plan sink formats its reader reads."""
+    learning_keys: Mapping[str, Sequence[str]]
+    """Learning signal -> the native keys it is read from, first present wins."""
+    incomplete_flags: tuple[str, ...]
+    """Step flags that mean a step is not final while the cell still runs (besides `incomplete:*`)."""
+    packages: Mapping[str, str]
+    """Distribution -> module of what the environment record probes for its version."""
+    module_extras: Mapping[str, str]
+    """Top-level module -> the pyproject extra that installs it (errors.py names it when missing)."""
+
+    def default_target(self) -> str | None: ...
+
+    def settings(self, options: Mapping[str, Any]) -> Any:
+        """Its launch settings from the command line's options (a checkout path); ValueError when one is invalid."""
+        ...
+
+    def native_train_flops(self, arch: ModelArch, seq_lens: list[int]) -> float | None:
+        """Train FLOPs of these sequences by the framework's own formula (`run.py flops` compares it with ours)."""
+        ...
+
+    def targets(self) -> tuple[str, ...]:
+        """The targets a side of this framework may name (empty: none)."""
+        ...
+
+    def prepare_steps(self, spec: BenchmarkSpec, ctx: LaunchContext) -> list[dict[str, Any]]:
+        """Harness steps its cells need before they start (beyond the shared downloads)."""
+        ...
+
+    def cannot_plan(self, backend: str, side: Side) -> list[str]:
+        """Why a cell of this backend cannot be planned for the side's target ([] when it can)."""
+        ...
+
+    def build_launch(self, spec: BenchmarkSpec, backend: str, layout: str, ctx: LaunchContext) -> FrameworkLaunch: ...
+
+    def launch_problems(self, launch: FrameworkLaunch) -> list[str]:
+        """Problems of a built launch that the framework would refuse (unknown flags)."""
+        ...
+
+    def parity_knobs(self, argv: list[str], backend: str, prepare_argv: list[str] | None) -> dict[str, Any]:
+        """The canonical parity knobs read back from a launch's framework argv."""
+        ...
+
+    def launch_words(self, knob: str, argv: list[str]) -> str | None:
+        """The literal words of `argv` that set `knob` ("" when none does); None when it has no source table."""
+        ...
+
+    def inherent_differences(self, backend: str, layout: str) -> dict[str, str]:
+        """Knob -> note: asymmetries declared whenever this framework is compared with another one."""
+        ...
+
+    def read_sink(self, paths: list[Path], ctx: RunContext) -> list[StepRecord]:
+        """Step records (learning block set, fields not derived) from its sink files; NoStepsError when empty."""
+        ...
+
+    def refused(self, launch_argv: list[str]) -> list[str]:
+        """Words of a (hand-edited) launch the harness refuses to run."""
+        ...
+
+    def preflight(self, cells: list[dict[str, Any]]) -> list[str]:
+        """What this machine lacks to run these cells of this framework."""
+        ...
+
+    def own_checks(self, cells: list[dict[str, Any]], stage: CheckStage) -> OwnCheck | None:
+        """Its own acceptance check of the planned cells at that stage; None when it has none there."""
+        ...
+
+    def sglang_key(self, argv: list[str]) -> str | None:
+        """The SGLang decode CUDA-graph key the launch passes, or None."""
+        ...
+
+    def sglang_accepts(self, key: str, version: str) -> bool: ...
+
+
+class AdapterDefaults:
+    """Neutral answers for the optional parts of the protocol; an adapter overrides what its framework has."""
+
+    learning_keys: Mapping[str, Sequence[str]] = {}
+    incomplete_flags: tuple[str, ...] = ()
+    packages: Mapping[str, str] = {}
+    module_extras: Mapping[str, str] = {}
+
+    def default_target(self) -> str | None:
+        return None
+
+    def settings(self, options: Mapping[str, Any]) -> Any:
+        return None
+
+    def native_train_flops(self, arch: ModelArch, seq_lens: list[int]) -> float | None:
+        return None
+
+    def targets(self) -> tuple[str, ...]:
+        return ()
+
+    def prepare_steps(self, spec: BenchmarkSpec, ctx: LaunchContext) -> list[dict[str, Any]]:
+        return []
+
+    def cannot_plan(self, backend: str, side: Side) -> list[str]:
+        return []
+
+    def launch_problems(self, launch: FrameworkLaunch) -> list[str]:
+        return []
+
+    def launch_words(self, knob: str, argv: list[str]) -> str | None:
+        return None
+
+    def inherent_differences(self, backend: str, layout: str) -> dict[str, str]:
+        return {}
+
+    def refused(self, launch_argv: list[str]) -> list[str]:
+        return []
+
+    def preflight(self, cells: list[dict[str, Any]]) -> list[str]:
+        return []
+
+    def own_checks(self, cells: list[dict[str, Any]], stage: CheckStage) -> OwnCheck | None:
+        return None
+
+    def sglang_key(self, argv: list[str]) -> str | None:
+        return None
+
+    def sglang_accepts(self, key: str, version: str) -> bool:
+        return True

@@ -1,0 +1,121 @@
+"""VERL as a `FrameworkAdapter` (frameworks/adapter.py): the one object the registry holds for it.
+
+Everything VERL-specific that the planner, the runner and the readers need: its data conversion step (data.py), its
+launch (launch.py), its parity knobs (parity_knobs.py, parity_sources.py), its FileLogger sink (sink.py,
+learning.py), its strict Hydra composition (config.py), what a machine needs to run it, and the differences from any
+other framework that the parity table declares.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from miles.utils.bench_flops import ModelArch, verl_native_train_flops
+from miles.utils.bench_metrics import RunContext, StepRecord
+from scripts.benchmark.frameworks.adapter import AdapterDefaults, CheckStage, LaunchContext, OwnCheck
+from scripts.benchmark.frameworks.launch import FrameworkLaunch
+from scripts.benchmark.frameworks.native_events import NoStepsError, SinkIssue, merge_native_events
+from scripts.benchmark.frameworks.sglang_version import cuda_graph_max_bs_key
+from scripts.benchmark.frameworks.verl.data import converted_paths, prepare_step
+from scripts.benchmark.frameworks.verl.launch import VerlData, build_verl_launch, overrides_of
+from scripts.benchmark.frameworks.verl.learning import LEARNING_KEYS, fill_verl_learning
+from scripts.benchmark.frameworks.verl.parity_knobs import parse_verl
+from scripts.benchmark.frameworks.verl.parity_sources import launch_words
+from scripts.benchmark.frameworks.verl.sink import COMPLETE_ANCHORS, verl_events, verl_record
+from scripts.benchmark.spec import BenchmarkSpec
+
+_SGLANG_KEYS = ("cuda_graph_max_bs", "cuda_graph_max_bs_decode")
+_ALWAYS = {
+    "client_concurrency": "small: both servers cap running requests at the same number; VERL queues the rest "
+    "in SGLang, Miles in its client",
+    "completion_wait": "VERL's generate phase ends up to 2 s late per step (hard-coded poll_interval=2.0)",
+}
+_DISAGGREGATED = {
+    "partial_rollout": "cannot be matched: VERL's separate_async always aborts the in-flight requests at the weight "
+    "update and resumes them (tokens after the update are on-policy, the rollout pool keeps working); Miles's "
+    "train_async.py waits for the rollout, so its rollout GPUs idle during the update. Same lag bound (1 step)",
+    "rollout_memory_saver": "VERL always enables SGLang's memory saver; without colocation it only adds "
+    "bookkeeping, no offload",
+}
+
+
+class VerlAdapter(AdapterDefaults):
+    name = "verl"
+    label = "VERL"
+    sink_formats = ("verl-file-logger",)
+    learning_keys = LEARNING_KEYS
+    packages = {"verl": "verl"}
+    module_extras = {"hydra": "verl", "omegaconf": "verl", "pyarrow": "verl", "orjson": "verl"}
+
+    def prepare_steps(self, spec: BenchmarkSpec, ctx: LaunchContext) -> list[dict[str, Any]]:
+        """The conversion of the prompt rows to VERL's parquet files (it reads the downloaded dataset)."""
+        return [prepare_step(spec, ctx.output_dir / "data", ctx.run_py)]
+
+    def build_launch(self, spec: BenchmarkSpec, backend: str, layout: str, ctx: LaunchContext) -> FrameworkLaunch:
+        train_file, val_file = converted_paths(spec, ctx.output_dir / "data")
+        return build_verl_launch(spec, backend, layout, VerlData(train_file, val_file))
+
+    def native_train_flops(self, arch: ModelArch, seq_lens: list[int]) -> float | None:
+        return verl_native_train_flops(arch, seq_lens)
+
+    def parity_knobs(self, argv: list[str], backend: str, prepare_argv: list[str] | None) -> dict[str, Any]:
+        return parse_verl(argv, prepare_argv)
+
+    def launch_words(self, knob: str, argv: list[str]) -> str | None:
+        return launch_words(knob, argv)
+
+    def inherent_differences(self, backend: str, layout: str) -> dict[str, str]:
+        return {**_ALWAYS, **(_DISAGGREGATED if layout == "disaggregated" else {})}
+
+    def read_sink(self, paths: list[Path], ctx: RunContext) -> list[StepRecord]:
+        issues: list[SinkIssue] = []
+        events = verl_events(paths, issues)
+        if not events:
+            raise NoStepsError(f"no verl step metrics found in {', '.join(str(p) for p in paths)}")
+        steps = merge_native_events(events, issues, complete_anchors=COMPLETE_ANCHORS)
+        return fill_verl_learning([verl_record(steps[s], ctx) for s in sorted(steps)], ctx)
+
+    def preflight(self, cells: list[dict[str, Any]]) -> list[str]:
+        if _importable():
+            return []
+        return ["verl is not importable by python3 (pip install 'verl[sglang]==0.9.1' on the GPU node)"]
+
+    def own_checks(self, cells: list[dict[str, Any]], stage: CheckStage) -> OwnCheck | None:
+        """Every cell's overrides composed against VERL 0.9.1's real config in strict mode (`plan` stage)."""
+        if stage != "plan":
+            return None
+        from scripts.benchmark.frameworks.verl.config import find_verl_root
+
+        title, failure = "VERL strict compose", "VERL overrides do not compose against VERL 0.9.1"
+        root = find_verl_root()
+        if root is None:
+            where = os.environ.get("VERL_ISOLATED_DIR") or ".cache/verl-0.9.1 or an installed verl"
+            return OwnCheck(title, failure, None, unavailable=f"no VERL 0.9.1 config found in {where}")
+        from scripts.benchmark.frameworks.verl.config import verl_override_problems
+
+        problems = {cell["id"]: verl_override_problems(overrides_of(cell["argv"]), root) for cell in cells}
+        return OwnCheck(title, failure, problems)
+
+    def sglang_key(self, argv: list[str]) -> str | None:
+        for token in argv:
+            key = token.partition("=")[0].rsplit(".", 1)[-1]
+            if ".engine_kwargs.sglang." in token and key in _SGLANG_KEYS:
+                return key
+        return None
+
+    def sglang_accepts(self, key: str, version: str) -> bool:
+        return key == cuda_graph_max_bs_key(version)
+
+
+def _importable() -> bool:
+    """Probed in a child python3, never imported here (the wheel's top-level `scripts`/`tests` would shadow ours)."""
+    probe = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('verl') else 1)"
+    python = shutil.which("python3")
+    return bool(python) and subprocess.run([python, "-c", probe], capture_output=True, timeout=60).returncode == 0
+
+
+ADAPTER = VerlAdapter()

@@ -1,0 +1,109 @@
+"""Two builds of one framework through the same code as Miles vs VERL: Miles at its default target (the candidate)
+against the Miles release (the reference side `miles-base`). The plan's parity proof matches every knob but the
+declared target; the run uses the Miles stand-in (the real miles-stdout sink); the report carries the pair's
+headline card.
+
+Every step is the real `run.py` in a subprocess, as a maintainer types it (Miles is a registered framework)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from scripts.benchmark.frameworks.miles.versions import DEFAULT_MILES_TARGET, MILES_RELEASE
+from tests.benchmark.standins.plans import REPO_ROOT, RUN_PY, STANDINS
+
+STEP_S = {"miles": 0.04, "miles-base": 0.05}
+"""The release side is the slower stand-in, so the pair has a difference to report."""
+
+
+def _run_py(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(RUN_PY), *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=REPO_ROOT,
+        env=os.environ,
+    )
+
+
+def _plan(out: Path) -> subprocess.CompletedProcess:
+    sides = ["--candidate", "miles", "--reference", f"miles@{MILES_RELEASE}"]
+    return _run_py("--preset", "smoke", "--backend", "megatron", "--output-dir", str(out), "--dry-run", *sides)
+
+
+def _substitute_standins(plan_path: Path) -> dict:
+    plan = json.loads(plan_path.read_text())
+    for cell in plan["cells"]:
+        sink = cell["sink"]
+        argv = [sys.executable, str(STANDINS / "standin_trainer.py"), "--format", sink["format"]]
+        argv += ["--sink", sink["path"], "--steps", str(cell["num_steps"]), "--step-s", str(STEP_S[cell["side"]])]
+        cell["argv"], cell["launch_argv"] = argv, list(argv)
+    plan_path.write_text(json.dumps(plan, indent=2))
+    return plan
+
+
+def test_two_miles_targets_plan_with_only_the_target_declared(tmp_path):
+    planned = _plan(tmp_path / "D")
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    plan = json.loads((tmp_path / "D" / "plan.json").read_text())
+    assert [(s["role"], s["name"], s["framework"], s["target"], s["label"]) for s in plan["sides"]] == [
+        ("candidate", "miles", "miles", DEFAULT_MILES_TARGET, f"Miles {DEFAULT_MILES_TARGET}"),
+        ("reference", "miles-base", "miles", MILES_RELEASE, f"Miles {MILES_RELEASE}"),
+    ]
+    assert plan["targets"] == {"miles": DEFAULT_MILES_TARGET, "miles-base": MILES_RELEASE}
+    assert [(c["id"], c["side"]) for c in plan["cells"]] == [
+        ("miles-megatron-colocate", "miles"),
+        ("miles-base-megatron-colocate", "miles-base"),
+    ]
+    assert [step["name"] for step in plan["prepare"]] == ["download-model", "download-dataset"]  # no conversion
+    (pair,) = json.loads((tmp_path / "D" / "parity.json").read_text())["pairs"]
+    differing = {row["knob"]: row for row in pair["rows"] if row["status"] != "matched"}
+    assert list(differing) == ["target"] and differing["target"]["status"] == "asymmetry"
+    assert (differing["target"]["candidate"], differing["target"]["reference"]) == (
+        DEFAULT_MILES_TARGET,
+        MILES_RELEASE,
+    )
+    text = (tmp_path / "D" / "parity.md").read_text()
+    assert "## miles-megatron-colocate vs miles-base-megatron-colocate" in text
+    assert f"| group | knob | Miles {DEFAULT_MILES_TARGET} | Miles {MILES_RELEASE} | status |" in text
+    assert "0 mismatches" in text and "VERL" not in text.split("## ")[1]
+
+
+def test_two_miles_targets_run_and_report_with_the_headline_card(tmp_path):
+    plan_dir, run_dir = tmp_path / "D", tmp_path / "R"
+    planned = _plan(plan_dir)
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    plan = _substitute_standins(plan_dir / "plan.json")
+    executed = _run_py("execute", str(plan_dir / "plan.json"), "--output-dir", str(run_dir), "--skip-prepare",
+                       "--no-preflight", "--ray", "none", "--poll-interval-s", "0.05")  # fmt: skip
+    steps = plan["spec"]["run"]["num_steps"]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert [(c["id"], c["side"], c["state"], c["steps_completed"]) for c in manifest["cells"]] == [
+        ("miles-megatron-colocate", "miles", "complete", steps),
+        ("miles-base-megatron-colocate", "miles-base", "complete", steps),
+    ], (
+        executed.stdout + executed.stderr
+    )
+    assert manifest["sides"] == plan["sides"]
+
+    reported = _run_py("report", str(run_dir))
+    assert reported.returncode == 0, reported.stdout + reported.stderr
+    report = json.loads((run_dir / "report.json").read_text())
+    step = next(c for c in report["comparisons"] if c["metric"] == "step_time_s")
+    assert (step["candidate_cell"], step["reference_cell"]) == (
+        "miles-megatron-colocate",
+        "miles-base-megatron-colocate",
+    )
+    assert step["ratio"] < 1  # the candidate stand-in is faster
+    headline = (run_dir / "headline.md").read_text()
+    assert "**megatron / colocate**" in headline
+    assert f"Miles {DEFAULT_MILES_TARGET}" in headline and f"Miles {MILES_RELEASE}" in headline
+    assert (
+        f"## Miles {DEFAULT_MILES_TARGET} vs Miles {MILES_RELEASE}: megatron / colocate"
+        in (run_dir / "report.md").read_text()
+    )

@@ -1,0 +1,82 @@
+"""The toy framework's `FrameworkAdapter`: launch, parity knobs, reader and learning keys, nothing else."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from miles.utils.bench_metrics import PHASES, RunContext, StepRecord
+from scripts.benchmark.frameworks.adapter import AdapterDefaults, LaunchContext
+from scripts.benchmark.frameworks.launch import BENCH_CELL_DIR, FrameworkLaunch
+from scripts.benchmark.frameworks.learning_signals import learning_from_keys, set_learning
+from scripts.benchmark.frameworks.native_events import NoStepsError
+from scripts.benchmark.spec import BenchmarkSpec
+
+TRAINER = Path(__file__).with_name("trainer.py")
+SINK = f"{BENCH_CELL_DIR}/sink/toy.jsonl"
+STEP_S = 0.05
+
+
+class ToyAdapter(AdapterDefaults):
+    name = "toy"
+    label = "Toy"
+    sink_formats = ("toy-jsonl",)
+    learning_keys = {"reward_mean": ("score",), "entropy": ("h",)}
+
+    def default_target(self) -> str | None:
+        return "a"
+
+    def targets(self) -> tuple[str, ...]:
+        return ("a", "b")
+
+    def build_launch(self, spec: BenchmarkSpec, backend: str, layout: str, ctx: LaunchContext) -> FrameworkLaunch:
+        argv = [sys.executable, str(TRAINER), "--sink", SINK, "--steps", str(spec.run.num_steps)]
+        argv += [
+            "--step-s",
+            str(STEP_S),
+            "--samples",
+            str(spec.batch.prompts_per_step * spec.batch.samples_per_prompt),
+        ]
+        argv += ["--target", ctx.side.target or "a"]
+        return FrameworkLaunch(
+            framework=self.name,
+            backend=backend,
+            layout=layout,
+            argv=argv,
+            launch_argv=list(argv),
+            env={"PYTHONUNBUFFERED": "1"},
+            sink={"format": "toy-jsonl", "path": SINK},
+        )
+
+    def parity_knobs(self, argv: list[str], backend: str, prepare_argv: list[str] | None) -> dict[str, Any]:
+        return {
+            "steps": int(argv[argv.index("--steps") + 1]),
+            "samples_per_step": int(argv[argv.index("--samples") + 1]),
+        }
+
+    def read_sink(self, paths: list[Path], ctx: RunContext) -> list[StepRecord]:
+        lines = [json.loads(line) for path in paths for line in path.read_text().splitlines() if line.strip()]
+        if not lines:
+            raise NoStepsError(f"no toy steps in {', '.join(map(str, paths))}")
+        records = []
+        for line in lines:
+            phases = dict.fromkeys(PHASES)
+            phases.update(generate=line["gen_s"], rollout_wait=line["gen_s"], train=line["train_s"])
+            phases.update(weight_sync=line["sync_s"], old_logprob=0.0, ref_logprob=0.0)
+            phases["other"] = line["seconds"] - line["gen_s"] - line["train_s"] - line["sync_s"]
+            record = StepRecord(
+                framework=self.name,
+                step=line["toy_step"],
+                step_time_s=line["seconds"],
+                phases_s=phases,
+                tokens={"prompt": line["prompt_tok"], "response": line["response_tok"]},
+                samples=line["n"],
+                raw=line,
+            )
+            records.append(set_learning(record, learning_from_keys(line, self.learning_keys), []))
+        return records
+
+
+ADAPTER = ToyAdapter()
