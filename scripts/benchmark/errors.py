@@ -18,16 +18,9 @@ import typer
 EXIT_BAD_INPUT = 2
 
 
-def _framework_extras() -> dict[str, str]:
-    """What each registered framework's adapter declares (its own modules and the extra that installs them)."""
-    from scripts.benchmark.frameworks import registry
-
-    return {module: extra for name in registry.names() for module, extra in registry.get(name).module_extras.items()}
-
-
-# Top-level module -> the extra of pyproject.toml that installs it.
+# Top-level module -> the extra of pyproject.toml that installs it; each framework adapter adds its own modules when
+# the registry registers it (`declare_extras`), so this module names no framework.
 MODULE_EXTRAS: dict[str, str] = {
-    **_framework_extras(),
     "matplotlib": "analysis",
     "arch": "analysis",
     "sqlalchemy": "analysis",
@@ -39,6 +32,11 @@ MODULE_EXTRAS: dict[str, str] = {
 
 # Database drivers a store URL can name that this project does not install.
 FOREIGN_DRIVERS: dict[str, str] = {"MySQLdb": "mysql", "pymysql": "mysql", "cx_Oracle": "oracle", "pyodbc": "mssql"}
+
+
+def declare_extras(extras: dict[str, str]) -> None:
+    """Top-level module -> extra, as a framework adapter declares them (the registry calls this on register)."""
+    MODULE_EXTRAS.update(extras)
 
 
 class UserError(Exception):

@@ -24,6 +24,7 @@ def convert_data(
         run.py convert-data --source dapo.jsonl --start 0 --end 96 --train-file d/t.parquet --val-file d/v.parquet
     """
     from scripts.benchmark.errors import UserError, require
+    from scripts.benchmark.frameworks import registry  # noqa: F401  (the adapters declare the extras they need)
     from scripts.benchmark.frameworks.verl.data import convert_jsonl_to_parquet
 
     require("pyarrow")

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from scripts.benchmark.contracts.sides import Role, Side, SidePair
+from scripts.benchmark.errors import declare_extras
 from scripts.benchmark.frameworks.adapter import CheckStage, FrameworkAdapter, OwnCheck
 from scripts.benchmark.frameworks.miles import ADAPTER as _MILES
 from scripts.benchmark.frameworks.verl import ADAPTER as _VERL
@@ -40,6 +41,7 @@ def register(adapter: FrameworkAdapter) -> None:
     if clash:
         raise ValueError(f"sink formats {clash} are already read by another framework")
     _ADAPTERS[adapter.name] = adapter
+    declare_extras(dict(adapter.module_extras))
 
 
 def unregister(name: str) -> None:
