@@ -107,3 +107,40 @@ def test_two_miles_targets_run_and_report_with_the_headline_card(tmp_path):
         f"## Miles {DEFAULT_MILES_TARGET} vs Miles {MILES_RELEASE}: megatron / colocate"
         in (run_dir / "report.md").read_text()
     )
+
+
+def test_two_checkouts_of_one_target_plan_with_the_checkout_declared(tmp_path):
+    """A PR head against its merge base: the same target, two checkouts; each cell runs its own checkout's train.py."""
+    sides = ["--candidate", "miles", "--candidate-root", "/ci/miles-head"]
+    sides += ["--reference", "miles", "--reference-root", "/ci/miles-base"]
+    out = tmp_path / "D"
+    planned = _run_py("--preset", "smoke", "--backend", "fsdp", "--output-dir", str(out), "--dry-run", *sides)
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    plan = json.loads((out / "plan.json").read_text())
+    assert [(s["name"], s["target"], s["root"], s["label"]) for s in plan["sides"]] == [
+        ("miles", DEFAULT_MILES_TARGET, "/ci/miles-head", "Miles miles-head"),
+        ("miles-base", DEFAULT_MILES_TARGET, "/ci/miles-base", "Miles miles-base"),
+    ]
+    for cell, root in zip(plan["cells"], ("/ci/miles-head", "/ci/miles-base"), strict=True):
+        assert f"{root}/train.py" in cell["launch_argv"], cell["launch_argv"]
+    parity = json.loads((out / "parity.json").read_text())
+    rows = {row["knob"]: row for row in parity["pairs"][0]["rows"]}
+    assert (rows["target"]["status"], rows["checkout"]["status"]) == ("matched", "asymmetry")
+    assert (rows["checkout"]["candidate"], rows["checkout"]["reference"]) == ("/ci/miles-head", "/ci/miles-base")
+    assert [r["knob"] for r in parity["pairs"][0]["rows"] if r["status"] != "matched"] == ["checkout"]
+
+
+def test_a_side_checkout_is_refused_where_it_cannot_apply(tmp_path):
+    base = ["--preset", "smoke", "--backend", "fsdp", "--dry-run"]
+    cases = {
+        "no_reference": (["--reference-root", "/ci/base"], "--reference-root needs --reference"),
+        "relative": (["--candidate-root", "ci/head", "--reference", "miles@" + MILES_RELEASE], "absolute path"),
+        "installed_package": (["--reference", "verl", "--reference-root", "/ci/verl"], "not a checkout"),
+        "same_build": (["--reference", "miles"], "another target or checkout"),
+    }
+    for name, (args, message) in cases.items():
+        out = tmp_path / name
+        result = _run_py(*base, "--output-dir", str(out), *args)
+        assert result.returncode == 2, (name, result.stdout + result.stderr)
+        assert message in result.stderr and "Traceback" not in result.stderr, (name, result.stderr)
+        assert not out.exists(), name

@@ -52,6 +52,7 @@ def plan_impl(
     preflight: bool = True,
     candidate: str | None = None,
     reference: str | None = None,
+    roots: tuple[str | None, str | None] = (None, None),
 ) -> None:
     from pathlib import Path
 
@@ -64,7 +65,7 @@ def plan_impl(
     _check_miles_version(miles_version)
     if repeats is not None and repeats < 1:
         _fail(EXIT_BAD_INPUT, f"--repeats must be >= 1, got {repeats}")
-    sides = _sides(compare_verl, miles_version, candidate, reference)
+    sides = _sides(compare_verl, miles_version, candidate, reference, roots)
     spec = _load_spec(preset, spec_file, layout, num_steps=num_steps, gpus_per_node=gpus_per_node, wandb=wandb)
     out = Path(output_dir).expanduser().absolute()
     options = PlanOptions(
@@ -108,18 +109,29 @@ def _check_miles_version(miles_version: str | None) -> None:
         _fail(EXIT_BAD_INPUT, f"--miles-version must be one of {', '.join(targets)}, got {miles_version!r}")
 
 
-def _sides(compare_verl: bool, miles_version: str | None, candidate: str | None, reference: str | None):
-    """The plan's sides: the historical options through the registry's one mapping, or --candidate/--reference."""
+def _sides(
+    compare_verl: bool,
+    miles_version: str | None,
+    candidate: str | None,
+    reference: str | None,
+    roots: tuple[str | None, str | None] = (None, None),
+):
+    """The plan's sides: the historical options through the registry's one mapping, or --candidate/--reference
+    (each with its own checkout: --candidate-root / --reference-root)."""
     from scripts.benchmark.frameworks import registry
 
-    if candidate is None and reference is None:
+    if roots[1] is not None and reference is None:
+        _fail(EXIT_BAD_INPUT, "--reference-root needs --reference (the side whose checkout it is)")
+    if candidate is None and reference is None and roots[0] is None:
         return registry.option_pair(compare_verl, miles_version)
     if compare_verl and reference is not None:
         _fail(EXIT_BAD_INPUT, "give either --compare-verl or --reference, not both")
     try:
         legacy = registry.option_pair(compare_verl, miles_version)
-        chosen = registry.side_arg("candidate", candidate) if candidate else legacy.candidate
-        other = registry.side_arg("reference", reference) if reference else legacy.reference
+        chosen = registry.side_arg("candidate", candidate or legacy.candidate.framework, roots[0])
+        if candidate is None:
+            chosen = chosen.model_copy(update={"target": legacy.candidate.target})
+        other = registry.side_arg("reference", reference, roots[1]) if reference else legacy.reference
         return registry.make_pair(chosen, other)
     except ValueError as exc:
         _fail(EXIT_BAD_INPUT, str(exc))
@@ -293,6 +305,18 @@ def main_callback(
         help="the side it is compared with, NAME[@TARGET] (a second target of the same framework compares two builds)",
         show_default="none; --compare-verl means verl",
     ),
+    candidate_root: str = typer.Option(
+        None,
+        "--candidate-root",
+        help="the candidate's own checkout (absolute path on the GPU node), e.g. a PR head",
+        show_default="the framework's own root option",
+    ),
+    reference_root: str = typer.Option(
+        None,
+        "--reference-root",
+        help="the reference's own checkout (absolute path on the GPU node), e.g. the PR's merge base",
+        show_default="the framework's own root option",
+    ),
 ) -> None:
     """Plan (and, without --dry-run, run) the Miles vs VERL matrix for one spec.
 
@@ -327,6 +351,7 @@ def main_callback(
         preflight=preflight,
         candidate=candidate,
         reference=reference,
+        roots=(candidate_root, reference_root),
     )
 
 

@@ -5,7 +5,9 @@ adapter of the framework registry plus what distinguishes it (a target version, 
 one pair; Miles against Miles (a PR head against its merge base, two targets) is another, through the same code.
 
 - `Side`: role, `name` (unique; the prefix of its cell ids, `<name>-<backend>-<layout>`), `framework` (the registry
-  key of its adapter), `label` (what reports print) and an optional `target` (version or checkout it runs).
+  key of its adapter), `label` (what reports print), an optional `target` (the version its launch is written for)
+  and an optional `root` (the checkout it runs, absolute on the GPU node; None: the framework's own root option).
+  Two builds of one framework differ by target, by checkout, or both (a PR head against its merge base).
 - `SidePair`: the candidate and, when the run compares, the reference. Ratios are candidate / reference.
 - plan.json and manifest.json carry `sides` (a list of `Side`); every cell carries `side` (a side's name).
 
@@ -35,6 +37,14 @@ class Side(BaseModel):
     framework: str
     label: str
     target: str | None = None
+    root: str | None = None
+
+    @field_validator("root")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("/"):
+            raise ValueError(f"a side's checkout must be an absolute path on the GPU node, got {value!r}")
+        return value
 
     @field_validator("name")
     @classmethod

@@ -72,6 +72,8 @@ class FrameworkAdapter(Protocol):
     """Distribution -> module of what the environment record probes for its version."""
     module_extras: Mapping[str, str]
     """Top-level module -> the pyproject extra that installs it (errors.py names it when missing)."""
+    runs_checkout: bool
+    """Whether a side may name its own checkout (`Side.root`) for this framework's launch."""
 
     def default_target(self) -> str | None: ...
 
@@ -143,6 +145,7 @@ class AdapterDefaults:
     incomplete_flags: tuple[str, ...] = ()
     packages: Mapping[str, str] = {}
     module_extras: Mapping[str, str] = {}
+    runs_checkout: bool = False
 
     def default_target(self) -> str | None:
         return None

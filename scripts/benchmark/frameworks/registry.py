@@ -18,6 +18,7 @@ with `unregister`.
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
 from typing import Any
 
 from scripts.benchmark.contracts.sides import Role, Side, SidePair
@@ -95,16 +96,18 @@ def no_reference_note() -> str:
     return "No VERL cells planned (run with --compare-verl): nothing to compare."
 
 
-def side_arg(role: Role, text: str) -> Side:
-    """`NAME[@TARGET]` as a side of that role (target: the adapter's default); ValueError when unknown."""
+def side_arg(role: Role, text: str, root: str | None = None) -> Side:
+    """`NAME[@TARGET]` (and a checkout) as a side of that role (target: the adapter's default); ValueError when the
+    framework or target is unknown, or the framework runs no checkout of its own."""
     framework, _, target = text.partition("@")
     adapter = get(framework)
     known = adapter.targets()
     if target and target not in known:
         raise ValueError(f"unknown {adapter.label} target {target!r}: one of {', '.join(known) or 'none'}")
-    return Side(
-        role=role, name=framework, framework=framework, label=adapter.label, target=target or adapter.default_target()
-    )
+    if root is not None and not adapter.runs_checkout:
+        raise ValueError(f"--{role}-root: {adapter.label} runs its installed package, not a checkout")
+    target = target or adapter.default_target()
+    return Side(role=role, name=framework, framework=framework, label=adapter.label, target=target, root=root)
 
 
 def make_pair(candidate: Side, reference: Side | None) -> SidePair:
@@ -112,10 +115,15 @@ def make_pair(candidate: Side, reference: Side | None) -> SidePair:
     carry their target (the only thing that tells them apart in a report)."""
     if reference is None or reference.framework != candidate.framework:
         return SidePair(candidate=candidate, reference=reference)
-    if candidate.target == reference.target:
-        raise ValueError(f"both sides run {candidate.label} {candidate.target}: give the reference another target")
+    if (candidate.target, candidate.root) == (reference.target, reference.root):
+        raise ValueError(
+            f"both sides run {candidate.label} {candidate.target}: give the reference another target or checkout"
+        )
+    by_checkout = candidate.target == reference.target
 
     def labelled(side: Side) -> str:
+        if by_checkout:
+            return f"{side.label} {PurePosixPath(side.root).name if side.root else 'default checkout'}"
         return f"{side.label} {side.target}" if side.target else side.label
 
     return SidePair(

@@ -27,7 +27,7 @@ from scripts.benchmark.frameworks.adapter import FrameworkAdapter
 
 DOCS = "docs/benchmark/plan.md#the-parity-table-and-declared-asymmetries"
 NOT_SET = "not set: framework default"
-TARGET_NOTE = "the change under comparison: both sides run the same framework at these targets"
+TARGET_NOTE = "the change under comparison: both sides run the same framework at these targets or checkouts"
 
 
 def legend(candidate: str, reference: str, example: str) -> list[str]:
@@ -60,6 +60,7 @@ class ParitySide:
     argv: list[str]
     prepare_argv: list[str] | None = None
     target: str | None = None
+    root: str | None = None
 
 
 # (group, knob) in table order; a knob missing from both parses is skipped (backend-specific groups).
@@ -125,12 +126,17 @@ def _words(knob: str, candidate: ParitySide, reference: ParitySide) -> tuple[str
 
 
 def _target_row(candidate: ParitySide, reference: ParitySide) -> list[ParityRow]:
-    """Two sides of one framework: the target row (an asymmetry when the targets differ, which is the point)."""
+    """Two sides of one framework: the target row, and the checkout row when a side names its checkout (an asymmetry
+    where they differ, which is the point)."""
     if candidate.adapter.name != reference.adapter.name:
         return []
-    a, b = candidate.target, reference.target
-    status, note = ("matched", "") if a == b else ("asymmetry", TARGET_NOTE)
-    return [ParityRow(knob="target", group="run", candidate=a, reference=b, status=status, note=note)]
+    rows = []
+    for knob, a, b in (("target", candidate.target, reference.target), ("checkout", candidate.root, reference.root)):
+        if knob == "checkout" and a is None and b is None:
+            continue
+        status, note = ("matched", "") if a == b else ("asymmetry", TARGET_NOTE)
+        rows.append(ParityRow(knob=knob, group="run", candidate=a, reference=b, status=status, note=note))
+    return rows
 
 
 def build_parity(candidate: ParitySide, reference: ParitySide, backend: str, layout: str) -> list[ParityRow]:

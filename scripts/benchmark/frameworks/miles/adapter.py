@@ -8,6 +8,7 @@ differences from any other framework that the parity table declares.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -64,6 +65,7 @@ class MilesAdapter(AdapterDefaults):
     learning_keys = MILES_LEARNING_KEYS
     incomplete_flags = ("miles_shift:no_next_step",)
     packages = {"miles": "miles"}
+    runs_checkout = True
 
     def default_target(self) -> str | None:
         return DEFAULT_MILES_TARGET
@@ -94,6 +96,8 @@ class MilesAdapter(AdapterDefaults):
     def build_launch(self, spec: BenchmarkSpec, backend: str, layout: str, ctx: LaunchContext) -> FrameworkLaunch:
         target = miles_target(ctx.side.target or DEFAULT_MILES_TARGET)
         paths = ctx.own_settings(self.name) or MilesPaths()
+        if ctx.side.root is not None:
+            paths = dataclasses.replace(paths, miles_root=ctx.side.root)
         return build_miles_launch(spec, backend, layout, paths, target, ctx.side.name)
 
     def launch_problems(self, launch: FrameworkLaunch) -> list[str]:
