@@ -29,19 +29,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from miles.utils.bench_metrics import METRICS, STEP_TIME_FAMILY
 from scripts.benchmark.analysis import intervals
 from scripts.benchmark.analysis.settings import AnalysisSettings
 
-RATE_METRICS = frozenset({"train_tflops_per_gpu", "train_mfu", "train_tokens_per_s", "rollout_tokens_per_gpu_s"})
+RATE_METRICS = frozenset(name for name, m in METRICS.items() if m.average == "harmonic")
 """Rates are averaged harmonically (the rate of the total work over the total time), costs arithmetically."""
-STEP_TIME_FAMILY = (
-    "step_time_s",
-    "train_tokens_per_s",
-    "rollout_tokens_per_gpu_s",
-    "train_tflops_per_gpu",
-    "train_mfu",
-)
-"""The headline question (is one framework faster per step?) and the throughputs measured on the same steps."""
 
 
 @dataclass(frozen=True, kw_only=True)

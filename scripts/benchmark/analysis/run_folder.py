@@ -2,8 +2,8 @@
 
 - `read_run_folder(run_dir)` reads manifest.json, plan.json and parity.json (each optional but the manifest) and,
   for every cell repeat in state "complete", its metrics.jsonl (schema v2 or v1) and environment.json.
-- `REPORT_METRICS` are the metrics the report summarises: every `METRICS` key of bench_metrics plus the derived
-  per-token costs and the mean response length; each complete repeat holds them as columns (step_columns.py).
+- Each complete repeat holds every metric the report summarises (bench_metrics.REPORT_METRICS, the registry's
+  shown metrics) as columns (step_columns.py).
 - Repeats in any other state are kept as `IncompleteRepeat`s so the report can say what is missing and why.
 
 Caveats:
@@ -20,58 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from miles.utils.bench_metrics import METRICS, MetricSpec, decode_nonfinite
+from miles.utils.bench_metrics import REPORT_METRICS, decode_nonfinite
 from scripts.benchmark.analysis.step_columns import StepColumns, read_step_columns
 from scripts.benchmark.contracts.manifest import MANIFEST_NAME, read_manifest_json
-
-DERIVED_METRICS: dict[str, MetricSpec] = {
-    m.name: m
-    for m in [
-        MetricSpec(
-            name="generate_s_per_1k_response_tokens",
-            unit="s/1k tokens",
-            direction="lower",
-            description="generate phase seconds per 1000 response tokens of the step",
-        ),
-        MetricSpec(
-            name="train_s_per_1k_tokens",
-            unit="s/1k tokens",
-            direction="lower",
-            description="train phase seconds per 1000 trained (prompt + response) tokens of the step",
-        ),
-        MetricSpec(
-            name="response_length_mean",
-            unit="tokens",
-            direction="lower",
-            description="mean response length of the step's samples (a workload property, not a speed)",
-        ),
-    ]
-}
-_REPORT_ORDER = (
-    "step_time_s",
-    "phases_s.generate",
-    "generate_s_per_1k_response_tokens",
-    "phases_s.rollout_wait",
-    "overlap_s",
-    "phases_s.train",
-    "train_s_per_1k_tokens",
-    "phases_s.old_logprob",
-    "phases_s.ref_logprob",
-    "phases_s.weight_sync",
-    "phases_s.other",
-    "rollout_tokens_per_gpu_s",
-    "train_tflops_per_gpu",
-    "train_mfu",
-    "train_tokens_per_s",
-    "wait_ratio",
-    "response_length_mean",
-)
-_ALL_METRICS = {**METRICS, **DERIVED_METRICS}
-REPORT_METRICS: dict[str, MetricSpec] = {
-    **{name: _ALL_METRICS[name] for name in _REPORT_ORDER if name in _ALL_METRICS},
-    **{name: spec for name, spec in _ALL_METRICS.items() if name not in _REPORT_ORDER},
-}
-"""Report order: each per-token cost sits right under the raw phase time it normalises."""
 
 RESPONSE_LENGTH_EXTREMES = {
     "min": ("rollout/response_len/min", "response_length/min"),

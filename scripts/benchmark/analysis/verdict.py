@@ -22,6 +22,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from miles.utils.bench_metrics import REPORT_METRICS
+
 DEFAULT_PRACTICAL_THRESHOLD = 0.02
 """2%: about the run-to-run spread of a steady step time on one node; smaller changes are not worth acting on."""
 
@@ -38,8 +40,6 @@ class ReportSpec(BaseModel):
     @field_validator("metric_thresholds")
     @classmethod
     def _known_metrics(cls, value: dict[str, float]) -> dict[str, float]:
-        from scripts.benchmark.analysis.run_folder import REPORT_METRICS
-
         for name, threshold in value.items():
             if name not in REPORT_METRICS:
                 raise ValueError(
