@@ -27,8 +27,7 @@ def report_after_run(manifest: Manifest, progress: MatrixProgress) -> None:
         return
     previous = {sig: signal.signal(sig, _interrupt_report) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        from scripts.benchmark.report.sections import verdict_markdown
-        from scripts.benchmark.report.write import analyse_and_write
+        from scripts.benchmark.commands.report import analyse_and_write, verdict_markdown
 
         doc, written = analyse_and_write(run_dir)
         progress.message(verdict_markdown(doc).rstrip())
