@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from scripts.benchmark.analysis.run_folder import gpu_of
+from scripts.benchmark.contracts.report import CalibrationRowModel
 
 MeasuredPeak = Callable[[str], "float | None"]
 Roofline = Callable[..., "float | None"]  # (device, model key, grad_ckpt, *, backend) -> TFLOP/s or None
@@ -30,7 +31,7 @@ def calibration_view(
     grad_ckpt_by_backend: dict[str, bool],
     weight_sync_floor_s: WeightSyncFloor | None = None,
     roofline_spread: RooflineSpread | None = None,
-) -> list[dict[str, Any]]:
+) -> list[CalibrationRowModel]:
     """Per cell: MFU against the datasheet (from the records) and the measured peak; TFLOPs/GPU vs the roofline;
     the weight-sync phase against the time to move every weight once at the measured bandwidth."""
     rows = []
@@ -52,22 +53,24 @@ def calibration_view(
             else None
         )
         rows.append(
-            {
-                "id": cell["id"],
-                "device": device,
-                "train_tflops_per_gpu": tflops,
-                "mfu_datasheet": cell["summaries"]["train_mfu"]["median"],
-                "measured_peak_tflops": peak,
-                "mfu_measured_peak": tflops / peak if tflops is not None and peak else None,
-                "roofline_tflops": roof,
-                "grad_ckpt": grad_ckpt,
-                "fraction_of_roofline": tflops / roof if tflops is not None and roof else None,
-                **_roofline_spread_fields(tflops, spread),
-                "weight_sync_s": sync,
-                "weight_sync_floor_s": floor,
-                "weight_sync_floor_path": floor_path,
-                "weight_sync_over_floor": sync / floor if sync is not None and floor else None,
-            }
+            CalibrationRowModel(
+                **{
+                    "id": cell["id"],
+                    "device": device,
+                    "train_tflops_per_gpu": tflops,
+                    "mfu_datasheet": cell["summaries"]["train_mfu"]["median"],
+                    "measured_peak_tflops": peak,
+                    "mfu_measured_peak": tflops / peak if tflops is not None and peak else None,
+                    "roofline_tflops": roof,
+                    "grad_ckpt": grad_ckpt,
+                    "fraction_of_roofline": tflops / roof if tflops is not None and roof else None,
+                    **_roofline_spread_fields(tflops, spread),
+                    "weight_sync_s": sync,
+                    "weight_sync_floor_s": floor,
+                    "weight_sync_floor_path": floor_path,
+                    "weight_sync_over_floor": sync / floor if sync is not None and floor else None,
+                }
+            )
         )
     return rows
 

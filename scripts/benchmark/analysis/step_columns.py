@@ -21,8 +21,8 @@ import itertools
 import json
 import math
 import operator
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+
 import numpy as np
 
 from miles.utils.bench_metrics import REPORT_METRICS, STEP_PHASES
