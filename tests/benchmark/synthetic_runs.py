@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 
 from miles.utils.bench_metrics import PHASES, STEP_PHASES, StepRecord, write_records
+from scripts.benchmark.analysis.compare import PairKey
+from scripts.benchmark.contracts.sides import Side
 
 SAMPLES_PER_STEP = 256
 PROMPT_TOKENS_PER_SAMPLE = 200
@@ -225,3 +227,17 @@ def gap_pair(
     common = {"backend": backend, "layout": layout, "num_steps": num_steps, "warmup_steps": 5, "cv": cv}
     verl = SyntheticCell(framework="verl", seed=seed + 1, unreported_phases=("ref_logprob",), **common)
     return [SyntheticCell(framework="miles", phase_means=phases, seed=seed, **common), verl]
+
+
+def pair_key(backend: str = "fsdp", layout: str = "colocate") -> PairKey:
+    """The Miles-vs-VERL pair of a backend and layout, as the analysis names it to `compare_sides`."""
+    candidate = Side(role="candidate", name="miles", framework="miles", label="Miles")
+    reference = Side(role="reference", name="verl", framework="verl", label="VERL")
+    return PairKey(
+        backend=backend,
+        layout=layout,
+        candidate=candidate,
+        reference=reference,
+        candidate_cell=candidate.cell_id(backend, layout),
+        reference_cell=reference.cell_id(backend, layout),
+    )

@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 
 from scripts.benchmark.analysis.calibration_view import calibration_view
 from scripts.benchmark.analysis.document import analyse_run_folder
-from scripts.benchmark.contracts.parity import parse_parity, unexplained
 from scripts.benchmark.analysis.settings import AnalysisSettings
 from scripts.benchmark.commands.report import register, report_impl
+from scripts.benchmark.contracts.parity import parse_parity, unexplained
 from scripts.benchmark.contracts.report import validate_report_file
 from scripts.benchmark.errors import wrap_commands
 from scripts.benchmark.report.plots import phase_bars_size_px, ratio_chart_size_px, step_times_size_px
