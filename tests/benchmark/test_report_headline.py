@@ -156,3 +156,42 @@ def test_learning_signal_warning_shows_in_the_card(gap_runs, tmp_path):
     assert "**Warning: learning differs** (reward_mean)" in headline_markdown(warned)
     assert "Warning: learning differs" in render_html(headline_blocks(warned), tmp_path)
     assert "Warning" not in render_blocks(headline_blocks(fine)) and "learning" not in headline_markdown(fine)
+
+
+MILES_VS_MILES = [
+    {"role": "candidate", "name": "miles", "framework": "miles", "label": "Miles", "target": "pr-head"},
+    {"role": "reference", "name": "miles-base", "framework": "miles", "label": "Miles (base)", "target": "merge-base"},
+]
+
+
+def test_miles_against_miles_reports_and_records_through_the_same_code(tmp_path):
+    """Two sides of one framework (a PR head against its merge base): paired by side, cards with both labels, and
+    two recorded series that the history keeps apart."""
+    from scripts.benchmark.history.report_input import read_report_runs
+
+    cells = gap_pair(TEN_PERCENT, num_steps=200, cv=0.01, seed=7)
+    cells[1].framework, cells[1].side = "miles", "miles-base"
+    run_dir = write_run_folder(tmp_path, cells, sides=MILES_VS_MILES)
+    doc = analyse_run_folder(run_dir, AnalysisSettings(reps=300))
+    written = write_report(doc, run_dir)
+    assert {(c.framework, c.side) for c in doc.cells} == {("miles", "miles"), ("miles", "miles-base")}
+    step = next(c for c in doc.comparisons if c.metric == "step_time_s")
+    assert (step.candidate_cell, step.reference_cell) == ("miles-fsdp-colocate", "miles-base-fsdp-colocate")
+    assert step.ratio == pytest.approx(1.1, abs=0.02)
+    (cards,) = [b for b in headline_blocks(doc) if hasattr(b, "cards")]
+    (card,) = cards.cards
+    assert [bar.label for bar in card.bars] == ["Miles", "Miles (base)"]
+    assert card.verdict == "Miles 10% slower" and all(bar.total_s for bar in card.bars)
+    headline = (run_dir / "headline.md").read_text()
+    assert headline.startswith("**Miles vs Miles (base) at a glance**")
+    assert "Step time Miles " in headline and " vs Miles (base) " in headline
+    report = written["report.md"].read_text()
+    assert (
+        "# Miles vs Miles (base) throughput report" in report and "## Miles vs Miles (base): fsdp / colocate" in report
+    )
+    assert not re.search(r"\bverl\b", headline + report.replace("(VERL separate_async)", ""), re.IGNORECASE)
+    runs = read_report_runs(run_dir)
+    assert {run.series.framework for run in runs} == {"miles"}
+    labels = {run.cell_id: run.series.label() for run in runs}
+    assert labels["miles-fsdp-colocate"].split("/")[1] == "miles"  # a side named after its framework: as before
+    assert labels["miles-base-fsdp-colocate"].split("/")[1] == "miles@miles-base"

@@ -50,6 +50,7 @@ def read_report_runs(run_dir: Path) -> list[RunToRecord]:
         series = SeriesKey(
             preset=report.preset,
             framework=cell.framework,
+            side=cell.side,
             backend=cell.backend,
             layout=cell.layout,
             hardware=cell.hardware,
