@@ -53,9 +53,10 @@ def optimizer_steps_per_step(plan: dict[str, Any] | None) -> int | None:
         return None
 
 
-def not_comparable_reason(name: str, plan: dict[str, Any] | None) -> str | None:
-    """Why a signal's two series measure different things under this spec (docs/benchmark/metrics.md)."""
-    if name == "entropy":
+def not_comparable_reason(name: str, plan: dict[str, Any] | None, *, same_framework: bool = False) -> str | None:
+    """Why a signal's two series measure different things under this spec (docs/benchmark/metrics.md); two sides of
+    one framework aggregate every signal the same way."""
+    if name == "entropy" and not same_framework:
         aggregation = _spec_section(plan, "grpo").get("loss_aggregation", "token-mean")
         if aggregation != "seq-mean-token-mean":
             return f"aggregations differ under {aggregation}: VERL token mean, Miles mean of per-sample means"
@@ -144,6 +145,7 @@ def signal_row(
     family: int,
     seed: int,
     labels: tuple[str, str] = ("candidate", "reference"),
+    same_framework: bool = False,
 ) -> dict[str, Any]:
     """One signal of one pair: both sides' window means, the paired difference with its interval, the verdict;
     `labels` name the two sides in the verdict's reason."""
@@ -163,7 +165,7 @@ def signal_row(
         "ci_high": None,
     }
     missing = [label for label, series in zip(labels, (candidate, reference), strict=True) if not series]
-    reason = not_comparable_reason(name, plan)
+    reason = not_comparable_reason(name, plan, same_framework=same_framework)
     if missing:
         return {**row, "verdict": NOT_JUDGED, "why": f"not logged by {' and '.join(missing)}"}
     if margin is None:
@@ -250,6 +252,7 @@ def analyse_learning(
     if sides.reference is None:
         return []
     labels = (sides.candidate.label, sides.reference.label)
+    same = sides.candidate.framework == sides.reference.framework
     out = []
     for backend, layout in sorted({(c.backend, c.layout) for c in cells}):
         candidate = by_key.get((sides.candidate.name, backend, layout))
@@ -261,7 +264,16 @@ def analyse_learning(
         series = {n: (step_means(candidate, n, 0), step_means(reference, n, 0)) for n in LEARNING_SIGNALS}
         family = sum(1 for n in LEARNING_SIGNALS if settings.margin(n) is not None)
         rows = [
-            signal_row(n, _after(m, from_step), _after(v, from_step), plan, family=family, seed=seed, labels=labels)
+            signal_row(
+                n,
+                _after(m, from_step),
+                _after(v, from_step),
+                plan,
+                family=family,
+                seed=seed,
+                labels=labels,
+                same_framework=same,
+            )
             for n, (m, v) in series.items()
         ]
         out.append(
