@@ -269,7 +269,7 @@ class TestRefusals:
         assert {c.backend for c in doc.comparisons} == {"fsdp"}
         assert {a.backend for a in doc.attribution} == {"fsdp"}
         assert [(r.backend, r.layout) for r in doc.refused] == [("megatron", "colocate")]
-        assert "max_response_len (MISMATCH: candidate 8192, reference 4096)" in doc.refused[0].reason
+        assert "max_response_len (MISMATCH: {'miles': 8192, 'verl': 4096})" in doc.refused[0].reason
         text = (run_dir / "report.md").read_text()
         assert "**megatron / colocate**: comparison refused: parity table has unexplained differences" in text
 
@@ -473,7 +473,7 @@ class TestCalibrationHook:
         assert "### Weight sync against its floor" in (run_dir / "report.md").read_text()
 
     def test_report_reads_the_committed_calibration_module(self, planted_run):
-        """calibration_data.py is merged: each cell gets a calibration row; unmeasured numbers stay null."""
+        """calibration/results.py is read: each cell gets a calibration row; unmeasured numbers stay null."""
         run_dir, doc = planted_run
         from scripts.benchmark.calibration.results import measured_peak_tflops
 

@@ -207,7 +207,8 @@ def _pair_problems(folder: RunFolder, backend: str, layout: str, spec_hash: str 
     """What keeps the parity proof from covering this pair (contracts/parity.py), the spec hash included."""
     if folder.parity_error is not None:
         return [f"parity.json could not be read: {folder.parity_error}"]
-    problems = unexplained(folder.parity, backend, layout)
+    names = (folder.sides.candidate.name, folder.sides.reference.name if folder.sides.reference else "reference")
+    problems = unexplained(folder.parity, backend, layout, names=names)
     parity_hash = folder.parity.spec_hash if folder.parity is not None else None
     if parity_hash and spec_hash and parity_hash != spec_hash:
         problems.append(f"parity.json is for spec {parity_hash}, the plan for spec {spec_hash}")

@@ -16,7 +16,7 @@ by more than a practical threshold?
   `drift_horizon` trusted runs ago, so a slow drift that the rolling baseline follows is still caught (DRIFTED).
 - The markdown also reads each change's interval against the threshold in the report headline's words ("slower",
   "faster", "no practical difference", "inconclusive"; analysis/verdict.py); the verdict and exit code stay the test's.
-- `judge` is vectorised over leading axes, so the simulation (check_simulation.py) measures this very code.
+- `judge` is vectorised over leading axes, so the simulation (history/simulation.py) measures this very code.
 
 Caveats:
 - Fewer than `min_history` trusted runs: INACTIVE (cold start passes with a note), as in Miles's gate.
