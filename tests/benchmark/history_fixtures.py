@@ -1,7 +1,7 @@
 """Test helpers for the history: report.json files that follow its typed definition, and a private PostgreSQL server.
 
-- `write_report(run_dir, ...)` writes DIR/report.json (schema 2) with one cell and side per framework, the NOMINAL metrics summarised,
-  samples per repeat included, exactly the shape `run.py report` writes.
+- `write_report(run_dir, ...)` writes DIR/report.json (schema 2) with one cell and side per framework, the NOMINAL
+  metrics summarised, samples per repeat included, exactly the shape `run.py report` writes.
 - `PostgresServer` runs initdb + pg_ctl into a temporary folder on 127.0.0.1 and a free port (as the `postgres` user
   when the tests run as root, because initdb refuses root), and stops it at the end.
 

@@ -178,7 +178,7 @@ def test_miles_against_miles_reports_and_records_through_the_same_code(tmp_path)
     step = next(c for c in doc.comparisons if c.metric == "step_time_s")
     assert (step.candidate_cell, step.reference_cell) == ("miles-fsdp-colocate", "miles-base-fsdp-colocate")
     assert step.ratio == pytest.approx(1.1, abs=0.02)
-    (cards,) = [b for b in headline_blocks(doc) if hasattr(b, "cards")]
+    (cards,) = (b for b in headline_blocks(doc) if hasattr(b, "cards"))
     (card,) = cards.cards
     assert [bar.label for bar in card.bars] == ["Miles", "Miles (base)"]
     assert card.verdict == "Miles 10% slower" and all(bar.total_s for bar in card.bars)
