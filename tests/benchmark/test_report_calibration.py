@@ -3,7 +3,17 @@
 import pytest
 
 from scripts.benchmark.analysis.calibration_view import calibration_view
-from tests.benchmark.test_report import planted_run  # noqa: F401 (the module's fixture: one report of the run)
+from scripts.benchmark.analysis.settings import AnalysisSettings
+from scripts.benchmark.commands.report import report_impl
+from tests.benchmark.synthetic_runs import write_run_folder
+from tests.benchmark.test_report import REPS, planted_cells
+
+
+@pytest.fixture(scope="module")
+def planted_run(tmp_path_factory):
+    run_dir = write_run_folder(tmp_path_factory.mktemp("planted"), planted_cells())
+    doc, _ = report_impl(run_dir, AnalysisSettings(reps=REPS))
+    return run_dir, doc
 
 
 class TestCalibrationHook:
