@@ -1,10 +1,12 @@
 """Schema v2 of the Miles-vs-VERL throughput benchmark: one record per training step, the same for both frameworks.
 
-- `StepRecord` is the record; `METRICS` declares every reported metric once, with its unit and better direction.
+- `StepRecord` is the record; `METRICS` declares every metric once: unit, better direction, family, where it comes
+  from, whether the regression check gates it and whether the report shows it (`REPORT_METRICS`, in report order);
+  `NOT_METRICS` says why the record's other fields are not summarised.
 - Records are strict JSON, one object per line: NaN and +-Inf are written as the strings "NaN", "Infinity" and
   "-Infinity" (as Miles's ci_history does) and listed in `flags`, never dropped.
-- `append_record` flushes and fsyncs each line, so a killed run keeps every step that completed; `write_text_atomic`
-  (tmp + fsync + rename) is the one atomic file write of the harness (write_records, manifest.json).
+- `write_text_atomic` (tmp + fsync + rename) is the one atomic file write of the harness (write_records,
+  manifest.json).
 - `RunContext` holds what the derived fields need beyond the sink (architecture, GPU counts, the MFU peak and where
   it came from); `derive_step_fields` fills train_tflops_per_gpu, train_mfu, train_tokens_per_s,
   rollout_tokens_per_gpu_s, wait_ratio and overlap_s from phases_s and tokens, the same way for both frameworks.
@@ -43,68 +45,23 @@ from pathlib import Path
 from typing import Any, Literal
 
 from miles.utils.bench_flops import ModelArch, batch_train_flops, match_device, peak_tflops_for_device
+from miles.utils.bench_metric_registry import (  # noqa: F401 (re-exported: the schema's one import point)
+    LEARNING_SIGNALS,
+    METRICS,
+    NOT_METRICS,
+    PHASES,
+    REPORT_METRICS,
+    STEP_PHASES,
+    STEP_TIME_FAMILY,
+    LearningSignal,
+    MetricSpec,
+)
 
 SCHEMA_VERSION = 2
 READABLE_SCHEMA_VERSIONS = (1, 2)
 
-Framework = Literal["miles", "verl"]
-
-PHASES: tuple[str, ...] = ("generate", "rollout_wait", "old_logprob", "ref_logprob", "train", "weight_sync", "other")
-STEP_PHASES: tuple[str, ...] = tuple(p for p in PHASES if p != "generate")
-"""The phases that partition a step's wall time (generate is rollout-side and may overlap training)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class MetricSpec:
-    """What a reported number is: its unit and which direction is better (declared, never guessed)."""
-
-    name: str
-    unit: str
-    direction: Literal["lower", "higher"]
-    description: str
-
-
-METRICS: dict[str, MetricSpec] = {
-    m.name: m
-    for m in [
-        MetricSpec(name="step_time_s", unit="s", direction="lower", description="wall time of one RL step"),
-        *(
-            MetricSpec(name=f"phases_s.{p}", unit="s", direction="lower", description=f"time in the {p} phase")
-            for p in PHASES
-        ),
-        MetricSpec(
-            name="train_tflops_per_gpu",
-            unit="TFLOP/s/GPU",
-            direction="higher",
-            description="model FLOPs of the train phase (one FLOPs model, 3x forward) per second per training GPU",
-        ),
-        MetricSpec(name="train_mfu", unit="fraction", direction="higher", description="train_tflops_per_gpu / peak"),
-        MetricSpec(
-            name="train_tokens_per_s",
-            unit="tokens/s",
-            direction="higher",
-            description="prompt+response tokens trained per second of the train phase, whole job",
-        ),
-        MetricSpec(
-            name="rollout_tokens_per_gpu_s",
-            unit="tokens/s/GPU",
-            direction="higher",
-            description="response tokens generated per second of the generate phase per rollout GPU",
-        ),
-        MetricSpec(
-            name="overlap_s",
-            unit="s",
-            direction="higher",
-            description="rollout-side generation seconds hidden behind training: max(0, generate - rollout_wait)",
-        ),
-        MetricSpec(
-            name="wait_ratio",
-            unit="fraction",
-            direction="lower",
-            description="share of the step the training GPUs spend outside trainer compute (old_logprob+ref+train)",
-        ),
-    ]
-}
+Framework = str
+"""A framework's registry name (any registered adapter)."""
 
 
 @dataclass(kw_only=True)
@@ -112,6 +69,7 @@ class StepRecord:
     """One training step of one framework, in schema v2 units (seconds, tokens, TFLOP/s per GPU, fractions)."""
 
     framework: str
+    """The registry name of the framework that ran the step."""
     step: int
     step_time_s: float | None
     phases_s: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(PHASES))
@@ -176,15 +134,6 @@ def decode_nonfinite(value: Any) -> Any:
     if isinstance(value, list):
         return [decode_nonfinite(v) for v in value]
     return value
-
-
-def append_record(path: Path, record: StepRecord) -> None:
-    """Append one record and make it durable before returning (a crash right after keeps it)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(record.to_json() + "\n")
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -367,84 +316,3 @@ def derive_step_fields(record: StepRecord, ctx: RunContext, *, seq_lens: list[in
             "flags": list(dict.fromkeys(flags)),
         }
     )
-
-
-# Learning signals: what both frameworks learn per step, compared for equivalence (not for speed).
-
-
-@dataclass(frozen=True, kw_only=True)
-class LearningSignal:
-    """One learning signal of `StepRecord.learning`: its unit and its default equivalence margin.
-
-    margin_kind "absolute" compares miles - verl; "relative" compares log(miles / verl) against log(1 + margin);
-    margin None means the signal is plotted and tabled but never judged.
-    """
-
-    name: str
-    unit: str
-    margin_kind: Literal["absolute", "relative"]
-    margin: float | None
-    description: str
-
-
-LEARNING_SIGNALS: dict[str, LearningSignal] = {
-    s.name: s
-    for s in [
-        LearningSignal(
-            name="reward_mean",
-            unit="reward",
-            margin_kind="absolute",
-            margin=0.05,
-            description="mean raw reward-function score over the step's samples",
-        ),
-        LearningSignal(
-            name="response_length_mean",
-            unit="tokens",
-            margin_kind="relative",
-            margin=0.10,
-            description="mean response tokens per sample",
-        ),
-        LearningSignal(
-            name="truncation_fraction",
-            unit="fraction",
-            margin_kind="absolute",
-            margin=0.02,
-            description="share of samples cut at the response-length cap",
-        ),
-        LearningSignal(
-            name="entropy",
-            unit="nats/token",
-            margin_kind="relative",
-            margin=0.10,
-            description="policy entropy on the step's samples before the update",
-        ),
-        LearningSignal(
-            name="clip_fraction",
-            unit="fraction",
-            margin_kind="absolute",
-            margin=0.005,
-            description="share of response tokens where the PPO clip is active",
-        ),
-        LearningSignal(
-            name="approx_kl",
-            unit="nats/token",
-            margin_kind="absolute",
-            margin=0.001,
-            description="k1 estimate of KL(old policy || updated policy) during the update",
-        ),
-        LearningSignal(
-            name="grad_norm",
-            unit="L2",
-            margin_kind="relative",
-            margin=0.25,
-            description="gradient L2 norm before clipping, mean over the step's optimizer steps",
-        ),
-        LearningSignal(
-            name="policy_loss",
-            unit="loss",
-            margin_kind="absolute",
-            margin=None,
-            description="policy-gradient loss (minus the clipped surrogate), mean over optimizer steps",
-        ),
-    ]
-}

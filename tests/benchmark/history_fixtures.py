@@ -1,7 +1,7 @@
 """Test helpers for the history: report.json files that follow its typed definition, and a private PostgreSQL server.
 
-- `write_report(run_dir, ...)` writes DIR/report.json with one cell per framework and every METRICS key summarised,
-  samples per repeat included, exactly the shape `run.py report` writes.
+- `write_report(run_dir, ...)` writes DIR/report.json (schema 2) with one cell and side per framework, the NOMINAL
+  metrics summarised, samples per repeat included, exactly the shape `run.py report` writes.
 - `PostgresServer` runs initdb + pg_ctl into a temporary folder on 127.0.0.1 and a free port (as the `postgres` user
   when the tests run as root, because initdb refuses root), and stops it at the end.
 
@@ -92,6 +92,7 @@ def write_report(
             {
                 "id": f"{framework}-fsdp-colocate",
                 "framework": framework,
+                "side": framework,
                 "backend": "fsdp",
                 "layout": "colocate",
                 "repeats": repeats,
@@ -102,8 +103,13 @@ def write_report(
                 "samples": samples,
             }
         )
+    sides = [
+        {"role": "candidate" if i == 0 else "reference", "name": f, "framework": f, "label": f}
+        for i, f in enumerate(frameworks)
+    ]
     report = {
-        "schema_version": 1,
+        "schema_version": 2,
+        "sides": sides,
         "run_dir": str(run_dir),
         "generated_at": generated_at,
         "spec_hash": spec_hash,
@@ -111,7 +117,7 @@ def write_report(
         "cells": cells,
         "comparisons": [],
         "attribution": [],
-        "parity": {},
+        "parity": None,
     }
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "report.json"

@@ -21,13 +21,14 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from miles.utils.bench_metrics import PHASES
-from scripts.benchmark.analysis.compare import STEP_TIME_FAMILY, compare_sides
+from miles.utils.bench_metrics import PHASES, STEP_TIME_FAMILY
+from scripts.benchmark.analysis.compare import compare_sides
 from scripts.benchmark.analysis.document import cut_to_steady_state, side_samples
 from scripts.benchmark.analysis.settings import AnalysisSettings
 from scripts.benchmark.analysis.stats import summarise
 from scripts.benchmark.analysis.steady_state import detect_steady_state
 from scripts.benchmark.analysis.step_columns import StepColumns
+from tests.benchmark.synthetic_runs import pair_key
 from tests.benchmark.validation_generator import PROMPT_TOKENS, GeneratedRuns, generate_runs
 
 METRICS = (
@@ -113,8 +114,10 @@ def _pair(rng, repeats: int, steps: int, gap: float, settings: AnalysisSettings)
     verl = generate_runs(rng, repeats, steps=steps)
     steady_m, steady_v = _cell(miles, repeats, 0), _cell(verl, repeats, 0)
     sides = side_samples(steady_m, METRICS), side_samples(steady_v, METRICS)
-    rows, _ = compare_sides(*sides, phases=PHASES, settings=settings)
-    per_metric, _ = compare_sides(*sides, phases=PHASES, settings=replace(settings, family_wise=False))
+    rows, _ = compare_sides(*sides, pair=pair_key(), phases=PHASES, settings=settings)
+    per_metric, _ = compare_sides(
+        *sides, pair=pair_key(), phases=PHASES, settings=replace(settings, family_wise=False)
+    )
     median = summarise([c.values["step_time_s"] for c in steady_v], settings.confidence)
     return {r.metric: r for r in rows}, {r.metric: r for r in per_metric}, median, verl.level
 

@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 
 from miles.utils.bench_metrics import PHASES, STEP_PHASES, StepRecord, write_records
+from scripts.benchmark.analysis.compare import PairKey
+from scripts.benchmark.contracts.sides import Side
 
 SAMPLES_PER_STEP = 256
 PROMPT_TOKENS_PER_SAMPLE = 200
@@ -48,10 +50,12 @@ class SyntheticCell:
     unreported_phases: tuple[str, ...] = ()
     failed_repeats: tuple[int, ...] = ()
     gpu_model: str = "NVIDIA H200"
+    side: str | None = None
+    """The side's name (the cell id's prefix); None: named after its framework, as before sides existed."""
 
     @property
     def id(self) -> str:
-        return f"{self.framework}-{self.backend}-{self.layout}"
+        return f"{self.side or self.framework}-{self.backend}-{self.layout}"
 
 
 def ar1_noise(rng: np.random.Generator, n: int, cv: float, ar: float) -> np.ndarray:
@@ -164,10 +168,35 @@ def matched_parity(cells: list[SyntheticCell], spec_hash: str = "0123456789ab") 
     return {"schema_version": 1, "spec_hash": spec_hash, "pairs": pairs}
 
 
+def matched_parity_v2(cells: list[SyntheticCell], sides: list[dict[str, Any]]) -> dict[str, Any]:
+    """parity.json version 2 (candidate/reference keys) for a run with explicit sides: every knob matched."""
+    names = {s["role"]: s["name"] for s in sides}
+    pairs = []
+    for backend, layout in sorted({(c.backend, c.layout) for c in cells}):
+        row = {"knob": "lr", "group": "optimizer", "candidate": 1e-6, "reference": 1e-6, "status": "matched"}
+        pairs.append(
+            {
+                "backend": backend,
+                "layout": layout,
+                "candidate_cell": f"{names['candidate']}-{backend}-{layout}",
+                "reference_cell": f"{names['reference']}-{backend}-{layout}",
+                "counts": {"matched": 1, "asymmetry": 0, "MISMATCH": 0},
+                "rows": [row],
+            }
+        )
+    return {"schema_version": 2, "spec_hash": "0123456789ab", "pairs": pairs}
+
+
 def write_run_folder(
-    root: Path, cells: list[SyntheticCell], *, parity: dict[str, Any] | None = None, write_parity: bool = True
+    root: Path,
+    cells: list[SyntheticCell],
+    *,
+    parity: dict[str, Any] | None = None,
+    write_parity: bool = True,
+    sides: list[dict[str, Any]] | None = None,
 ) -> Path:
-    """A complete run folder under `root`; returns `root`."""
+    """A complete run folder under `root`; returns `root`. With `sides` (contracts.sides.Side dicts) manifest.json
+    and plan.json carry them and every cell its `side`, as the runner writes them; parity.json is then version 2."""
     root.mkdir(parents=True, exist_ok=True)
     entries = []
     for cell in cells:
@@ -178,6 +207,7 @@ def write_run_folder(
                 {
                     "id": cell.id,
                     "framework": cell.framework,
+                    **({"side": cell.side or cell.framework} if sides else {}),
                     "backend": cell.backend,
                     "layout": cell.layout,
                     "repeat": repeat,
@@ -196,7 +226,7 @@ def write_run_folder(
                 records = records[: cell.num_steps // 3]
             write_records(folder / "metrics.jsonl", records)
             (folder / "environment.json").write_text(json.dumps(environment_record(cell, repeat)))
-    manifest = {"schema_version": 1, "plan": "plan.json", "cells": entries}
+    manifest = {"schema_version": 1, "plan": "plan.json", "cells": entries} | ({"sides": sides} if sides else {})
     (root / "manifest.json").write_text(json.dumps(manifest, indent=1))
     spec = {
         "model": {"hf_checkpoint": "/models/Qwen3-1.7B-Base", "config": "qwen3-1.7b-base"},
@@ -204,9 +234,12 @@ def write_run_folder(
         "megatron": {"recompute": "none"},
     }
     plan = {"schema_version": 1, "spec": spec, "spec_hash": "0123456789ab", "preset": "qwen3-1.7b-base", "cells": []}
+    plan |= {"sides": sides} if sides else {}
     (root / "plan.json").write_text(json.dumps(plan))
     if write_parity:
-        (root / "parity.json").write_text(json.dumps(parity if parity is not None else matched_parity(cells)))
+        if parity is None:
+            parity = matched_parity(cells) if not sides else matched_parity_v2(cells, sides)
+        (root / "parity.json").write_text(json.dumps(parity))
     return root
 
 
@@ -225,3 +258,17 @@ def gap_pair(
     common = {"backend": backend, "layout": layout, "num_steps": num_steps, "warmup_steps": 5, "cv": cv}
     verl = SyntheticCell(framework="verl", seed=seed + 1, unreported_phases=("ref_logprob",), **common)
     return [SyntheticCell(framework="miles", phase_means=phases, seed=seed, **common), verl]
+
+
+def pair_key(backend: str = "fsdp", layout: str = "colocate") -> PairKey:
+    """The Miles-vs-VERL pair of a backend and layout, as the analysis names it to `compare_sides`."""
+    candidate = Side(role="candidate", name="miles", framework="miles", label="Miles")
+    reference = Side(role="reference", name="verl", framework="verl", label="VERL")
+    return PairKey(
+        backend=backend,
+        layout=layout,
+        candidate=candidate,
+        reference=reference,
+        candidate_cell=candidate.cell_id(backend, layout),
+        reference_cell=reference.cell_id(backend, layout),
+    )

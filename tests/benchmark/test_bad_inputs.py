@@ -200,6 +200,9 @@ CASES = [
          ("--framework",), lambda s: s.path("m.jsonl")),
     # the history store
     Case("check-store-missing", lambda s: ["check", str(s.path("r")), "--store", s.store()], ("history.db",), STORE),
+    Case("record-report-v1", lambda s: ["record", str(s.file("v1/report.json", '{"schema_version": 1}').parent),
+                                        "--store", str(s.path("h.db")), "--create"],
+         ("schema_version 1", "run.py report"), lambda s: s.path("v1")),
     Case("record-store-missing", lambda s: ["record", str(s.path("r")), "--store", s.store()], ("history.db",), STORE),
     Case("history-store-missing", lambda s: ["history", "--store", s.store(), "--output-dir", str(s.path("h"))],
          ("history.db",), lambda s: s.path("h")),

@@ -59,7 +59,7 @@ class TestCheckMetric:
         assert c.verdict is Verdict.INACTIVE and "cold start" in c.note
 
     def test_threshold_of_an_undeclared_metric_is_refused(self):
-        with pytest.raises(ValueError, match="no declared better direction"):
+        with pytest.raises(ValueError, match="no better direction to gate"):
             CheckSettings(gates={"response_length_mean": MetricGate(threshold=0.05, required=False)})
 
 

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from scripts.benchmark.contracts.parity import read_parity_file
 from tests.benchmark.standins.plans import REPO_ROOT, RUN_PY, STANDINS
 
 STEP_S = 0.05
@@ -79,10 +80,11 @@ def test_dry_run_edit_execute_report_record_check(tmp_path: Path):
 
     report = json.loads((run_dir / "report.json").read_text())
     assert report["spec_hash"] == plan["spec_hash"] and report["refused"] == []
-    assert report["parity"] == json.loads((plan_dir / "parity.json").read_text())
+    assert report["parity"] == read_parity_file(plan_dir / "parity.json").model_dump(mode="json")
     step = next(c for c in report["comparisons"] if c["metric"] == "step_time_s")
     assert (step["backend"], step["layout"]) == ("fsdp", "colocate") and step["ratio"] > 0
-    assert math.isfinite(step["miles"]) and math.isfinite(step["verl"])
+    assert math.isfinite(step["candidate"]) and math.isfinite(step["reference"])
+    assert (step["candidate_cell"], step["reference_cell"]) == ("miles-fsdp-colocate", "verl-fsdp-colocate")
     miles_cell = next(c for c in report["cells"] if c["framework"] == "miles")
     assert miles_cell["samples"]["step_time_s"][0] and not any(
         map(math.isnan, miles_cell["samples"]["step_time_s"][0])

@@ -44,11 +44,15 @@ NAMES_ALLOWED: dict[str, set[str]] = {
     "scripts/benchmark/spec/pins.py": {"miles", "verl"},
     "miles/utils/bench_flops.py": {"miles", "verl"},
     "scripts/benchmark/contracts/parity.py": {"miles", "verl"},
+    "scripts/benchmark/commands/plan.py": {"miles", "verl"},
+    "scripts/benchmark/commands/execute.py": {"miles", "verl"},
 }
 """Files outside frameworks/<name>/ that may name a framework, and which: the registry entries, and the spec's
 default SGLang pins (data keyed by adapter name), the FLOPs model's cross-checks against each framework's own formula
-(and Miles's device table, which answers first inside a Miles checkout), and the parity contract's reading of its
-version-1 field names."""
+(and Miles's device table, which answers first inside a Miles checkout), the parity contract's reading of its
+version-1 field names, and the two commands whose historical options name a framework (--compare-verl, --miles-root,
+--miles-version, --miles-python, ...): byte-identical CLI, each value mapped onto sides and frameworks by one call
+into the registry (option_pair, option_runtimes, settings)."""
 
 
 def _module_name(path: Path) -> str:
@@ -169,7 +173,8 @@ def _key_words(text: str) -> list[str]:
     (messages that explain a framework's behaviour) is not a dispatch and is left alone, as are module paths."""
     if re.search(r"\s", text):
         return []
-    return [w.lower() for w in re.findall(r"[A-Za-z]+", re.sub(r"\bmiles\.utils\b", "", text))]
+    text = re.sub(r"\bmiles\.utils\b|\bmiles-bench\b", "", text)  # module paths and this project's name
+    return [w.lower() for w in re.findall(r"[A-Za-z]+", text)]
 
 
 def framework_names_in(source: str, words: tuple[str, ...] = FRAMEWORK_WORDS) -> list[tuple[int, str]]:
@@ -272,4 +277,4 @@ def test_the_checks_themselves_catch_what_they_look_for(tmp_path):
     code = '"""Miles and VERL."""\nfrom miles.utils import x\nFOO = "verl-file"\nmiles_root = 1\nMilesPaths.y\n'
     code += 'raise ValueError("VERL pads the batch")\n'
     assert framework_names_in(code) == [(3, "verl"), (4, "miles"), (5, "miles")]
-    assert framework_names_in('x = "see miles.utils.bench_metrics"\n') == []
+    assert framework_names_in('x = "see miles.utils.bench_metrics"\ny = "miles-bench"\n') == []

@@ -24,13 +24,13 @@ from scripts.benchmark.analysis.learning import (
     learning_settings,
 )
 from scripts.benchmark.analysis.settings import AnalysisSettings
+from scripts.benchmark.commands.report import analyse_and_write
 from scripts.benchmark.frameworks import registry
 from scripts.benchmark.frameworks.sinks import build_step_records
 from scripts.benchmark.frameworks.verl.learning import VERL_CLIP_RATIO_KEY, VERL_LEARNING_KEYS, VERL_LENGTH_MAX_KEY
 from scripts.benchmark.history.report_input import read_report_runs
 from scripts.benchmark.plan.build import PlanOptions, build_plan
 from scripts.benchmark.report.learning import learning_warning
-from scripts.benchmark.report.write import analyse_and_write
 from scripts.benchmark.runner.sink_follower import build_run_context
 from scripts.benchmark.spec import BenchmarkSpec, load_preset, spec_hash, spec_json
 from tests.benchmark.history_fixtures import write_report as write_history_report
@@ -264,7 +264,7 @@ def learning_run(tmp_path: Path, *, miles_drift: dict | None = None, miles_lengt
 
 
 def verdicts(doc: dict) -> dict[str, str]:
-    return {row["signal"]: row["verdict"] for row in doc["learning"][0]["signals"]}
+    return {row.signal: row.verdict for row in doc.learning[0].signals}
 
 
 class TestEquivalenceVerdicts:
@@ -282,8 +282,8 @@ class TestEquivalenceVerdicts:
             tmp_path, miles_drift={"reward": 0.12, "after": 0}
         )  # > 2x the margin, from the start
         assert verdicts(doc)["reward_mean"] == DIFFERENT
-        row = next(r for r in doc["learning"][0]["signals"] if r["signal"] == "reward_mean")
-        assert row["ci_low"] > 0.05 and row["difference"] == pytest.approx(0.12, abs=0.03)
+        row = next(r for r in doc.learning[0].signals if r.signal == "reward_mean")
+        assert row.ci_low > 0.05 and row.difference == pytest.approx(0.12, abs=0.03)
         verdict = (run_dir / "report.md").read_text().split("## At a glance", 1)[1].split("\n## ", 1)[0]
         pair_line = next(line for line in verdict.splitlines() if "**fsdp / colocate**" in line)
         assert "Warning: learning differs" in pair_line and "reward_mean" in pair_line
@@ -291,11 +291,11 @@ class TestEquivalenceVerdicts:
     def test_a_planted_length_drift_is_called_different_and_explains_the_generate_gap(self, tmp_path):
         run_dir, doc, _ = learning_run(tmp_path, miles_length=3900.0)  # responses x1.3 from the start
         assert verdicts(doc)["response_length_mean"] == DIFFERENT
-        explains = doc["learning"][0]["length_explains"]
-        assert explains["length_ratio"] == pytest.approx(1.3, rel=0.03)
-        assert explains["generate_ratio"] == pytest.approx(1.3, rel=0.05)
-        assert explains["per_token_ratio"] == pytest.approx(1.0, abs=0.05)
-        assert explains["share"] == pytest.approx(1.0, abs=0.2)
+        explains = doc.learning[0].length_explains
+        assert explains.length_ratio == pytest.approx(1.3, rel=0.03)
+        assert explains.generate_ratio == pytest.approx(1.3, rel=0.05)
+        assert explains.per_token_ratio == pytest.approx(1.0, abs=0.05)
+        assert explains.share == pytest.approx(1.0, abs=0.2)
         assert "response_length_mean" in learning_warning(doc, "fsdp", "colocate")
 
     def test_entropy_is_not_judged_when_the_aggregations_differ(self, tmp_path):
@@ -304,8 +304,8 @@ class TestEquivalenceVerdicts:
         plan["spec"]["grpo"]["loss_aggregation"] = "token-mean"
         (run_dir / "plan.json").write_text(json.dumps(plan))
         doc, _ = analyse_and_write(run_dir, AnalysisSettings(reps=200), calibration=False)
-        row = next(r for r in doc["learning"][0]["signals"] if r["signal"] == "entropy")
-        assert row["verdict"] == "not judged" and "aggregations differ" in row["why"]
+        row = next(r for r in doc.learning[0].signals if r.signal == "entropy")
+        assert row.verdict == "not judged" and "aggregations differ" in row.why
 
     def test_records_without_learning_signals_say_so_beside_the_verdict(self, tmp_path):
         run_dir = write_run_folder(

@@ -13,9 +13,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from scripts.benchmark.analysis.document import analyse_run_folder, calibration_view, unexplained_parity
+from scripts.benchmark.analysis.document import analyse_run_folder
 from scripts.benchmark.analysis.settings import AnalysisSettings
 from scripts.benchmark.commands.report import register, report_impl
+from scripts.benchmark.contracts.parity import parse_parity, unexplained
 from scripts.benchmark.contracts.report import validate_report_file
 from scripts.benchmark.errors import wrap_commands
 from scripts.benchmark.report.plots import phase_bars_size_px, ratio_chart_size_px, step_times_size_px
@@ -52,7 +53,7 @@ def planted_run(tmp_path_factory) -> tuple[Path, dict]:
 
 
 def comparison(doc: dict, backend: str, metric: str) -> dict:
-    return next(c for c in doc["comparisons"] if c["backend"] == backend and c["metric"] == metric)
+    return next(c for c in doc.comparisons if c.backend == backend and c.metric == metric)
 
 
 def svg_size(path: Path) -> tuple[int, int]:
@@ -86,44 +87,44 @@ class TestPlantedDifferences:
     def test_warmup_found_in_every_cell(self, planted_run):
         """Truth: 12 warm-up steps. MSER may drop a few more steps, never keep a slow one."""
         _, doc = planted_run
-        for cell in doc["cells"]:
-            steady = cell["steady_state"]
-            assert steady["reached"], cell["id"]
-            assert WARMUP_STEPS <= steady["start_step"] <= WARMUP_STEPS + 5, (cell["id"], steady)
+        for cell in doc.cells:
+            steady = cell.steady_state
+            assert steady.reached, cell.id
+            assert WARMUP_STEPS <= steady.start_step <= WARMUP_STEPS + 5, (cell.id, steady)
 
     def test_planted_25_percent_generate_gap_is_found(self, planted_run):
         _, doc = planted_run
         generate = comparison(doc, "fsdp", "phases_s.generate")
-        assert generate["ci_low"] < 1.25 < generate["ci_high"]
-        assert generate["ci_low"] > 1.0 and generate["significant"]
-        assert 1.2 < generate["ratio"] < 1.3
-        assert "block bootstrap" in generate["method"]
+        assert generate.ci_low < 1.25 < generate.ci_high
+        assert generate.ci_low > 1.0 and generate.significant
+        assert 1.2 < generate.ratio < 1.3
+        assert "block bootstrap" in generate.method
 
     def test_other_phases_of_the_planted_pair_are_not_significant(self, planted_run):
         _, doc = planted_run
         for metric in ("phases_s.train", "phases_s.old_logprob", "train_tflops_per_gpu"):
             row = comparison(doc, "fsdp", metric)
-            assert row["ci_low"] < 1.0 < row["ci_high"], row
+            assert row.ci_low < 1.0 < row.ci_high, row
 
     def test_attribution_puts_the_gap_in_the_wait_for_generation(self, planted_run):
         """The planted gap is 15 s of generation per step, which the synchronous trainer waits for: attribution
         (additive phases only) finds it in rollout_wait and nowhere else."""
         _, doc = planted_run
-        rows = {a["component"]: a for a in doc["attribution"] if a["backend"] == "fsdp"}
+        rows = {a.component: a for a in doc.attribution if a.backend == "fsdp"}
         assert "phases_s.generate" not in rows
         generate = rows["phases_s.rollout_wait"]
-        assert generate["ci_low"] < 15.0 < generate["ci_high"]
-        assert generate["share_of_gap"] > 0.9
-        assert rows["phases_s.train"]["ci_low"] < 0 < rows["phases_s.train"]["ci_high"]
-        total = sum(r["gap_s"] for k, r in rows.items() if k != "step_time_s" and r["gap_s"] is not None)
-        assert total == pytest.approx(rows["step_time_s"]["gap_s"])
+        assert generate.ci_low < 15.0 < generate.ci_high
+        assert generate.share_of_gap > 0.9
+        assert rows["phases_s.train"].ci_low < 0 < rows["phases_s.train"].ci_high
+        total = sum(r.gap_s for k, r in rows.items() if k != "step_time_s" and r.gap_s is not None)
+        assert total == pytest.approx(rows["step_time_s"].gap_s)
 
     def test_no_difference_pair_keeps_one_inside_every_ci(self, planted_run):
         _, doc = planted_run
-        rows = [c for c in doc["comparisons"] if c["backend"] == "megatron" and c["ratio"] is not None]
-        assert {r["metric"] for r in rows} >= {"step_time_s", "phases_s.generate", "phases_s.train"}
-        step = next(r for r in rows if r["metric"] == "step_time_s")
-        assert step["ci_low"] < 1.0 < step["ci_high"] and not step["significant"], step
+        rows = [c for c in doc.comparisons if c.backend == "megatron" and c.ratio is not None]
+        assert {r.metric for r in rows} >= {"step_time_s", "phases_s.generate", "phases_s.train"}
+        step = next(r for r in rows if r.metric == "step_time_s")
+        assert step.ci_low < 1.0 < step.ci_high and not step.significant, step
         # Every other row is a 95% interval (the throughputs jointly, the rest per metric), not the 99.7% each of a
         # Bonferroni over 15 rows. On this seed Miles's train phase and token counts are off by a chance 2 SDs each,
         # and only the rows computed from them may show it; statistical coverage is validated on many seeds in
@@ -137,15 +138,15 @@ class TestPlantedDifferences:
             "train_tokens_per_s",
             "wait_ratio",
         }
-        assert {r["metric"] for r in rows if r["significant"]} <= from_train
+        assert {r.metric for r in rows if r.significant} <= from_train
 
     def test_unreported_phase_is_null_and_printed_na(self, planted_run):
         run_dir, doc = planted_run
         row = comparison(doc, "megatron", "phases_s.old_logprob")
-        assert row["verl"] is None and row["ratio"] is None and "not reported by verl" in row["method"]
-        verl = next(c for c in doc["cells"] if c["id"] == "verl-megatron-colocate")
-        assert verl["summaries"]["phases_s.old_logprob"]["median"] is None
-        assert verl["summaries"]["phases_s.old_logprob"]["n"] == 0
+        assert row.reference is None and row.ratio is None and "not reported by verl" in row.method
+        verl = next(c for c in doc.cells if c.id == "verl-megatron-colocate")
+        assert verl.summaries["phases_s.old_logprob"].median is None
+        assert verl.summaries["phases_s.old_logprob"].n == 0
         section = (run_dir / "report.md").read_text().split("## Miles vs VERL: megatron / colocate", 1)[1]
         line = next(x for x in section.splitlines() if x.startswith("| `phases_s.old_logprob` |"))
         assert line.split(" | ")[4:8] == ["n/a", "n/a", "n/a", "n/a"]
@@ -153,19 +154,19 @@ class TestPlantedDifferences:
 
     def test_nan_steps_are_left_out_not_fatal(self, planted_run):
         _, doc = planted_run
-        verl = next(c for c in doc["cells"] if c["id"] == "verl-megatron-colocate")
-        steady_steps = 80 - verl["steady_state"]["start_step"]
-        assert verl["summaries"]["step_time_s"]["n"] == steady_steps - 2
-        assert verl["summaries"]["phases_s.generate"]["n"] == steady_steps
-        samples = verl["samples"]["step_time_s"][0]
+        verl = next(c for c in doc.cells if c.id == "verl-megatron-colocate")
+        steady_steps = 80 - verl.steady_state.start_step
+        assert verl.summaries["step_time_s"].n == steady_steps - 2
+        assert verl.summaries["phases_s.generate"].n == steady_steps
+        samples = verl.samples["step_time_s"][0]
         assert len(samples) == steady_steps and sum(math.isnan(x) for x in samples) == 2
-        assert verl["samples"]["phases_s.old_logprob"] == [[]]
+        assert verl.samples["phases_s.old_logprob"] == [[]]
 
     def test_per_token_costs_sit_beside_raw_times(self, planted_run):
         run_dir, doc = planted_run
-        cell = doc["cells"][0]
-        assert cell["summaries"]["generate_s_per_1k_response_tokens"]["unit"] == "s/1k tokens"
-        assert cell["response_length"]["mean"] == pytest.approx(3000, rel=0.05)
+        cell = doc.cells[0]
+        assert cell.summaries["generate_s_per_1k_response_tokens"].unit == "s/1k tokens"
+        assert cell.response_length.mean == pytest.approx(3000, rel=0.05)
         lines = [x for x in (run_dir / "report.md").read_text().splitlines() if x.startswith("| `")]
         names = [x.split("`")[1] for x in lines]
         first = names.index("phases_s.generate")
@@ -224,7 +225,7 @@ class TestOutputs:
         text = (run_dir / "report.json").read_text()
         json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
         report = validate_report_file(run_dir / "report.json")
-        assert report.schema_version == 1 and report.preset == "qwen3-1.7b-base" and report.spec_hash == "0123456789ab"
+        assert report.schema_version == 2 and report.preset == "qwen3-1.7b-base" and report.spec_hash == "0123456789ab"
         assert report.practical_thresholds["step_time_s"] == 0.02 and "phases_s.train" in report.practical_thresholds
         assert {c.id for c in report.cells} == {c.id for c in planted_cells()}
         cell = report.cells[0]
@@ -234,7 +235,15 @@ class TestOutputs:
             len(cell.samples["step_time_s"]) == 1
             and len(cell.samples["step_time_s"][0]) == cell.summaries["step_time_s"].n
         )
-        assert report.parity == matched_parity(planted_cells())
+        assert report.parity == parse_parity(matched_parity(planted_cells()))  # the planner's v1, upgraded
+        assert [(s.role, s.name, s.label) for s in report.sides] == [
+            ("candidate", "miles", "Miles"),
+            ("reference", "verl", "VERL"),
+        ]
+        assert {(c.framework, c.side) for c in report.cells} == {("miles", "miles"), ("verl", "verl")}
+        assert all(
+            c.candidate_cell.startswith("miles-") and c.reference_cell.startswith("verl-") for c in report.comparisons
+        )
         assert len(report.comparisons) == 2 * len(cell.summaries)
 
     def test_html_is_self_contained(self, planted_run):
@@ -256,10 +265,10 @@ class TestRefusals:
         )
         run_dir = write_run_folder(tmp_path, cells, parity=parity)
         doc, _ = report_impl(run_dir, AnalysisSettings(reps=REPS))
-        assert {c["backend"] for c in doc["comparisons"]} == {"fsdp"}
-        assert {a["backend"] for a in doc["attribution"]} == {"fsdp"}
-        assert [(r["backend"], r["layout"]) for r in doc["refused"]] == [("megatron", "colocate")]
-        assert "max_response_len (MISMATCH: {'miles': 8192, 'verl': 4096})" in doc["refused"][0]["reason"]
+        assert {c.backend for c in doc.comparisons} == {"fsdp"}
+        assert {a.backend for a in doc.attribution} == {"fsdp"}
+        assert [(r.backend, r.layout) for r in doc.refused] == [("megatron", "colocate")]
+        assert "max_response_len (MISMATCH: {'miles': 8192, 'verl': 4096})" in doc.refused[0].reason
         text = (run_dir / "report.md").read_text()
         assert "**megatron / colocate**: comparison refused: parity table has unexplained differences" in text
 
@@ -283,26 +292,43 @@ class TestRefusals:
             parity["pairs"] = [p for p in parity["pairs"] if p["backend"] != "megatron"]
         run_dir = write_run_folder(tmp_path, cells, parity=parity, write_parity=change != "no_parity")
         doc = analyse_run_folder(run_dir, AnalysisSettings(reps=REPS))
-        refused = {r["backend"]: r["reason"] for r in doc["refused"]}
+        refused = {r.backend: r.reason for r in doc.refused}
         assert reason in refused["megatron"]
 
-    def test_asymmetry_without_note_and_backend_scoped_rows(self):
-        parity = {
-            "rows": [
-                {"knob": "a", "status": "asymmetry", "note": ""},
-                {"knob": "b", "status": "mismatch", "backend": "megatron"},
-                {"knob": "c", "status": "asymmetry", "note": "declared"},
-            ]
-        }
-        assert [p.split(" ")[0] for p in unexplained_parity(parity, "megatron", "colocate")] == ["a", "b"]
-        assert [p.split(" ")[0] for p in unexplained_parity(parity, "fsdp", "colocate")] == ["a"]
+    def test_asymmetry_without_note_and_pair_scoped_rows(self):
+        def pair(backend, rows):
+            cells = {"candidate_cell": f"miles-{backend}-colocate", "reference_cell": f"verl-{backend}-colocate"}
+            return {"backend": backend, "layout": "colocate", **cells, "rows": rows}
+
+        def row(knob, status, note=""):
+            return {"knob": knob, "group": "g", "candidate": 1, "reference": 2, "status": status, "note": note}
+
+        shared = [row("a", "asymmetry"), row("c", "asymmetry", "declared")]
+        parity = parse_parity(
+            {
+                "schema_version": 2,
+                "spec_hash": None,
+                "pairs": [pair("megatron", [*shared, row("b", "MISMATCH")]), pair("fsdp", shared)],
+            }
+        )
+        assert [p.split(" ")[0] for p in unexplained(parity, "megatron", "colocate")] == ["a", "b"]
+        assert [p.split(" ")[0] for p in unexplained(parity, "fsdp", "colocate")] == ["a"]
+
+    @pytest.mark.parametrize("shape", [{"rows": []}, [{"knob": "a", "status": "matched"}]])
+    def test_a_legacy_parity_shape_is_refused_not_guessed(self, tmp_path, shape):
+        """The flat {"rows": [...]} and bare-list layouts are gone: such a file is unreadable, so nothing compares."""
+        run_dir = write_run_folder(tmp_path, planted_cells(), parity=shape)
+        doc, written = report_impl(run_dir, AnalysisSettings(reps=REPS))
+        assert doc.comparisons == [] and doc.parity is None and doc.parity_error
+        assert all("parity.json could not be read" in r.reason for r in doc.refused)
+        assert "parity.json could not be read" in written["report.md"].read_text()
 
     def test_different_hardware_refuses_the_comparison(self, tmp_path):
         cells = planted_cells()[:2]
         cells[1].gpu_model = "NVIDIA H100 80GB HBM3"
         doc = analyse_run_folder(write_run_folder(tmp_path, cells), AnalysisSettings(reps=REPS))
-        assert doc["comparisons"] == []
-        assert "different hardware" in doc["refused"][0]["reason"]
+        assert doc.comparisons == []
+        assert "different hardware" in doc.refused[0].reason
 
 
 class TestRepeatsAndFaults:
@@ -314,14 +340,14 @@ class TestRepeatsAndFaults:
         ]
         run_dir = write_run_folder(tmp_path, cells)
         doc, written = report_impl(run_dir, AnalysisSettings(reps=REPS))
-        miles = next(c for c in doc["cells"] if c["framework"] == "miles")
-        assert miles["repeats"] == 2 and len(miles["samples"]["step_time_s"]) == 2
-        assert "2 repeat medians" in miles["summaries"]["step_time_s"]["method"]
-        assert doc["incomplete"] == [
+        miles = next(c for c in doc.cells if c.framework == "miles")
+        assert miles.repeats == 2 and len(miles.samples["step_time_s"]) == 2
+        assert "2 repeat medians" in miles.summaries["step_time_s"].method
+        assert [r.model_dump() for r in doc.incomplete] == [
             {"cell_id": "miles-fsdp-colocate", "repeat": 2, "state": "failed", "reason": "exit code 1"}
         ]
         generate = comparison(doc, "fsdp", "phases_s.generate")
-        assert generate["significant"] and generate["ci_low"] < 1.25 < generate["ci_high"]
+        assert generate.significant and generate.ci_low < 1.25 < generate.ci_high
         assert "## Incomplete cells" in written["report.md"].read_text()
 
     def test_short_run_and_empty_metrics_are_reported_not_fatal(self, tmp_path):
@@ -330,10 +356,10 @@ class TestRepeatsAndFaults:
         run_dir = write_run_folder(tmp_path, cells)
         (run_dir / "cells/verl-fsdp-colocate/rep-0/metrics.jsonl").write_text("")
         doc, written = report_impl(run_dir, AnalysisSettings(reps=REPS))
-        (miles,) = doc["cells"]
-        assert not miles["steady_state"]["reached"] and "too few" in miles["steady_state"]["repeats"][0]["method"]
-        assert miles["summaries"]["step_time_s"]["ci_low"] is None
-        assert doc["incomplete"][0]["state"] == "empty" and doc["comparisons"] == []
+        (miles,) = doc.cells
+        assert not miles.steady_state.reached and "too few" in miles.steady_state.repeats[0].method
+        assert miles.summaries["step_time_s"].ci_low is None
+        assert doc.incomplete[0].state == "empty" and doc.comparisons == []
         text = written["report.md"].read_text()
         assert "(no CI)" in text and "No steady state: `miles-fsdp-colocate`" in text
 
@@ -351,124 +377,18 @@ class TestRepeatsAndFaults:
                 lines.append(json.dumps({**record, "schema_version": 1}))
             metrics.write_text("\n".join(lines) + "\n")
         doc_v1 = analyse_run_folder(run_dir, AnalysisSettings(reps=REPS))
-        for v1, v2 in zip(doc_v1["cells"], doc_v2["cells"], strict=True):
-            assert v1["summaries"]["step_time_s"] == v2["summaries"]["step_time_s"]
-            assert v1["summaries"]["phases_s.generate"] == v2["summaries"]["phases_s.generate"]
+        for v1, v2 in zip(doc_v1.cells, doc_v2.cells, strict=True):
+            assert v1.summaries["step_time_s"] == v2.summaries["step_time_s"]
+            assert v1.summaries["phases_s.generate"] == v2.summaries["phases_s.generate"]
         for metric in ("step_time_s", "phases_s.generate", "train_tokens_per_s"):
-            assert comparison(doc_v1, "fsdp", metric)["ratio"] == comparison(doc_v2, "fsdp", metric)["ratio"]
+            assert comparison(doc_v1, "fsdp", metric).ratio == comparison(doc_v2, "fsdp", metric).ratio
 
     def test_single_framework_run_reports_cells_without_comparison(self, tmp_path):
         run_dir = write_run_folder(tmp_path, planted_cells()[:1], write_parity=False)
         doc, written = report_impl(run_dir, AnalysisSettings(reps=REPS))
-        assert doc["comparisons"] == [] and doc["parity"] is None
+        assert doc.comparisons == [] and doc.parity is None
         text = written["report.md"].read_text()
         assert "No Miles/VERL pair to compare" in text and "No parity.json" in text
-
-
-class TestCalibrationHook:
-    def test_measured_peak_and_roofline_fractions(self, planted_run):
-        """With the two readers given, MFU against the measured peak and the roofline fraction are tflops / ceiling."""
-        _, doc = planted_run
-        seen = []
-
-        def roofline(device, preset, grad_ckpt, *, backend):
-            seen.append((device, preset, grad_ckpt, backend))
-            return 400.0
-
-        rows = calibration_view(
-            doc["cells"],
-            measured_peak_tflops=lambda device: 800.0 if device == "NVIDIA H200" else None,
-            roofline_tflops=roofline,
-            preset="qwen3-1.7b-base",
-            grad_ckpt_by_backend={"fsdp": False},
-        )
-        row = rows[0]
-        assert row["mfu_measured_peak"] == pytest.approx(row["train_tflops_per_gpu"] / 800.0)
-        assert row["fraction_of_roofline"] == pytest.approx(row["train_tflops_per_gpu"] / 400.0)
-        assert seen[0] == ("NVIDIA H200", "qwen3-1.7b-base", False, doc["cells"][0]["backend"]) and seen[2][2] is True
-        assert [call[3] for call in seen] == [cell["backend"] for cell in doc["cells"]]
-
-    def test_roofline_fraction_carries_the_roofline_spread(self, planted_run):
-        """The fraction is also given at the roofline's p90 and p10 (low, high) with the run-to-run spread."""
-        _, doc = planted_run
-        rows = calibration_view(
-            doc["cells"],
-            measured_peak_tflops=lambda device: None,
-            roofline_tflops=lambda *a, **k: 400.0,
-            preset="qwen3-1.7b-base",
-            grad_ckpt_by_backend={},
-            roofline_spread=lambda *a, **k: {"p10": 380.0, "p90": 420.0, "run_to_run_pct": 1.5},
-        )
-        tflops = rows[0]["train_tflops_per_gpu"]
-        assert rows[0]["fraction_of_roofline_range"] == [pytest.approx(tflops / 420.0), pytest.approx(tflops / 380.0)]
-        assert rows[0]["roofline_run_to_run_pct"] == 1.5
-        unspread = calibration_view(
-            doc["cells"],
-            measured_peak_tflops=lambda device: None,
-            roofline_tflops=lambda *a, **k: None,
-            preset="qwen3-1.7b-base",
-            grad_ckpt_by_backend={},
-            roofline_spread=lambda *a, **k: {"p10": 380.0, "p90": 420.0, "run_to_run_pct": 1.5},
-        )
-        assert unspread[0]["fraction_of_roofline_range"] is None
-
-    def test_weight_sync_is_set_against_its_floor_for_the_cell_layout(self, planted_run):
-        """Colocated cells are held against one on-GPU copy of all weights; the ratio is phase median / floor."""
-        _, doc = planted_run
-        asked = []
-
-        def floor(device, model, path):
-            asked.append((device, model, path))
-            return 0.5
-
-        rows = calibration_view(
-            doc["cells"],
-            measured_peak_tflops=lambda device: None,
-            roofline_tflops=lambda *a, **k: None,
-            preset="qwen3-1.7b-base",
-            grad_ckpt_by_backend={},
-            weight_sync_floor_s=floor,
-        )
-        for cell, row in zip(doc["cells"], rows, strict=True):
-            sync = cell["summaries"]["phases_s.weight_sync"]["median"]
-            assert row["weight_sync_floor_s"] == 0.5 and row["weight_sync_floor_path"] == "d2d_copy"
-            assert row["weight_sync_over_floor"] == (pytest.approx(sync / 0.5) if sync is not None else None)
-        assert {call[2] for call in asked} == {"d2d_copy"} and len(asked) == len(rows)
-
-    def test_committed_h200_calibration_gives_a_copy_floor(self, planted_run):
-        """With the committed H200 JSON the report fills the d2d floor of the cells' model."""
-        from scripts.benchmark.calibration.results import weight_sync_floor_s
-
-        run_dir, doc = planted_run
-        expected = weight_sync_floor_s("NVIDIA H200", "qwen3-1.7b-base", "d2d_copy")
-        assert expected is not None and 0 < expected < 1
-        assert [row["weight_sync_floor_s"] for row in doc["calibration"]] == [expected] * len(doc["calibration"])
-        assert "### Weight sync against its floor" in (run_dir / "report.md").read_text()
-
-    def test_report_reads_the_committed_calibration_module(self, planted_run):
-        """calibration_data.py is merged: each cell gets a calibration row; unmeasured numbers stay null."""
-        run_dir, doc = planted_run
-        from scripts.benchmark.calibration.results import measured_peak_tflops
-
-        assert doc["calibration"] is not None and len(doc["calibration"]) == 4
-        row = doc["calibration"][0]
-        peak = measured_peak_tflops("NVIDIA H200")
-        assert row["measured_peak_tflops"] == peak
-        assert row["grad_ckpt"] is True and doc["calibration"][2]["grad_ckpt"] is False
-        if peak is None:
-            assert row["mfu_measured_peak"] is None
-        assert "## Calibration: measured peak and roofline" in (run_dir / "report.md").read_text()
-
-    def test_report_shows_the_roofline_fraction_with_its_spread(self, planted_run):
-        """With the committed H200 roofline, every calibration row carries the fraction's range and run spread."""
-        run_dir, doc = planted_run
-        rows = [r for r in doc["calibration"] if r["roofline_tflops"] is not None]
-        assert rows, "the planted cells' model has a committed roofline"
-        for row in rows:
-            low, high = row["fraction_of_roofline_range"]
-            assert low <= row["fraction_of_roofline"] <= high and 0 <= row["roofline_run_to_run_pct"] <= 5
-        markdown = (run_dir / "report.md").read_text()
-        assert "of roofline (at roofline p90 - p10; runs apart)" in markdown
 
 
 class TestCommand:

@@ -60,7 +60,7 @@ def rendered(tmp_path_factory) -> Path:
     cells += gap_pair({"train": 1.5}, backend="megatron", layout="disaggregated", num_steps=60, cv=0.04, seed=13)
     run_dir = write_run_folder(tmp_path_factory.mktemp("browser"), cells)
     doc = analyse_run_folder(run_dir, AnalysisSettings(reps=1000))
-    doc["run_dir"] = "bench-out/qwen3-1.7b-base"  # as the nightly names it; no path of the test machine in the docs
+    doc.run_dir = "bench-out/qwen3-1.7b-base"  # as the nightly names it; no path of the test machine in the docs
     write_report(doc, run_dir)
     return run_dir
 

@@ -13,6 +13,7 @@ import pytest
 from scripts.benchmark.analysis.document import analyse_run_folder
 from scripts.benchmark.analysis.settings import AnalysisSettings
 from scripts.benchmark.analysis.verdict import Practical, ReportSpec, practical_verdict, verdict_words
+from scripts.benchmark.contracts.report import LearningPairModel
 from scripts.benchmark.history.check import CheckSettings, check_metric, render_check_markdown
 from scripts.benchmark.report.headline import headline_blocks, headline_markdown
 from scripts.benchmark.report.render import render_html
@@ -40,8 +41,8 @@ def gap_runs(tmp_path_factory):
 
 def test_half_percent_gap_is_no_practical_difference(gap_runs):
     run_dir, doc = gap_runs["half"]
-    step = next(c for c in doc["comparisons"] if c["metric"] == "step_time_s")
-    assert step["significant"]  # detectable with 1,200 steps...
+    step = next(c for c in doc.comparisons if c.metric == "step_time_s")
+    assert step.significant  # detectable with 1,200 steps...
     line = (run_dir / "headline.md").read_text()
     assert re.search(
         r"\*\*fsdp / colocate\*\*: no practical difference \(Miles/VERL step time \+0\.\d\d%, CI \+0\.\d\d% to "
@@ -80,7 +81,7 @@ def test_threshold_declared_in_the_plan_changes_the_verdict(gap_runs, tmp_path):
     finally:
         del plan["spec"]["report"]
         (run_dir / "plan.json").write_text(json.dumps(plan))
-    assert doc["practical_thresholds"]["step_time_s"] == 0.25 and doc["practical_thresholds"]["phases_s.train"] == 0.02
+    assert doc.practical_thresholds["step_time_s"] == 0.25 and doc.practical_thresholds["phases_s.train"] == 0.02
     assert "no practical difference" in headline_markdown(doc) and "inside ±25%" in headline_markdown(doc)
 
 
@@ -139,10 +140,58 @@ def test_regression_check_speaks_the_same_words():
 def test_learning_signal_warning_shows_in_the_card(gap_runs, tmp_path):
     """The learning-signal guard's word on a pair reaches its card in both renderings."""
     _, doc = gap_runs["half"]
-    differs = {"backend": "fsdp", "layout": "colocate", "available": True}
-    differs["signals"] = [{"signal": "reward_mean", "verdict": "different"}]
-    equal = {**differs, "signals": [{"signal": "reward_mean", "verdict": "equivalent"}]}
-    warned, fine = {**doc, "learning": [differs]}, {**doc, "learning": [equal]}
+
+    def pair(verdict: str) -> LearningPairModel:
+        signal = {"signal": "reward_mean", "unit": "reward", "margin_kind": "absolute", "margin": 0.05}
+        signal |= {"candidate": 1.0, "reference": 0.9, "paired_steps": 10, "difference": 0.1}
+        explains = dict.fromkeys(("generate_ratio", "length_ratio", "per_token_ratio", "share"))
+        cells = {"candidate_cell": "miles-fsdp-colocate", "reference_cell": "verl-fsdp-colocate"}
+        return LearningPairModel.model_validate(
+            {"backend": "fsdp", "layout": "colocate", **cells, "from_step": 0, "alpha": 0.05, "available": True}
+            | {"signals": [{**signal, "verdict": verdict, "why": "-"}], "series": {}, "length_explains": explains}
+        )
+
+    warned = doc.model_copy(update={"learning": [pair("different")]})
+    fine = doc.model_copy(update={"learning": [pair("equivalent")]})
     assert "**Warning: learning differs** (reward_mean)" in headline_markdown(warned)
     assert "Warning: learning differs" in render_html(headline_blocks(warned), tmp_path)
     assert "Warning" not in render_blocks(headline_blocks(fine)) and "learning" not in headline_markdown(fine)
+
+
+MILES_VS_MILES = [
+    {"role": "candidate", "name": "miles", "framework": "miles", "label": "Miles", "target": "pr-head"},
+    {"role": "reference", "name": "miles-base", "framework": "miles", "label": "Miles (base)", "target": "merge-base"},
+]
+
+
+def test_miles_against_miles_reports_and_records_through_the_same_code(tmp_path):
+    """Two sides of one framework (a PR head against its merge base): paired by side, cards with both labels, and
+    two recorded series that the history keeps apart."""
+    from scripts.benchmark.history.report_input import read_report_runs
+
+    cells = gap_pair(TEN_PERCENT, num_steps=200, cv=0.01, seed=7)
+    cells[1].framework, cells[1].side = "miles", "miles-base"
+    run_dir = write_run_folder(tmp_path, cells, sides=MILES_VS_MILES)
+    doc = analyse_run_folder(run_dir, AnalysisSettings(reps=300))
+    written = write_report(doc, run_dir)
+    assert {(c.framework, c.side) for c in doc.cells} == {("miles", "miles"), ("miles", "miles-base")}
+    step = next(c for c in doc.comparisons if c.metric == "step_time_s")
+    assert (step.candidate_cell, step.reference_cell) == ("miles-fsdp-colocate", "miles-base-fsdp-colocate")
+    assert step.ratio == pytest.approx(1.1, abs=0.02)
+    (cards,) = (b for b in headline_blocks(doc) if hasattr(b, "cards"))
+    (card,) = cards.cards
+    assert [bar.label for bar in card.bars] == ["Miles", "Miles (base)"]
+    assert card.verdict == "Miles 10% slower" and all(bar.total_s for bar in card.bars)
+    headline = (run_dir / "headline.md").read_text()
+    assert headline.startswith("**Miles vs Miles (base) at a glance**")
+    assert "Step time Miles " in headline and " vs Miles (base) " in headline
+    report = written["report.md"].read_text()
+    assert (
+        "# Miles vs Miles (base) throughput report" in report and "## Miles vs Miles (base): fsdp / colocate" in report
+    )
+    assert not re.search(r"\bverl\b", headline + report.replace("(VERL separate_async)", ""), re.IGNORECASE)
+    runs = read_report_runs(run_dir)
+    assert {run.series.framework for run in runs} == {"miles"}
+    labels = {run.cell_id: run.series.label() for run in runs}
+    assert labels["miles-fsdp-colocate"].split("/")[1] == "miles"  # a side named after its framework: as before
+    assert labels["miles-base-fsdp-colocate"].split("/")[1] == "miles@miles-base"

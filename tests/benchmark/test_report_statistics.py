@@ -10,7 +10,7 @@ from scripts.benchmark.analysis.intervals import block_length, small_sample_fact
 from scripts.benchmark.analysis.settings import AnalysisSettings
 from scripts.benchmark.analysis.stats import summarise
 from scripts.benchmark.analysis.steady_state import detect_steady_state
-from tests.benchmark.synthetic_runs import SyntheticCell, ar1_noise, build_records
+from tests.benchmark.synthetic_runs import SyntheticCell, ar1_noise, build_records, pair_key
 
 
 def step_times(**kwargs) -> list[float]:
@@ -118,7 +118,7 @@ class TestBootstrapHelpers:
             return SideSamples(metrics=("step_time_s", "phases_s.train"), repeats=(matrix,))
 
         rows, attribution = compare_sides(
-            side(1.2), side(1.0), phases=("train",), settings=AnalysisSettings(reps=300, seed=1)
+            side(1.2), side(1.0), pair=pair_key(), phases=("train",), settings=AnalysisSettings(reps=300, seed=1)
         )
         step, train = rows
         assert step.significant and step.ci_low < 1.2 < step.ci_high

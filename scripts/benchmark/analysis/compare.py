@@ -1,8 +1,10 @@
-"""Miles vs VERL for one backend and layout: ratios with intervals, and the step-time gap by phase.
+"""A candidate side against a reference side (e.g. Miles vs VERL) for one backend and layout: ratios with
+intervals, and the step-time gap by phase.
 
-- Input per framework: `SideSamples`, one matrix per repeat (steady-state steps x metrics, NaN where missing).
-- `compare_sides` returns one `MetricComparison` per metric (ratio Miles/VERL of means, harmonic means for rates,
-  as Hoefler & Belli's rule 3 asks) and one `PhaseAttribution` per phase (seconds of the step-time gap it explains).
+- Input per side: `SideSamples`, one matrix per repeat (steady-state steps x metrics, NaN where missing).
+- `compare_sides` returns one `ComparisonModel` per metric (ratio candidate/reference of means, harmonic means for
+  rates (the registry's `average`), as Hoefler & Belli's rule 3 asks, with its practical verdict) and one
+  `AttributionModel` per phase (seconds of the step-time gap it explains); both are report.json's own rows.
 - Uncertainty, by where the variance is:
   - both sides with 2+ repeats (the default, 3 interleaved repeats): each repeat's mean is one unit; Welch's t over
     the repeats (intervals.welch_ratio), so run-to-run variation is in the interval;
@@ -25,23 +27,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
+from miles.utils.bench_metrics import METRICS, STEP_TIME_FAMILY
 from scripts.benchmark.analysis import intervals
 from scripts.benchmark.analysis.settings import AnalysisSettings
+from scripts.benchmark.analysis.verdict import practical_verdict
+from scripts.benchmark.contracts.report import DEFAULT_PRACTICAL_THRESHOLD, AttributionModel, ComparisonModel
+from scripts.benchmark.contracts.sides import Side
 
-RATE_METRICS = frozenset({"train_tflops_per_gpu", "train_mfu", "train_tokens_per_s", "rollout_tokens_per_gpu_s"})
+RATE_METRICS = frozenset(name for name, m in METRICS.items() if m.average == "harmonic")
 """Rates are averaged harmonically (the rate of the total work over the total time), costs arithmetically."""
-STEP_TIME_FAMILY = (
-    "step_time_s",
-    "train_tokens_per_s",
-    "rollout_tokens_per_gpu_s",
-    "train_tflops_per_gpu",
-    "train_mfu",
-)
-"""The headline question (is one framework faster per step?) and the throughputs measured on the same steps."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,29 +52,28 @@ class SideSamples:
 
 
 @dataclass(frozen=True, kw_only=True)
-class MetricComparison:
-    metric: str
-    miles: float | None
-    verl: float | None
-    ratio: float | None
-    ci_low: float | None
-    ci_high: float | None
-    p_value: float | None
-    significant: bool
-    method: str
+class PairKey:
+    """The pair being compared: where (backend, layout), which cells, and the two sides (names and labels)."""
 
+    backend: str
+    layout: str
+    candidate: Side
+    reference: Side
+    candidate_cell: str
+    reference_cell: str
 
-@dataclass(frozen=True, kw_only=True)
-class PhaseAttribution:
-    component: str
-    """A phase metric (phases_s.<name>), "unattributed" (step gap minus the phases) or "step_time_s" (the gap)."""
-    miles_s: float | None
-    verl_s: float | None
-    gap_s: float | None
-    ci_low: float | None
-    ci_high: float | None
-    share_of_gap: float | None
-    note: str
+    def where(self) -> dict[str, str]:
+        return {
+            "backend": self.backend,
+            "layout": self.layout,
+            "candidate_cell": self.candidate_cell,
+            "reference_cell": self.reference_cell,
+        }
+
+    def missing(self, candidate: float, reference: float) -> str:
+        """The side names whose value is not finite, joined by "and"."""
+        pairs = ((self.candidate.name, candidate), (self.reference.name, reference))
+        return " and ".join(name for name, x in pairs if not math.isfinite(x))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,7 +102,7 @@ def _side_statistic(units: np.ndarray) -> np.ndarray:
         return np.where(finite.any(axis=0), np.nansum(units, axis=0) / np.maximum(finite.sum(axis=0), 1), np.nan)
 
 
-def _welch_intervals(units_m: np.ndarray, units_v: np.ndarray, levels: np.ndarray) -> _Intervals:
+def _welch_intervals(units_m: np.ndarray, units_v: np.ndarray, levels: np.ndarray, pair: PairKey) -> _Intervals:
     low, high, p = intervals.welch_ratio(units_m, units_v, levels)
 
     def gap(weights: np.ndarray, level: float) -> tuple[float | None, float | None]:
@@ -113,7 +110,8 @@ def _welch_intervals(units_m: np.ndarray, units_v: np.ndarray, levels: np.ndarra
         result = intervals.welch_difference(a, b, level)
         return (None, None) if not all(math.isfinite(x) for x in result) else result
 
-    method = f"Welch t over the repeats ({len(units_m)} Miles, {len(units_v)} VERL; run-to-run variation included)"
+    counts = f"{len(units_m)} {pair.candidate.label}, {len(units_v)} {pair.reference.label}"
+    method = f"Welch t over the repeats ({counts}; run-to-run variation included)"
     return _Intervals(low=low, high=high, p=p, gap=gap, method=method)
 
 
@@ -130,10 +128,12 @@ def _bootstrap_side(side: SideSamples, harmonic: np.ndarray, settings: AnalysisS
     return np.nanmean(np.stack(draws), axis=0) if len(draws) > 1 else draws[0], blocks
 
 
-def _bootstrap_intervals(miles, verl, harmonic, point_m, point_v, levels, settings: AnalysisSettings) -> _Intervals:
+def _bootstrap_intervals(
+    candidate, reference, harmonic, point_m, point_v, levels, settings: AnalysisSettings
+) -> _Intervals:
     rng = np.random.default_rng(settings.seed)
-    boot_m, blocks_m = _bootstrap_side(miles, harmonic, settings, rng)
-    boot_v, blocks_v = _bootstrap_side(verl, harmonic, settings, rng)
+    boot_m, blocks_m = _bootstrap_side(candidate, harmonic, settings, rng)
+    boot_v, blocks_v = _bootstrap_side(reference, harmonic, settings, rng)
     widen = intervals.small_sample_factor(min(blocks_m, blocks_v), 1, float(levels.max()))
     boot_m = point_m + widen * (boot_m - point_m)
     boot_v = point_v + widen * (boot_v - point_v)
@@ -154,7 +154,7 @@ def _bootstrap_intervals(miles, verl, harmonic, point_m, point_v, levels, settin
     return _Intervals(low=low, high=high, p=p, gap=gap, method=method)
 
 
-def _fixed_sequence(rows: list[MetricComparison]) -> list[MetricComparison]:
+def _fixed_sequence(rows: list[ComparisonModel]) -> list[ComparisonModel]:
     """Fixed-sequence test of the step-time family: each member is claimed only if every member before it in
     `STEP_TIME_FAMILY` order is (Maurer et al. 1995); the family's error rate stays at 1 - confidence and no
     interval is widened."""
@@ -168,30 +168,38 @@ def _fixed_sequence(rows: list[MetricComparison]) -> list[MetricComparison]:
             continue
         if row.significant:
             note = "; not claimed: an earlier member of the step-time family (tested in order) is not significant"
-            by_name[name] = replace(row, significant=False, method=row.method + note)
+            by_name[name] = row.model_copy(update={"significant": False, "method": row.method + note})
         open_gate = False
     return [by_name[r.metric] for r in rows]
 
 
 def compare_sides(
-    miles: SideSamples, verl: SideSamples, *, phases: Sequence[str], settings: AnalysisSettings | None = None
-) -> tuple[list[MetricComparison], list[PhaseAttribution]]:
-    """All metric ratios and the phase attribution of the step-time gap for one Miles/VERL pair."""
+    candidate: SideSamples,
+    reference: SideSamples,
+    *,
+    pair: PairKey,
+    phases: Sequence[str],
+    settings: AnalysisSettings | None = None,
+    thresholds: dict[str, float] | None = None,
+) -> tuple[list[ComparisonModel], list[AttributionModel]]:
+    """All metric ratios (candidate / reference, each with its practical verdict against `thresholds`) and the
+    phase attribution of the step-time gap for one pair."""
     settings = settings or AnalysisSettings()
-    if miles.metrics != verl.metrics:
-        raise ValueError(f"metric columns differ: miles {miles.metrics} vs verl {verl.metrics}")
-    metrics = miles.metrics
+    if candidate.metrics != reference.metrics:
+        raise ValueError(f"metric columns differ: candidate {candidate.metrics} vs reference {reference.metrics}")
+    metrics = candidate.metrics
     harmonic = np.asarray([m in RATE_METRICS for m in metrics])
-    units_m, units_v = _repeat_units(miles, harmonic), _repeat_units(verl, harmonic)
+    units_m, units_v = _repeat_units(candidate, harmonic), _repeat_units(reference, harmonic)
     point_m, point_v = _side_statistic(units_m), _side_statistic(units_v)
     levels = np.full(len(metrics), settings.confidence)
     if len(units_m) >= 2 and len(units_v) >= 2:
-        found = _welch_intervals(units_m, units_v, levels)
+        found = _welch_intervals(units_m, units_v, levels, pair)
     else:
-        found = _bootstrap_intervals(miles, verl, harmonic, point_m, point_v, levels, settings)
+        found = _bootstrap_intervals(candidate, reference, harmonic, point_m, point_v, levels, settings)
     family = set(STEP_TIME_FAMILY) if settings.family_wise else set()
     comparisons = [
         _metric_comparison(
+            pair,
             name,
             point_m[i],
             point_v[i],
@@ -205,22 +213,39 @@ def compare_sides(
     ]
     if settings.family_wise:
         comparisons = _fixed_sequence(comparisons)
-    return comparisons, _attribution(metrics, phases, point_m, point_v, found.gap, settings.confidence)
+    comparisons = [
+        _with_verdict(row, (thresholds or {}).get(row.metric, DEFAULT_PRACTICAL_THRESHOLD)) for row in comparisons
+    ]
+    return comparisons, _attribution(pair, metrics, phases, point_m, point_v, found.gap, settings.confidence)
 
 
-def _not_compared(name: str, m: float, v: float) -> MetricComparison | None:
-    """The comparison of a metric that cannot be compared (missing on a side, or VERL at 0); None when it can."""
+def _with_verdict(row: ComparisonModel, threshold: float) -> ComparisonModel:
+    """The ratio's interval read against the practical threshold (verdict.py), stored with the row."""
+    low, high = (None, None) if row.ci_low is None else (row.ci_low - 1, row.ci_high - 1)
+    verdict = practical_verdict(low, high, threshold=threshold, direction=row.direction)
+    return row.model_copy(update={"threshold": threshold, "verdict": verdict})
+
+
+def _row(pair: PairKey, name: str, **values) -> ComparisonModel:
+    spec = METRICS[name]
+    return ComparisonModel(**pair.where(), metric=name, unit=spec.unit, direction=spec.direction, **values)
+
+
+def _not_compared(pair: PairKey, name: str, m: float, v: float) -> ComparisonModel | None:
+    """The comparison of a metric that cannot be compared (missing on a side, or the reference at 0); None when it
+    can."""
     reason = None
     if not math.isfinite(m) or not math.isfinite(v):
-        reason = "not reported by " + " and ".join(s for s, x in (("miles", m), ("verl", v)) if not math.isfinite(x))
+        reason = "not reported by " + pair.missing(m, v)
     elif v == 0:
-        reason = "the VERL value is 0"
+        reason = f"the {pair.reference.label} value is 0"
     if reason is None:
         return None
-    return MetricComparison(
-        metric=name,
-        miles=m if math.isfinite(m) else None,
-        verl=v if math.isfinite(v) else None,
+    return _row(
+        pair,
+        name,
+        candidate=m if math.isfinite(m) else None,
+        reference=v if math.isfinite(v) else None,
         ratio=None,
         ci_low=None,
         ci_high=None,
@@ -231,18 +256,19 @@ def _not_compared(name: str, m: float, v: float) -> MetricComparison | None:
 
 
 def _metric_comparison(
-    name: str, m: float, v: float, found: _Intervals, i: int, *, average: str, level_text: str
-) -> MetricComparison:
-    refused = _not_compared(name, m, v)
+    pair: PairKey, name: str, m: float, v: float, found: _Intervals, i: int, *, average: str, level_text: str
+) -> ComparisonModel:
+    refused = _not_compared(pair, name, m, v)
     if refused is not None:
         return refused
     low, high = float(found.low[i]), float(found.high[i])
     known = math.isfinite(low) and math.isfinite(high)
     p = float(found.p[i])
-    return MetricComparison(
-        metric=name,
-        miles=m,
-        verl=v,
+    return _row(
+        pair,
+        name,
+        candidate=m,
+        reference=v,
         ratio=m / v,
         ci_low=low if known else None,
         ci_high=high if known else None,
@@ -253,25 +279,28 @@ def _metric_comparison(
 
 
 def _attribution(
+    pair: PairKey,
     metrics: Sequence[str],
     phases: Sequence[str],
     point_m: np.ndarray,
     point_v: np.ndarray,
     gap_interval: Callable[[np.ndarray, float], tuple[float | None, float | None]],
     confidence: float,
-) -> list[PhaseAttribution]:
-    """Seconds of the mean step-time gap (Miles - VERL) carried by each phase, plus what no phase explains."""
+) -> list[AttributionModel]:
+    """Seconds of the mean step-time gap (candidate - reference) carried by each phase, plus what no phase
+    explains."""
     step = metrics.index("step_time_s")
     step_gap = point_m[step] - point_v[step]
 
-    def row(component: str, m: float, v: float, gap: float, weights: np.ndarray, note: str) -> PhaseAttribution:
+    def row(component: str, m: float, v: float, gap: float, weights: np.ndarray, note: str) -> AttributionModel:
         known = math.isfinite(gap)
         low, high = gap_interval(weights, confidence) if known else (None, None)
         share = gap / step_gap if known and math.isfinite(step_gap) and step_gap != 0 else None
-        return PhaseAttribution(
+        return AttributionModel(
+            **pair.where(),
             component=component,
-            miles_s=m if math.isfinite(m) else None,
-            verl_s=v if math.isfinite(v) else None,
+            candidate_s=m if math.isfinite(m) else None,
+            reference_s=v if math.isfinite(v) else None,
             gap_s=gap if known else None,
             ci_low=low,
             ci_high=high,
@@ -295,8 +324,7 @@ def _attribution(
             rest[i] = -1.0
             rows.append(row(f"phases_s.{phase}", m, v, m - v, unit(i), ""))
         else:
-            missing = " and ".join(s for s, x in (("miles", m), ("verl", v)) if not math.isfinite(x))
-            note = f"not reported by {missing}; its time falls in 'unattributed'"
+            note = f"not reported by {pair.missing(m, v)}; its time falls in 'unattributed'"
             rows.append(row(f"phases_s.{phase}", m, v, math.nan, unit(i), note))
     note = "step gap minus the phases reported by both frameworks (overlap, unreported phases, scheduling)"
     rows.append(row("unattributed", math.nan, math.nan, step_gap - explained_point, rest, note))
@@ -304,11 +332,14 @@ def _attribution(
 
 
 def refusal_reason(
-    *, unexplained_parity: Sequence[str], miles_hardware: str | None, verl_hardware: str | None
+    *, unexplained_parity: Sequence[str], pair: PairKey, candidate_hardware: str | None, reference_hardware: str | None
 ) -> str | None:
-    """Why a Miles/VERL pair must not be compared, or None when it may be."""
+    """Why a candidate/reference pair must not be compared, or None when it may be."""
     if unexplained_parity:
         return "parity table has unexplained differences: " + "; ".join(unexplained_parity)
-    if miles_hardware and verl_hardware and miles_hardware != verl_hardware:
-        return f"cells ran on different hardware: miles {miles_hardware}, verl {verl_hardware}"
+    if candidate_hardware and reference_hardware and candidate_hardware != reference_hardware:
+        return (
+            f"cells ran on different hardware: {pair.candidate.name} {candidate_hardware}, "
+            f"{pair.reference.name} {reference_hardware}"
+        )
     return None

@@ -1,7 +1,9 @@
-"""Do Miles and VERL learn the same? Per pair and learning signal, an equivalence verdict over the steady window.
+"""Do the two sides (e.g. Miles and VERL) learn the same? Per pair and learning signal, an equivalence verdict over
+the steady window.
 
-- Paired by step: both frameworks see the same prompts in the same order, so d_s = miles_s - verl_s (absolute
-  margin) or log(miles_s / verl_s) (relative margin) cancels prompt difficulty and the common learning trend.
+- Paired by step: both sides see the same prompts in the same order, so d_s = candidate_s - reference_s (absolute
+  margin) or log(candidate_s / reference_s) (relative margin) cancels prompt difficulty and the common learning
+  trend.
   With repeats, each side's value of a step is the mean over its repeats first.
 - The mean of d gets a circular block bootstrap interval (compare.py's block length and small-sample widening):
   d is autocorrelated, because two policies drift apart slowly.
@@ -11,7 +13,7 @@
 - Window: from the later steady-state start of the two cells (the steps whose speed the report compares), or the
   spec's `learning.from_step`. A verdict on the window's last third is added when it differs (slow divergence).
 - `length_explains`: how much of the generate-time gap longer responses explain (generate seconds per response
-  token, Miles/VERL, beside the response-length ratio).
+  token, candidate/reference, beside the response-length ratio).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy as np
 from miles.utils.bench_metrics import LEARNING_SIGNALS
 from scripts.benchmark.analysis.intervals import block_bootstrap_means, block_length, small_sample_factor
 from scripts.benchmark.analysis.run_folder import Cell
+from scripts.benchmark.contracts.sides import SidePair
 from scripts.benchmark.spec.learning import LearningSpec
 
 MIN_PAIRED_STEPS = 6
@@ -50,9 +53,10 @@ def optimizer_steps_per_step(plan: dict[str, Any] | None) -> int | None:
         return None
 
 
-def not_comparable_reason(name: str, plan: dict[str, Any] | None) -> str | None:
-    """Why a signal's two series measure different things under this spec (docs/benchmark/metrics.md)."""
-    if name == "entropy":
+def not_comparable_reason(name: str, plan: dict[str, Any] | None, *, same_framework: bool = False) -> str | None:
+    """Why a signal's two series measure different things under this spec (docs/benchmark/metrics.md); two sides of
+    one framework aggregate every signal the same way."""
+    if name == "entropy" and not same_framework:
         aggregation = _spec_section(plan, "grpo").get("loss_aggregation", "token-mean")
         if aggregation != "seq-mean-token-mean":
             return f"aggregations differ under {aggregation}: VERL token mean, Miles mean of per-sample means"
@@ -82,11 +86,14 @@ def _column(repeat, name: str) -> tuple[np.ndarray, np.ndarray]:
     return columns.steps, (np.full(len(columns), np.nan) if values is None else values)
 
 
-def paired_differences(miles: dict[int, float], verl: dict[int, float], kind: str) -> tuple[list[int], np.ndarray]:
-    steps = [s for s in miles if s in verl and (kind == "absolute" or (miles[s] > 0 and verl[s] > 0))]
+def paired_differences(
+    candidate: dict[int, float], reference: dict[int, float], kind: str
+) -> tuple[list[int], np.ndarray]:
+    c, r = candidate, reference
+    steps = [s for s in c if s in r and (kind == "absolute" or (c[s] > 0 and r[s] > 0))]
     if kind == "relative":
-        return steps, np.asarray([math.log(miles[s] / verl[s]) for s in steps])
-    return steps, np.asarray([miles[s] - verl[s] for s in steps])
+        return steps, np.asarray([math.log(c[s] / r[s]) for s in steps])
+    return steps, np.asarray([c[s] - r[s] for s in steps])
 
 
 def equivalence_test(
@@ -117,7 +124,7 @@ def equivalence_test(
 
 
 def _shown(value: float | None, kind: str) -> float | None:
-    """A log-ratio difference as the relative difference miles/verl - 1; absolute ones as they are."""
+    """A log-ratio difference as the relative difference candidate/reference - 1; absolute ones as they are."""
     return None if value is None else (math.expm1(value) if kind == "relative" else value)
 
 
@@ -130,26 +137,35 @@ def _judge(d: np.ndarray, bound: float, kind: str, settings: LearningSpec, famil
 
 
 def signal_row(
-    name: str, miles: dict[int, float], verl: dict[int, float], plan: dict[str, Any] | None, *, family: int, seed: int
+    name: str,
+    candidate: dict[int, float],
+    reference: dict[int, float],
+    plan: dict[str, Any] | None,
+    *,
+    family: int,
+    seed: int,
+    labels: tuple[str, str] = ("candidate", "reference"),
+    same_framework: bool = False,
 ) -> dict[str, Any]:
-    """One signal of one pair: both sides' window means, the paired difference with its interval, the verdict."""
+    """One signal of one pair: both sides' window means, the paired difference with its interval, the verdict;
+    `labels` name the two sides in the verdict's reason."""
     spec, settings = LEARNING_SIGNALS[name], learning_settings(plan)
     margin = settings.margin(name)
-    steps, d = paired_differences(miles, verl, spec.margin_kind)
+    steps, d = paired_differences(candidate, reference, spec.margin_kind)
     row: dict[str, Any] = {
         "signal": name,
         "unit": spec.unit,
         "margin_kind": spec.margin_kind,
         "margin": margin,
-        "miles": float(np.mean([miles[s] for s in steps])) if steps else None,
-        "verl": float(np.mean([verl[s] for s in steps])) if steps else None,
+        "candidate": float(np.mean([candidate[s] for s in steps])) if steps else None,
+        "reference": float(np.mean([reference[s] for s in steps])) if steps else None,
         "paired_steps": len(steps),
         "difference": None,
         "ci_low": None,
         "ci_high": None,
     }
-    missing = [side for side, series in (("Miles", miles), ("VERL", verl)) if not series]
-    reason = not_comparable_reason(name, plan)
+    missing = [label for label, series in zip(labels, (candidate, reference), strict=True) if not series]
+    reason = not_comparable_reason(name, plan, same_framework=same_framework)
     if missing:
         return {**row, "verdict": NOT_JUDGED, "why": f"not logged by {' and '.join(missing)}"}
     if margin is None:
@@ -173,8 +189,9 @@ def _window_mean(cell: Cell, from_step: int, value) -> float | None:
     return float(np.mean(finite)) if len(finite) else None
 
 
-def length_explains(miles: Cell, verl: Cell, from_step: int) -> dict[str, float | None]:
-    """Generate-time ratio, response-length ratio and generate seconds per response token ratio (Miles/VERL).
+def length_explains(candidate: Cell, reference: Cell, from_step: int) -> dict[str, float | None]:
+    """Generate-time ratio, response-length ratio and generate seconds per response token ratio
+    (candidate/reference).
 
     generate ratio = per-token ratio x token ratio; the share of log(generate ratio) that log(length ratio) makes
     up is the part of the generate gap longer (or shorter) responses explain, the rest is per-token speed."""
@@ -185,7 +202,7 @@ def length_explains(miles: Cell, verl: Cell, from_step: int) -> dict[str, float 
             return np.where(tokens > 0, generate / tokens, np.nan)
 
     def ratio(value) -> float | None:
-        m, v = _window_mean(miles, from_step, value), _window_mean(verl, from_step, value)
+        m, v = _window_mean(candidate, from_step, value), _window_mean(reference, from_step, value)
         return m / v if m is not None and v and m > 0 and v > 0 else None
 
     generate = ratio(lambda rep: _column(rep, "phases_s.generate")[1])
@@ -220,40 +237,57 @@ def cell_learning(cell: Cell, from_step: int) -> dict[str, dict[str, Any]]:
 
 
 def analyse_learning(
-    cells: list[Cell], entries: list[dict[str, Any]], plan: dict[str, Any] | None, *, seed: int = 0
+    cells: list[Cell], entries: list[dict[str, Any]], plan: dict[str, Any] | None, sides: SidePair, *, seed: int = 0
 ) -> list[dict[str, Any]]:
-    """One entry per Miles/VERL pair: window, per-signal rows, trajectories, and the length share of the gap.
+    """One entry per candidate/reference pair: window, per-signal rows, trajectories, and the length share of the
+    gap.
 
     Also sets each cell entry's `learning`: its per-signal values over its own steady window (`cell_learning`)."""
     settings = learning_settings(plan)
-    by_key = {(c.framework, c.backend, c.layout): c for c in cells}
+    by_key = {(c.side, c.backend, c.layout): c for c in cells}
     entry_by_id = {e["id"]: e for e in entries}
     for cell in cells:
         entry = entry_by_id[cell.id]
         entry["learning"] = cell_learning(cell, settings.from_step or entry["steady_state"]["start_step"] or 0)
+    if sides.reference is None:
+        return []
+    labels = (sides.candidate.label, sides.reference.label)
+    same = sides.candidate.framework == sides.reference.framework
     out = []
     for backend, layout in sorted({(c.backend, c.layout) for c in cells}):
-        miles, verl = by_key.get(("miles", backend, layout)), by_key.get(("verl", backend, layout))
-        if miles is None or verl is None:
+        candidate = by_key.get((sides.candidate.name, backend, layout))
+        reference = by_key.get((sides.reference.name, backend, layout))
+        if candidate is None or reference is None:
             continue
-        all_steps = [int(s) for c in (miles, verl) for rep in c.repeats for s in rep.columns.steps]
-        from_step = _from_step([entry_by_id[c.id] for c in (miles, verl)], settings, all_steps)
-        series = {n: (step_means(miles, n, 0), step_means(verl, n, 0)) for n in LEARNING_SIGNALS}
+        all_steps = [int(s) for c in (candidate, reference) for rep in c.repeats for s in rep.columns.steps]
+        from_step = _from_step([entry_by_id[c.id] for c in (candidate, reference)], settings, all_steps)
+        series = {n: (step_means(candidate, n, 0), step_means(reference, n, 0)) for n in LEARNING_SIGNALS}
         family = sum(1 for n in LEARNING_SIGNALS if settings.margin(n) is not None)
         rows = [
-            signal_row(n, _after(m, from_step), _after(v, from_step), plan, family=family, seed=seed)
+            signal_row(
+                n,
+                _after(m, from_step),
+                _after(v, from_step),
+                plan,
+                family=family,
+                seed=seed,
+                labels=labels,
+                same_framework=same,
+            )
             for n, (m, v) in series.items()
         ]
         out.append(
             {
                 "backend": backend,
                 "layout": layout,
+                "candidate_cell": candidate.id,
+                "reference_cell": reference.id,
                 "from_step": from_step,
                 "alpha": settings.alpha,
                 "available": any(m or v for m, v in series.values()),
                 "signals": rows,
-                "series": {n: {"miles": _points(m), "verl": _points(v)} for n, (m, v) in series.items()},
-                "length_explains": length_explains(miles, verl, from_step),
+                "series": {n: {"candidate": _points(m), "reference": _points(v)} for n, (m, v) in series.items()},
+                "length_explains": length_explains(candidate, reference, from_step),
             }
         )
     return out

@@ -1,9 +1,10 @@
-"""Read a run folder  into cells: repeats of one (framework, backend, layout), with their step records.
+"""Read a run folder into cells: repeats of one (side, backend, layout), with their step records.
 
-- `read_run_folder(run_dir)` reads manifest.json, plan.json and parity.json (each optional but the manifest) and,
-  for every cell repeat in state "complete", its metrics.jsonl (schema v2 or v1) and environment.json.
-- `REPORT_METRICS` are the metrics the report summarises: every `METRICS` key of bench_metrics plus the derived
-  per-token costs and the mean response length; each complete repeat holds them as columns (step_columns.py).
+- `read_run_folder(run_dir)` reads manifest.json, plan.json and parity.json (each optional but the manifest; the
+  parity proof through contracts/parity.py), the run's sides (sides.py) and, for every cell repeat in state
+  "complete", its metrics.jsonl (schema v2 or v1) and environment.json.
+- Each complete repeat holds every metric the report summarises (bench_metrics.REPORT_METRICS, the registry's
+  shown metrics) as columns (step_columns.py).
 - Repeats in any other state are kept as `IncompleteRepeat`s so the report can say what is missing and why.
 
 Caveats:
@@ -20,58 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from miles.utils.bench_metrics import METRICS, MetricSpec, decode_nonfinite
+from miles.utils.bench_metrics import REPORT_METRICS, decode_nonfinite
+from scripts.benchmark.analysis.sides import cell_side, run_sides
 from scripts.benchmark.analysis.step_columns import StepColumns, read_step_columns
 from scripts.benchmark.contracts.manifest import MANIFEST_NAME, read_manifest_json
-
-DERIVED_METRICS: dict[str, MetricSpec] = {
-    m.name: m
-    for m in [
-        MetricSpec(
-            name="generate_s_per_1k_response_tokens",
-            unit="s/1k tokens",
-            direction="lower",
-            description="generate phase seconds per 1000 response tokens of the step",
-        ),
-        MetricSpec(
-            name="train_s_per_1k_tokens",
-            unit="s/1k tokens",
-            direction="lower",
-            description="train phase seconds per 1000 trained (prompt + response) tokens of the step",
-        ),
-        MetricSpec(
-            name="response_length_mean",
-            unit="tokens",
-            direction="lower",
-            description="mean response length of the step's samples (a workload property, not a speed)",
-        ),
-    ]
-}
-_REPORT_ORDER = (
-    "step_time_s",
-    "phases_s.generate",
-    "generate_s_per_1k_response_tokens",
-    "phases_s.rollout_wait",
-    "overlap_s",
-    "phases_s.train",
-    "train_s_per_1k_tokens",
-    "phases_s.old_logprob",
-    "phases_s.ref_logprob",
-    "phases_s.weight_sync",
-    "phases_s.other",
-    "rollout_tokens_per_gpu_s",
-    "train_tflops_per_gpu",
-    "train_mfu",
-    "train_tokens_per_s",
-    "wait_ratio",
-    "response_length_mean",
-)
-_ALL_METRICS = {**METRICS, **DERIVED_METRICS}
-REPORT_METRICS: dict[str, MetricSpec] = {
-    **{name: _ALL_METRICS[name] for name in _REPORT_ORDER if name in _ALL_METRICS},
-    **{name: spec for name, spec in _ALL_METRICS.items() if name not in _REPORT_ORDER},
-}
-"""Report order: each per-token cost sits right under the raw phase time it normalises."""
+from scripts.benchmark.contracts.parity import ParityFile, read_parity_file
+from scripts.benchmark.contracts.sides import SidePair
 
 RESPONSE_LENGTH_EXTREMES = {
     "min": ("rollout/response_len/min", "response_length/min"),
@@ -106,6 +61,7 @@ class IncompleteRepeat:
 class Cell:
     id: str
     framework: str
+    side: str
     backend: str
     layout: str
     repeats: list[Repeat] = field(default_factory=list)
@@ -116,7 +72,10 @@ class RunFolder:
     run_dir: Path
     manifest: dict[str, Any]
     plan: dict[str, Any] | None
-    parity: dict[str, Any] | list[Any] | None
+    sides: SidePair
+    parity: ParityFile | None
+    parity_error: str | None
+    """Why parity.json could not be read (None when it was, or when there is none)."""
     cells: list[Cell]
     incomplete: list[IncompleteRepeat]
 
@@ -137,16 +96,24 @@ def read_run_folder(run_dir: Path) -> RunFolder:
         raise FileNotFoundError(f"{manifest_path} does not exist: is this a benchmark run folder?")
     manifest = decode_nonfinite(read_manifest_json(manifest_path))
     plan = _read_json(run_dir / manifest.get("plan", "plan.json"), required=False)
-    parity = _read_json(run_dir / "parity.json", required=False)
-    cells: dict[str, Cell] = {}
-    incomplete: list[IncompleteRepeat] = []
+    parity, parity_error = _read_parity(run_dir / "parity.json")
     for entry in manifest["cells"]:
         for key in ("id", "framework", "backend", "layout", "repeat", "state"):
             if key not in entry:
                 raise ValueError(f"{manifest_path}: a cell entry lacks field {key!r}: {entry}")
+    sides = run_sides(manifest, plan, [entry["framework"] for entry in manifest["cells"]])
+    cells: dict[str, Cell] = {}
+    incomplete: list[IncompleteRepeat] = []
+    for entry in manifest["cells"]:
         cell = cells.setdefault(
             entry["id"],
-            Cell(id=entry["id"], framework=entry["framework"], backend=entry["backend"], layout=entry["layout"]),
+            Cell(
+                id=entry["id"],
+                framework=entry["framework"],
+                side=cell_side(entry, sides),
+                backend=entry["backend"],
+                layout=entry["layout"],
+            ),
         )
         metrics_path = run_dir / entry.get("metrics", f"{entry.get('dir', '')}/metrics.jsonl")
         if entry["state"] != "complete" or not metrics_path.is_file():
@@ -174,10 +141,22 @@ def read_run_folder(run_dir: Path) -> RunFolder:
         run_dir=run_dir,
         manifest=manifest,
         plan=plan,
+        sides=sides,
         parity=parity,
+        parity_error=parity_error,
         cells=[c for c in cells.values() if c.repeats],
         incomplete=incomplete,
     )
+
+
+def _read_parity(path: Path) -> tuple[ParityFile | None, str | None]:
+    """parity.json through its typed contract (a version-1 file upgraded); the error text when it cannot be read."""
+    if not path.is_file():
+        return None, None
+    try:
+        return read_parity_file(path), None
+    except ValueError as exc:
+        return None, str(exc)
 
 
 def _report_columns(columns: StepColumns) -> StepColumns:

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
+from scripts.benchmark.analysis.intervals import block_length
+
 MIN_BATCH_STEPS = 5
 MAX_BATCHES = 10
 
@@ -66,8 +68,6 @@ def batch_medians(values: np.ndarray) -> np.ndarray:
     The batch size is the circular-bootstrap block length of intervals.py (at least sqrt(n) and twice the
     integrated autocorrelation time), at least MIN_BATCH_STEPS, so that neighbouring batches are close to
     independent; at most MAX_BATCHES."""
-    from scripts.benchmark.analysis.intervals import block_length
-
     size = max(MIN_BATCH_STEPS, block_length(values))
     num_batches = min(MAX_BATCHES, len(values) // size)
     if num_batches < 2:

@@ -4,8 +4,10 @@
   `StepRecord`, and turns every field the report reads into a numpy column in step order. Per column: `values`
   (NaN where the step has no value or a non-finite one) and `measured` (False where the framework recorded null,
   True for a number, NaN or Inf), so the report can keep "not measured" and "measured as NaN" apart.
-- Derived metrics (per-token costs, mean response length) are computed column-wise, with the rules of the record
-  fields they come from: a missing input gives a missing value, a non-finite one NaN, a token count <= 0 missing.
+- Every metric of the registry (bench_metrics.METRICS) is read, so a field declared there reaches the report; the
+  metrics of source "columns" (per-token costs, mean response length) are computed column-wise, with the rules of
+  the record fields they come from: a missing input gives a missing value, a non-finite one NaN, a token count
+  <= 0 missing.
 
 Caveats:
 - A truncated last line (a writer killed mid-line) is skipped, as bench_metrics.iter_records does; any other bad
@@ -19,13 +21,14 @@ import itertools
 import json
 import math
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from miles.utils.bench_metrics import READABLE_SCHEMA_VERSIONS, StepRecord
+from miles.utils.bench_metrics import METRICS, READABLE_SCHEMA_VERSIONS, StepRecord
 
 _MARKERS = frozenset({"NaN", "Infinity", "-Infinity"})
 _RECORD_FIELDS = frozenset(f.name for f in dataclasses.fields(StepRecord))
@@ -135,25 +138,37 @@ def _ratio(num: tuple[np.ndarray, np.ndarray], den: tuple[np.ndarray, np.ndarray
     return values, measured
 
 
+Column = tuple[np.ndarray, np.ndarray]
+_COLUMN_DERIVATIONS: dict[str, Callable[[Callable[[str], Column]], Column]] = {
+    "generate_s_per_1k_response_tokens": lambda c: _ratio(c("phases_s.generate"), c("tokens.response"), 1000.0),
+    "train_s_per_1k_tokens": lambda c: _ratio(
+        c("phases_s.train"),
+        (c("tokens.prompt")[0] + c("tokens.response")[0], c("tokens.prompt")[1] & c("tokens.response")[1]),
+        1000.0,
+    ),
+    "response_length_mean": lambda c: _ratio(c("tokens.response"), c("samples"), 1.0),
+}
+"""How the column reader computes each registry metric of source "columns" (its `derivation`, in code)."""
+_MISSING = {n for n, m in METRICS.items() if m.source == "columns"} ^ set(_COLUMN_DERIVATIONS)
+if _MISSING:
+    raise ValueError(f"registry metrics of source 'columns' and the column derivations differ: {sorted(_MISSING)}")
+
+
 def read_step_columns(path: Path, raw_keys: dict[str, tuple[str, ...]]) -> StepColumns:
     """Every report metric of a metrics.jsonl as columns; `raw_keys`: extra columns from the framework's raw metrics
     (column name -> the raw keys to try, first present wins)."""
     rows = _parse_lines(path)
     col: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    for name in ("step_time_s", "train_tflops_per_gpu", "train_mfu", "train_tokens_per_s"):
-        col[name] = _column([r.get(name) for r in rows])
-    for name in ("rollout_tokens_per_gpu_s", "wait_ratio", "samples"):
-        col[name] = _column([r.get(name) for r in rows])
-    for section, prefix in (("phases_s", "phases_s."), ("tokens", "tokens."), ("learning", "learning.")):
+    for name, spec in METRICS.items():  # every field the registry declares, read where the record keeps it
+        if spec.source != "columns" and "." not in name:
+            col[name] = _column([r.get(name) for r in rows])
+    for section in sorted({name.split(".")[0] for name in METRICS if "." in name} | {"learning"}):
         dicts = [r.get(section) or {} for r in rows]
         for key in sorted({k for d in dicts for k in d}):
-            col[prefix + key] = _column([d.get(key) for d in dicts])
+            col[f"{section}.{key}"] = _column([d.get(key) for d in dicts])
     empty = (np.full(len(rows), np.nan), np.zeros(len(rows), dtype=bool))
-    prompt, response = col.get("tokens.prompt", empty), col.get("tokens.response", empty)
-    total = (prompt[0] + response[0], prompt[1] & response[1])
-    col["generate_s_per_1k_response_tokens"] = _ratio(col.get("phases_s.generate", empty), response, 1000.0)
-    col["train_s_per_1k_tokens"] = _ratio(col.get("phases_s.train", empty), total, 1000.0)
-    col["response_length_mean"] = _ratio(response, col["samples"], 1.0)
+    for name, derive in _COLUMN_DERIVATIONS.items():
+        col[name] = derive(lambda n: col.get(n, empty))
     raws = [r.get("raw") or {} for r in rows]
     for name, keys in raw_keys.items():
         found: list[Any] = [None] * len(rows)

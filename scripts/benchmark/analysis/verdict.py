@@ -10,25 +10,25 @@ in the spec's `report` section). A confidence interval of the relative change is
   the interval's level);
 - anything else: "inconclusive" (the data cannot tell a relevant change from none).
 
-The report's headline (Miles/VERL ratios) and the regression check (candidate vs history) both read their intervals
-through `practical_verdict` and print them with `verdict_words`, so the two speak the same language.
+The report's verdicts (candidate/reference ratios, decided here and stored in the document) and the regression
+check (candidate vs history) both read their intervals through `practical_verdict` and print them with
+`verdict_words` (contracts/report.py), so the two speak the same language.
 """
 
 from __future__ import annotations
 
-import enum
 import math
 from typing import Any
 
-from scripts.benchmark.spec.report import DEFAULT_PRACTICAL_THRESHOLD, ReportSpec  # noqa: F401  (re-exported)
-
-
-class Practical(str, enum.Enum):
-    BETTER = "better"
-    WORSE = "worse"
-    NO_PRACTICAL_DIFFERENCE = "no practical difference"
-    INCONCLUSIVE = "inconclusive"
-    NOT_COMPARED = "n/a"
+from scripts.benchmark.contracts.report import (  # noqa: F401 (the verdict words, re-exported for the check)
+    DEFAULT_PRACTICAL_THRESHOLD,
+    Practical,
+    is_time,
+    percent,
+    signed_percent,
+    verdict_words,
+)
+from scripts.benchmark.spec.report import ReportSpec  # noqa: F401 (re-exported)
 
 
 def practical_verdict(low: float | None, high: float | None, *, threshold: float, direction: str) -> Practical:
@@ -43,34 +43,6 @@ def practical_verdict(low: float | None, high: float | None, *, threshold: float
     if -threshold <= low and high <= threshold:
         return Practical.NO_PRACTICAL_DIFFERENCE
     return Practical.INCONCLUSIVE
-
-
-def is_time(unit: str) -> bool:
-    """Seconds and seconds per tokens: a larger value is "slower"."""
-    return unit == "s" or unit.startswith("s/")
-
-
-def verdict_words(verdict: Practical, unit: str) -> str:
-    """ "slower"/"faster" for times, "worse"/"better" otherwise; the equivalence and inconclusive words as they are."""
-    if verdict is Practical.WORSE:
-        return "slower" if is_time(unit) else "worse"
-    if verdict is Practical.BETTER:
-        return "faster" if is_time(unit) else "better"
-    return verdict.value
-
-
-def percent(change: float) -> str:
-    """A relative change as a short percentage: 10%, 2.4%, 0.51% (whole percents from 5% up: a headline number)."""
-    magnitude = abs(change) * 100
-    if magnitude >= 4.95:
-        return f"{magnitude:.0f}%"
-    return f"{magnitude:.1f}%" if magnitude >= 0.995 else f"{magnitude:.2f}%"
-
-
-def signed_percent(change: float) -> str:
-    """An interval end: always with a decimal (+9.6%, +10.4%, -0.18%), so bounds never look rounder than they are."""
-    magnitude = abs(change) * 100
-    return ("+" if change >= 0 else "-") + (f"{magnitude:.1f}%" if magnitude >= 0.995 else f"{magnitude:.2f}%")
 
 
 def practical_thresholds(plan: dict[str, Any] | None, metrics: list[str]) -> dict[str, float]:

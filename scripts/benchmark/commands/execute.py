@@ -61,8 +61,7 @@ def execute_impl(
 
 def end_of_run_report(run_dir: Path) -> tuple[str, dict[str, Path]]:
     """What `run.py report DIR` writes, made at the end of a run: (the verdict text, the files written)."""
-    from scripts.benchmark.report.sections import verdict_markdown
-    from scripts.benchmark.report.write import analyse_and_write
+    from scripts.benchmark.commands.report import analyse_and_write, verdict_markdown
 
     doc, written = analyse_and_write(run_dir)
     return verdict_markdown(doc).rstrip(), written

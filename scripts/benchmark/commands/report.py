@@ -1,4 +1,5 @@
-"""`run.py report DIR`: steady state, summaries with CIs, Miles/VERL comparison and plots for one run folder.
+"""`run.py report DIR`: steady state, summaries with CIs, the candidate/reference comparison (e.g. Miles/VERL) and
+plots for one run folder: analysis/ makes the typed document, report/ renders it.
 
 - Reads DIR/manifest.json, each complete repeat's metrics.jsonl and environment.json, DIR/plan.json, DIR/parity.json.
 - Writes DIR/report.md, DIR/report.json, DIR/report.html and DIR/plots/*.svg; prints the Verdict
@@ -19,14 +20,48 @@ import typer
 
 if TYPE_CHECKING:
     from scripts.benchmark.analysis.settings import AnalysisSettings
+    from scripts.benchmark.contracts.report import ReportDocument
+
+
+def analyse_and_write(
+    run_dir: Path, settings: AnalysisSettings | None = None, *, calibration: bool = True
+) -> tuple[ReportDocument, dict[str, Path]]:
+    """Analyse a run folder (analysis/) and render it (report/); returns the document and the written files. The
+    committed calibration JSON (calibration/results/) gives the measured ceilings unless `calibration` is off."""
+    from scripts.benchmark.analysis.document import analyse_run_folder
+    from scripts.benchmark.report.write import write_report
+
+    readers: dict[str, Any] = {}
+    if calibration:
+        from scripts.benchmark.calibration.results import (
+            measured_peak_tflops,
+            roofline_spread,
+            roofline_tflops,
+            weight_sync_floor_s,
+        )
+
+        readers = {
+            "measured_peak_tflops": measured_peak_tflops,
+            "roofline_tflops": roofline_tflops,
+            "weight_sync_floor_s": weight_sync_floor_s,
+            "roofline_spread": roofline_spread,
+        }
+    note = None if calibration else "disabled by --no-calibration"
+    doc = analyse_run_folder(run_dir, settings, calibration_note=note, **readers)
+    return doc, write_report(doc, run_dir)
+
+
+def verdict_markdown(doc: ReportDocument) -> str:
+    """The headline, one line per pair: what `run.py report` and the end of every run print."""
+    from scripts.benchmark.report.headline import headline_markdown
+
+    return headline_markdown(doc)
 
 
 def report_impl(
     run_dir: Path, settings: AnalysisSettings, *, calibration: bool = True
-) -> tuple[dict[str, Any], dict[str, Path]]:
+) -> tuple[ReportDocument, dict[str, Path]]:
     """Analyse and write; returns the report document and the written files."""
-    from scripts.benchmark.report.write import analyse_and_write
-
     return analyse_and_write(run_dir, settings, calibration=calibration)
 
 
@@ -81,10 +116,8 @@ def register(app: typer.Typer) -> None:
         settings = AnalysisSettings(confidence=confidence, reps=reps, seed=seed, family_wise=family_wise)
         doc, written = report_impl(run_dir, settings, calibration=calibration)
         if not quiet:
-            from scripts.benchmark.report.sections import verdict_markdown
-
             typer.echo(verdict_markdown(doc))
         typer.echo("wrote:\n" + "\n".join(f"  {p}" for p in written.values()))
-        if not doc["cells"]:
+        if not doc.cells:
             typer.echo(f"error: no complete cell in {run_dir} (see report.md, Incomplete cells)", err=True)
             raise typer.Exit(1)

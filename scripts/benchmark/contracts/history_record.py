@@ -16,7 +16,8 @@ class _Record(BaseModel):
 
 
 class SeriesKey(_Record):
-    """What makes two runs comparable: same preset, framework, backend, layout, hardware and resolved spec."""
+    """What makes two runs comparable: same preset, side (its framework, and its name when that differs, as for the
+    two sides of a Miles-vs-Miles pair), backend, layout, hardware and resolved spec."""
 
     preset: str | None
     framework: str
@@ -24,11 +25,13 @@ class SeriesKey(_Record):
     layout: str
     hardware: str | None
     spec_hash: str
+    side: str | None = None
+    """The side's name; a side named after its framework (every side of a Miles-vs-VERL run) keeps the label the
+    series had before sides existed."""
 
     def label(self) -> str:
-        return "/".join(
-            [self.preset or "-", self.framework, self.backend, self.layout, self.hardware or "-", self.spec_hash]
-        )
+        who = self.framework if self.side in (None, self.framework) else f"{self.framework}@{self.side}"
+        return "/".join([self.preset or "-", who, self.backend, self.layout, self.hardware or "-", self.spec_hash])
 
 
 class Provenance(_Record):

@@ -108,8 +108,11 @@ def parity_text(parity: ParityFile) -> str:
     return json.dumps(parity.model_dump(mode="json"), indent=2, default=str) + "\n"
 
 
-def unexplained(parity: ParityFile | None, backend: str, layout: str) -> list[str]:
-    """Why the parity proof does not cover this backend/layout pair ([] when it does)."""
+def unexplained(
+    parity: ParityFile | None, backend: str, layout: str, *, names: tuple[str, str] | None = None
+) -> list[str]:
+    """Why the parity proof does not cover this backend/layout pair ([] when it does); with the sides' `names`, a
+    row's values are shown by side name ({'miles': 8192, 'verl': 4096}), as the report prints them."""
     if parity is None:
         return ["no parity.json in the run folder: the launches were never proven matched"]
     pair = parity.pair(backend, layout)
@@ -119,5 +122,10 @@ def unexplained(parity: ParityFile | None, backend: str, layout: str) -> list[st
     for row in pair.rows:
         if row.status == "matched" or (row.status == "asymmetry" and row.note):
             continue
-        problems.append(f"{row.knob} ({row.status}: candidate {row.candidate!r}, reference {row.reference!r})")
+        values = (
+            f"candidate {row.candidate!r}, reference {row.reference!r}"
+            if names is None
+            else repr(dict(zip(names, (row.candidate, row.reference), strict=True)))
+        )
+        problems.append(f"{row.knob} ({row.status}: {values})")
     return problems

@@ -1,9 +1,14 @@
-"""report.json as pydantic models: what `run.py report` writes and `run.py record/check` may rely on.
+"""report.json as pydantic models: what analysis returns, `run.py report` renders and writes, and `run.py record` /
+`check` read back. One definition for all of them (schema_version 2).
 
-- `ReportDocument.model_validate(json.loads(text))` checks a report; `validate_report_file(path)` does it for a file
-  and raises ValueError naming the first field at fault (`cells[0]: field 'layout' must be a string, got None`).
-- Fields listed here are the contract; extra fields (per-repeat steady state, p-values, response-length spread,
-  step-time series for plots, the calibration view) are allowed and documented in docs/benchmark/report.md.
+- `ReportDocument`: the run's `sides` (candidate and reference, contracts/sides.py), its `cells` (each with its
+  `framework` and `side`), the candidate/reference `comparisons`, the step-time `attribution`, the `learning` pairs,
+  the `calibration` view, the typed `parity` proof (contracts/parity.py), what was refused and what is incomplete.
+  Every row about a pair names its `candidate_cell` and `reference_cell`; ratios are candidate / reference.
+- `validate_report_file(path)` reads a file and raises ValueError naming the first field at fault
+  (`cells[0]: field 'layout' must be a string, got None`); a version-1 report.json (miles/verl keys) is refused with
+  the command that rewrites it (the history store keeps records, never reports, so nothing else needs it).
+- `percent`, `signed_percent`, `verdict_words`: the words a verdict is printed with, by the report and the check.
 - Non-finite floats are written as the strings "NaN" / "Infinity" (bench_metrics markers) and decoded before
   validation; a metric that was never reported is null, never 0.
 
@@ -14,6 +19,7 @@ Caveats:
 
 from __future__ import annotations
 
+import enum
 import json
 import typing
 from pathlib import Path
@@ -22,16 +28,42 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from miles.utils.bench_metrics import decode_nonfinite
+from scripts.benchmark.contracts.parity import ParityFile
+from scripts.benchmark.contracts.sides import Side, SidePair
+from scripts.benchmark.spec.report import DEFAULT_PRACTICAL_THRESHOLD
 
 
 class _Open(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
+class Practical(str, enum.Enum):
+    """The practical verdict on an interval of a relative change (analysis/verdict.py decides it)."""
+
+    BETTER = "better"
+    WORSE = "worse"
+    NO_PRACTICAL_DIFFERENCE = "no practical difference"
+    INCONCLUSIVE = "inconclusive"
+    NOT_COMPARED = "n/a"
+
+
+class RepeatSteadyModel(_Open):
+    repeat: int
+    start_step: int | None
+    start_index: int | None = None
+    reached: bool
+    method: str
+    more_steps: int | None = None
+    steps: int
+    steady_steps: int
+
+
 class SteadyStateModel(_Open):
     start_step: int | None
     reached: bool
     method: str
+    more_steps: int | None = None
+    repeats: list[RepeatSteadyModel] = Field(default_factory=list)
 
 
 class SummaryModel(_Open):
@@ -44,44 +76,232 @@ class SummaryModel(_Open):
     direction: Literal["lower", "higher"]
 
 
+class ResponseLengthModel(_Open):
+    mean: float | None = None
+    std_of_step_means: float | None = None
+    median_step_min: float | None = None
+    median_step_max: float | None = None
+
+
+class StepTimeSeriesModel(_Open):
+    repeat: int
+    steps: list[int]
+    step_time_s: list[float | None]
+
+
+class CellLearningModel(_Open):
+    """A learning signal of one cell over its steady window: the median over repeats of each repeat's mean."""
+
+    value: float | None
+    repeat_values: list[float] = Field(default_factory=list)
+    unit: str
+
+
 class CellModel(_Open):
     id: str
-    framework: Literal["miles", "verl"]
+    framework: str
+    side: str
     backend: str
     layout: str
     repeats: int = Field(ge=1)
+    interval_policy: str = ""
     hardware: str | None
     environment: dict[str, Any]
+    environments: list[dict[str, Any]] = Field(default_factory=list)
     steady_state: SteadyStateModel
     summaries: dict[str, SummaryModel]
     samples: dict[str, list[list[float]]]
+    response_length: ResponseLengthModel = Field(default_factory=ResponseLengthModel)
+    step_time_series: list[StepTimeSeriesModel] = Field(default_factory=list)
+    tokens_per_step: float | None = None
+    """Mean trained (prompt + response) tokens per steady step."""
+    learning: dict[str, CellLearningModel] = Field(default_factory=dict)
 
 
-class ComparisonModel(_Open):
+class PairModel(_Open):
+    """A row about one candidate/reference pair of cells (one backend x layout)."""
+
     backend: str
     layout: str
+    candidate_cell: str
+    reference_cell: str
+
+
+class ComparisonModel(PairModel):
     metric: str
-    miles: float | None
-    verl: float | None
+    candidate: float | None
+    reference: float | None
     ratio: float | None
+    """candidate / reference."""
     ci_low: float | None
     ci_high: float | None
+    p_value: float | None = None
     significant: bool
     method: str
+    unit: str
+    direction: Literal["lower", "higher"]
+    threshold: float = DEFAULT_PRACTICAL_THRESHOLD
+    verdict: Practical = Practical.NOT_COMPARED
+    """The ratio's interval read against the practical threshold, in the metric's better direction."""
+
+
+class AttributionModel(PairModel):
+    component: str
+    """A phase metric (phases_s.<name>), "unattributed" (step gap minus the phases) or "step_time_s" (the gap)."""
+    candidate_s: float | None
+    reference_s: float | None
+    gap_s: float | None
+    ci_low: float | None
+    ci_high: float | None
+    share_of_gap: float | None
+    note: str
+
+
+class RefusedModel(_Open):
+    backend: str
+    layout: str
+    reason: str
+
+
+class IncompleteModel(_Open):
+    cell_id: str
+    repeat: int
+    state: str
+    reason: str | None
+
+
+class CalibrationRowModel(_Open):
+    id: str
+    device: str | None
+    train_tflops_per_gpu: float | None
+    mfu_datasheet: float | None
+    measured_peak_tflops: float | None
+    mfu_measured_peak: float | None
+    roofline_tflops: float | None
+    grad_ckpt: bool
+    fraction_of_roofline: float | None
+    fraction_of_roofline_range: list[float] | None = None
+    roofline_run_to_run_pct: float | None = None
+    weight_sync_s: float | None = None
+    weight_sync_floor_s: float | None = None
+    weight_sync_floor_path: str | None = None
+    weight_sync_over_floor: float | None = None
+
+
+class LastThirdModel(_Open):
+    verdict: str
+    difference: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+
+
+class LearningSignalModel(_Open):
+    signal: str
+    unit: str
+    margin_kind: Literal["absolute", "relative"]
+    margin: float | None
+    candidate: float | None
+    reference: float | None
+    paired_steps: int
+    difference: float | None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    verdict: str
+    why: str
+    block: float | None = None
+    last_third: LastThirdModel | None = None
+
+
+class PointsModel(_Open):
+    steps: list[int]
+    values: list[float]
+
+
+class SeriesPairModel(_Open):
+    candidate: PointsModel
+    reference: PointsModel
+
+
+class LengthExplainsModel(_Open):
+    generate_ratio: float | None
+    length_ratio: float | None
+    per_token_ratio: float | None
+    share: float | None
+
+
+class LearningPairModel(PairModel):
+    from_step: int
+    alpha: float
+    available: bool
+    signals: list[LearningSignalModel]
+    series: dict[str, SeriesPairModel]
+    length_explains: LengthExplainsModel
 
 
 class ReportDocument(_Open):
-    schema_version: Literal[1]
+    schema_version: Literal[2]
     run_dir: str
     generated_at: str
     spec_hash: str | None
     preset: str | None
-    cells: list[CellModel]
-    comparisons: list[ComparisonModel]
-    attribution: list[dict[str, Any]]
-    parity: dict[str, Any] | list[Any] | None
+    confidence: float = 0.95
     practical_thresholds: dict[str, float] = Field(default_factory=dict)
-    """Per metric, the relative change the headline's verdicts read intervals against (empty in older documents)."""
+    """Per metric, the relative change the verdicts read intervals against."""
+    family_wise: bool = True
+    bootstrap_reps: int | None = None
+    sides: list[Side]
+    cells: list[CellModel]
+    incomplete: list[IncompleteModel] = Field(default_factory=list)
+    comparisons: list[ComparisonModel]
+    refused: list[RefusedModel] = Field(default_factory=list)
+    attribution: list[AttributionModel]
+    calibration: list[CalibrationRowModel] | None = None
+    calibration_note: str | None = None
+    parity: ParityFile | None
+    parity_error: str | None = None
+    """Why parity.json could not be read (then `parity` is None and no pair is compared)."""
+    learning: list[LearningPairModel] = Field(default_factory=list)
+
+    def side_pair(self) -> SidePair:
+        return SidePair.from_list(self.sides)
+
+    def side(self, name: str) -> Side | None:
+        return next((s for s in self.sides if s.name == name), None)
+
+    def threshold(self, metric: str) -> float:
+        return self.practical_thresholds.get(metric, DEFAULT_PRACTICAL_THRESHOLD)
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """(backend, layout) of every compared pair, sorted."""
+        return sorted({(c.backend, c.layout) for c in self.comparisons})
+
+
+def percent(change: float) -> str:
+    """A relative change as a short percentage: 10%, 2.4%, 0.51% (whole percents from 5% up: a headline number)."""
+    magnitude = abs(change) * 100
+    if magnitude >= 4.95:
+        return f"{magnitude:.0f}%"
+    return f"{magnitude:.1f}%" if magnitude >= 0.995 else f"{magnitude:.2f}%"
+
+
+def signed_percent(change: float) -> str:
+    """An interval end: always with a decimal (+9.6%, +10.4%, -0.18%), so bounds never look rounder than they are."""
+    magnitude = abs(change) * 100
+    return ("+" if change >= 0 else "-") + (f"{magnitude:.1f}%" if magnitude >= 0.995 else f"{magnitude:.2f}%")
+
+
+def is_time(unit: str) -> bool:
+    """Seconds and seconds per tokens: a larger value is "slower"."""
+    return unit == "s" or unit.startswith("s/")
+
+
+def verdict_words(verdict: Practical, unit: str) -> str:
+    """ "slower"/"faster" for times, "worse"/"better" otherwise; the equivalence and inconclusive words as they are."""
+    if verdict is Practical.WORSE:
+        return "slower" if is_time(unit) else "worse"
+    if verdict is Practical.BETTER:
+        return "faster" if is_time(unit) else "better"
+    return verdict.value
 
 
 _EXPECTED = {"string_type": "string", "dict_type": "object", "list_type": "list", "int_type": "integer"}
@@ -127,6 +347,11 @@ def _has(container: Any, key: Any) -> bool:
 
 def validate_report_file(path: Path) -> ReportDocument:
     data = decode_nonfinite(json.loads(Path(path).read_text(encoding="utf-8")))
+    if isinstance(data, dict) and data.get("schema_version") == 1:
+        raise ValueError(
+            f"{path}: report.json schema_version 1 (written before sides): run `python scripts/benchmark/run.py "
+            "report <run folder>` again to write version 2"
+        )
     try:
         return ReportDocument.model_validate(data)
     except ValidationError as exc:

@@ -16,7 +16,7 @@ by more than a practical threshold?
   `drift_horizon` trusted runs ago, so a slow drift that the rolling baseline follows is still caught (DRIFTED).
 - The markdown also reads each change's interval against the threshold in the report headline's words ("slower",
   "faster", "no practical difference", "inconclusive"; analysis/verdict.py); the verdict and exit code stay the test's.
-- `judge` is vectorised over leading axes, so the simulation (check_simulation.py) measures this very code.
+- `judge` is vectorised over leading axes, so the simulation (history/simulation.py) measures this very code.
 
 Caveats:
 - Fewer than `min_history` trusted runs: INACTIVE (cold start passes with a note), as in Miles's gate.
@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats
 
-from miles.utils.bench_metrics import METRICS
-from scripts.benchmark.analysis.compare import STEP_TIME_FAMILY  # one family for the report and the check
-from scripts.benchmark.analysis.verdict import practical_verdict, verdict_words
+from miles.utils.bench_metrics import METRICS, REPORT_METRICS, STEP_TIME_FAMILY  # one family: report and check
+from scripts.benchmark.analysis.verdict import practical_verdict
 from scripts.benchmark.common.markdown import markdown_table
+from scripts.benchmark.contracts.report import verdict_words
 
 # The MAD of a normal sample times this is its standard deviation.
 _MAD_TO_SD = 1.4826
@@ -64,15 +64,13 @@ class MetricGate:
     required: bool
 
 
-# 3% rather than the 5% tolerance quoted by Datadog SMP: at the point estimate a true 5% regression exceeds a 5%
-# threshold only half of the time; 3% gives >= 90% detection at CV 2% (docs/benchmark.md, simulation table).
 DEFAULT_GATES: dict[str, MetricGate] = {
-    "step_time_s": MetricGate(threshold=0.03, required=True),
-    "train_tokens_per_s": MetricGate(threshold=0.03, required=False),
-    "rollout_tokens_per_gpu_s": MetricGate(threshold=0.03, required=False),
-    "train_tflops_per_gpu": MetricGate(threshold=0.03, required=False),
-    "train_mfu": MetricGate(threshold=0.03, required=False),
+    name: MetricGate(threshold=METRICS[name].gate_threshold, required=METRICS[name].gate_required)
+    for name in STEP_TIME_FAMILY
 }
+"""The registry's gated metrics (bench_metrics.METRICS `gated`), in the order the family is tested."""
+UNGATEABLE_FAMILIES = frozenset({"workload", "count"})
+"""What the workload is (response length, token counts), not how fast it ran: never a regression."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,8 +101,11 @@ class CheckSettings:
         if not 0 < self.alpha < 0.5:
             raise ValueError(f"alpha must be in (0, 0.5), got {self.alpha}")
         for name, gate in self.gates.items():
-            if name not in METRICS:
-                raise ValueError(f"gated metric {name!r} has no declared better direction in bench_metrics.METRICS")
+            if name not in REPORT_METRICS or REPORT_METRICS[name].family in UNGATEABLE_FAMILIES:
+                raise ValueError(
+                    f"gated metric {name!r} has no better direction to gate: not a recorded speed metric of "
+                    "bench_metrics.REPORT_METRICS"
+                )
             if not gate.threshold >= 0:
                 raise ValueError(f"threshold of {name!r} must be >= 0, got {gate.threshold}")
 

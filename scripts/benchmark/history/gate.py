@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from miles.utils.bench_metrics import is_finite_number
+from scripts.benchmark.common.markdown import markdown_table
 from scripts.benchmark.contracts.history_record import RunToRecord, StoredRun
 from scripts.benchmark.history.change_points import ChangePoint, find_change_points
 from scripts.benchmark.history.check import (
@@ -26,7 +27,6 @@ from scripts.benchmark.history.check import (
     step_time_family,
 )
 from scripts.benchmark.history.store import HistoryStore, baseline_runs
-from scripts.benchmark.common.markdown import markdown_table
 
 
 def check_runs(

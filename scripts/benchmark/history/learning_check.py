@@ -12,27 +12,28 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any
 
 from miles.utils.bench_metrics import LEARNING_SIGNALS, is_finite_number
 from scripts.benchmark.contracts.history_record import MetricValue, RunToRecord
+from scripts.benchmark.contracts.report import CellModel
 from scripts.benchmark.history.store import HistoryStore, baseline_runs
 
 LEARNING_PREFIX = "learning."
 
 
-def learning_metric_values(cell: Any) -> list[MetricValue]:
-    summaries = getattr(cell, "learning", None) or {}
+def learning_metric_values(cell: CellModel) -> list[MetricValue]:
+    """Every learning signal of a report cell as a history value (None where the cell has none)."""
     values = []
     for name in LEARNING_SIGNALS:
-        summary = summaries.get(name) or {}
-        value = summary.get("value")
+        summary = cell.learning.get(name)
+        value = summary.value if summary is not None else None
+        repeats = [float(v) for v in summary.repeat_values] if summary is not None else []
         values.append(
             MetricValue(
                 metric=LEARNING_PREFIX + name,
                 value=float(value) if is_finite_number(value) else None,
-                repeat_values=[float(v) for v in summary.get("repeat_values") or []],
-                n=len(summary.get("repeat_values") or []),
+                repeat_values=repeats,
+                n=len(repeats),
                 unit=LEARNING_SIGNALS[name].unit,
             )
         )

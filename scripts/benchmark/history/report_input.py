@@ -39,7 +39,8 @@ def read_report(run_dir: Path) -> ReportDocument:
 
 
 def read_report_runs(run_dir: Path) -> list[RunToRecord]:
-    """One run per cell of the report, with every metric the cell summarises."""
+    """One run per cell of the report, with every metric the cell summarises (the registry's shown metrics); the
+    series names the cell's framework as data, so two sides of one framework are two cells of one series family."""
     report = read_report(run_dir)
     runs = []
     for cell in report.cells:
@@ -49,6 +50,7 @@ def read_report_runs(run_dir: Path) -> list[RunToRecord]:
         series = SeriesKey(
             preset=report.preset,
             framework=cell.framework,
+            side=cell.side,
             backend=cell.backend,
             layout=cell.layout,
             hardware=cell.hardware,

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from scripts.benchmark.history.check import CheckSettings, classify, judge
 from scripts.benchmark.common.markdown import markdown_table
+from scripts.benchmark.history.check import CheckSettings, classify, judge
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,7 +5,7 @@
   path (a SQLite file). With create=False a missing SQLite file, an unreachable database or one without the history
   tables raises `StoreMissing` naming the URL (a mistyped --store must never become a new, empty history); with
   create=True the file and the tables are made.
-- A run series is `SeriesKey(preset, framework, backend, layout, hardware, spec_hash)`, like the run series of
+- A run series is `SeriesKey(preset, framework, backend, layout, hardware, spec_hash, side)`, like the run series of
   Miles's metric-history gate; one recorded run is one cell of one report.json.
 - Each run keeps its provenance (commit, PR, CI run id, trigger, ref, environment record) and a `trusted` flag;
   `set_trusted` flips it with a reason and a timestamp and never deletes a row.

@@ -1,8 +1,8 @@
-"""Colours shared by the SVG charts and the HTML cards, so a phase or a verdict looks the same everywhere."""
+"""Colours shared by the SVG charts and the HTML cards, so a phase, a side or a verdict looks the same everywhere."""
 
 from __future__ import annotations
 
-from scripts.benchmark.analysis.verdict import Practical
+from scripts.benchmark.contracts.report import Practical
 
 PHASE_COLORS = {
     "generate": "#4c78a8",
@@ -16,6 +16,9 @@ PHASE_COLORS = {
 UNATTRIBUTED_COLOR = "#bab0ac"
 """Step time that no reported phase covers (overlap, scheduling, phases a framework does not report)."""
 
+ROLE_COLORS = {"candidate": "#1f6feb", "reference": "#e36209"}
+"""A side's colour by its role, whatever framework it runs."""
+
 VERDICT_COLORS = {
     Practical.BETTER: "#1a7f37",
     Practical.WORSE: "#cf222e",
@@ -23,10 +26,12 @@ VERDICT_COLORS = {
     Practical.INCONCLUSIVE: "#bf8700",
     Practical.NOT_COMPARED: "#8c959f",
 }
-VERDICT_LABELS = {
-    Practical.BETTER: "Miles better",
-    Practical.WORSE: "Miles worse",
-    Practical.NO_PRACTICAL_DIFFERENCE: "no practical difference",
-    Practical.INCONCLUSIVE: "inconclusive",
-    Practical.NOT_COMPARED: "not compared",
-}
+
+
+def verdict_label(verdict: Practical, candidate: str) -> str:
+    """A ratio's verdict in a table or a legend: '<candidate label> better' / 'worse', or the verdict's own words."""
+    if verdict is Practical.BETTER:
+        return f"{candidate} better"
+    if verdict is Practical.WORSE:
+        return f"{candidate} worse"
+    return "not compared" if verdict is Practical.NOT_COMPARED else verdict.value

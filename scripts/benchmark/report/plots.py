@@ -1,14 +1,15 @@
 """The report's charts as SVG files, drawn from the report.json document (svg.py: no plotting library).
 
 - `phase_bars_svg(doc)`: per cell one horizontal bar of its median phase seconds, stacked; the cells of a
-  Miles/VERL pair on adjacent rows under the pair's name, one scale for all; the median step time as a black tick
-  and a number. Phases a framework does not report are left out of its bar and named once, under the chart.
-- `step_times_svg(doc)`: one panel per pair, the Miles and VERL step-time traces overlaid (every repeat a line),
-  each side's steady-state start dashed in its colour and the common steady window shaded; the y range follows
-  the steady steps, so a flat series looks flat even after a slow warm-up (points off the scale are counted in the
-  panel's title).
-- `ratios_svg(doc)`: the Miles/VERL ratio of every metric with its interval, coloured by the practical verdict
-  (Miles better / worse beyond the threshold, no practical difference, inconclusive); the threshold band drawn.
+  candidate/reference pair on adjacent rows under the pair's name, one scale for all; the median step time as a
+  black tick and a number. Phases a side does not report are left out of its bar and named once, under the chart.
+- `step_times_svg(doc)`: one panel per pair, both sides' step-time traces overlaid (every repeat a line, coloured
+  by the side's role), each side's steady-state start dashed in its colour and the common steady window shaded;
+  the y range follows the steady steps, so a flat series looks flat even after a slow warm-up (points off the
+  scale are counted in the panel's title).
+- `ratios_svg(doc)`: the candidate/reference ratio (e.g. Miles/VERL) of every metric with its interval, coloured by
+  the document's practical verdict (candidate better / worse beyond the threshold, no practical difference,
+  inconclusive); the threshold band drawn.
 - Legends sit outside the data (above the chart, or beside a panel). Sizes are fixed in pixels (the `*_PX`
   constants) and fonts are sized for GitHub's ~880 px display width. `plot_*` write a file and return its path.
 
@@ -20,12 +21,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from scripts.benchmark.analysis.verdict import Practical, practical_verdict
-from scripts.benchmark.report.palette import PHASE_COLORS, VERDICT_COLORS, VERDICT_LABELS
+from miles.utils.bench_metrics import REPORT_METRICS, STEP_PHASES
+from scripts.benchmark.contracts.report import CellModel, ComparisonModel, ReportDocument
+from scripts.benchmark.report.palette import PHASE_COLORS, ROLE_COLORS, VERDICT_COLORS, verdict_label
 from scripts.benchmark.report.svg import (
     Canvas,
     Frame,
@@ -35,6 +36,7 @@ from scripts.benchmark.report.svg import (
     draw_y_axis,
     legend_column,
     legend_row,
+    save,
     text_width,
 )
 
@@ -45,15 +47,22 @@ MARGIN_PX = 150
 STEP_PANEL_PX = 300
 RATIO_ROW_PX = 24
 FONT = 13
-SIDE_COLORS = {"miles": "#1f6feb", "verl": "#e36209"}
-SIDE_NAMES = {"miles": "Miles", "verl": "VERL"}
 INK = "#1f2328"
 
 
-def save(svg: Canvas, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(svg.to_svg(), encoding="utf-8")
-    return path
+def _labels(doc: ReportDocument) -> tuple[str, str]:
+    pair = doc.side_pair()
+    return pair.candidate.label, pair.reference.label if pair.reference is not None else "reference"
+
+
+def _role(doc: ReportDocument, cell: CellModel) -> str:
+    side = doc.side(cell.side)
+    return side.role if side is not None else "candidate"
+
+
+def _label(doc: ReportDocument, cell: CellModel) -> str:
+    side = doc.side(cell.side)
+    return side.label if side is not None else cell.side
 
 
 def _label_margin(labels: list[str], size: float, *, minimum: float = 120.0) -> float:
@@ -61,55 +70,55 @@ def _label_margin(labels: list[str], size: float, *, minimum: float = 120.0) -> 
     return max([minimum, *(1.1 * text_width(label, size) + 24 for label in labels)])
 
 
-def grouped_cells(doc: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
-    """Cells by backend/layout (Miles before VERL), groups in sorted order."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for cell in sorted(doc["cells"], key=lambda c: (c["backend"], c["layout"], c["framework"])):
-        groups.setdefault(f"{cell['backend']} / {cell['layout']}", []).append(cell)
+def grouped_cells(doc: ReportDocument) -> list[tuple[str, list[CellModel]]]:
+    """Cells by backend/layout (candidate before reference), groups in sorted order."""
+    groups: dict[str, list[CellModel]] = {}
+    for cell in sorted(doc.cells, key=lambda c: (c.backend, c.layout, _role(doc, c), c.side)):
+        groups.setdefault(f"{cell.backend} / {cell.layout}", []).append(cell)
     return list(groups.items())
 
 
-def _bar_rows(doc: dict[str, Any]) -> list[tuple[float, str, dict[str, Any]]]:
+def _bar_rows(doc: ReportDocument) -> list[tuple[float, str, CellModel]]:
     """(y, label, cell) with a gap between pairs; the pair name is in every label, so no row is ambiguous."""
     rows, y = [], 0.0
     for name, cells in grouped_cells(doc):
         for cell in cells:
-            rows.append((y, f"{name}  {SIDE_NAMES.get(cell['framework'], cell['framework'])}", cell))
+            rows.append((y, f"{name}  {_label(doc, cell)}", cell))
             y += 1
         y += PAIR_GAP_ROWS
     return rows
 
 
-def phase_bars_size_px(doc: dict[str, Any]) -> tuple[int, int]:
+def phase_bars_size_px(doc: ReportDocument) -> tuple[int, int]:
     rows = _bar_rows(doc)
     return WIDTH_PX, round(MARGIN_PX + BAR_ROW_PX * (rows[-1][0] + 1 if rows else 0))
 
 
-def _bar_segments(rows: list[tuple[float, str, dict[str, Any]]]) -> tuple[list[tuple], dict[str, set[str]]]:
+def _bar_segments(
+    doc: ReportDocument, rows: list[tuple[float, str, CellModel]]
+) -> tuple[list[tuple], dict[str, set[str]]]:
     """Per row: (y, [(phase, left, seconds)], step median, bar end); and the phases each side does not report."""
-    from miles.utils.bench_metrics import STEP_PHASES  # the phases that stack up to the step
-
     out, missing = [], {}
     for y, _, cell in rows:
         left, segments = 0.0, []
-        for phase in STEP_PHASES:
-            value = cell["summaries"][f"phases_s.{phase}"]["median"]
+        for phase in STEP_PHASES:  # the phases that stack up to the step
+            value = cell.summaries[f"phases_s.{phase}"].median
             if value is None:
-                missing.setdefault(SIDE_NAMES.get(cell["framework"], cell["framework"]), set()).add(phase)
+                missing.setdefault(_label(doc, cell), set()).add(phase)
                 continue
             segments.append((phase, left, value))
             left += value
-        step = cell["summaries"]["step_time_s"]["median"]
+        step = cell.summaries["step_time_s"].median
         out.append((y, segments, step, max(left, step or 0.0)))
     return out, missing
 
 
-def phase_bars_svg(doc: dict[str, Any]) -> Canvas | None:
+def phase_bars_svg(doc: ReportDocument) -> Canvas | None:
     rows = _bar_rows(doc)
     if not rows:
         return None
     width, height = phase_bars_size_px(doc)
-    bars, missing = _bar_segments(rows)
+    bars, missing = _bar_segments(doc, rows)
     longest = max(end for *_, end in bars)
     left = _label_margin([label for _, label, _ in rows], FONT)
     bottom = height - (80 if missing else 55)
@@ -141,17 +150,17 @@ def _row(frame: Frame) -> float:
     return abs(frame.y(1.0) - frame.y(0.0))
 
 
-def _steady_values(cell: dict[str, Any]) -> np.ndarray:
-    start = cell["steady_state"]["start_step"]
+def _steady_values(cell: CellModel) -> np.ndarray:
+    start = cell.steady_state.start_step
     values = []
-    for series in cell["step_time_series"]:
-        steps, times = np.asarray(series["steps"], dtype=float), np.asarray(series["step_time_s"], dtype=float)
+    for series in cell.step_time_series:
+        steps, times = np.asarray(series.steps, dtype=float), np.asarray(series.step_time_s, dtype=float)
         cut = start if start is not None else (steps[len(steps) // 2] if len(steps) else 0)
         values.append(times[(steps >= cut) & np.isfinite(times)])
     return np.concatenate(values) if values else np.zeros(0)
 
 
-def _y_range(cells: list[dict[str, Any]]) -> tuple[float, float] | None:
+def _y_range(cells: list[CellModel]) -> tuple[float, float] | None:
     """The steady steps' range (0.5th to 99.5th percentile), padded; None when there is none."""
     values = np.concatenate([_steady_values(cell) for cell in cells])
     if not len(values):
@@ -161,26 +170,28 @@ def _y_range(cells: list[dict[str, Any]]) -> tuple[float, float] | None:
     return low - pad, high + pad
 
 
-def _trace_panel(svg: Canvas, frame: Frame, name: str, cells: list[dict[str, Any]], index: int) -> None:
+def _trace_panel(
+    svg: Canvas, frame: Frame, name: str, cells: list[CellModel], index: int, doc: ReportDocument
+) -> None:
     off_scale, starts, keys = 0, [], []
     low, high = frame.y_range
     svg.group(f"step-times-{index}", frame.left, frame.top, frame.width, frame.height)
     for cell in cells:
-        color = SIDE_COLORS.get(cell["framework"], "gray")
-        side = SIDE_NAMES.get(cell["framework"], cell["framework"])
-        for k, series in enumerate(cell["step_time_series"]):
-            points = frame.pixels(series["steps"], series["step_time_s"])
-            ys = np.asarray(series["step_time_s"], dtype=float)
+        color = ROLE_COLORS[_role(doc, cell)]
+        side = _label(doc, cell)
+        for k, series in enumerate(cell.step_time_series):
+            points = frame.pixels(series.steps, series.step_time_s)
+            ys = np.asarray(series.step_time_s, dtype=float)
             svg.path(points, color, width=1.2, opacity=0.9 if k == 0 else 0.5, columns=int(frame.width),
-                     cls=f"trace {cell['framework']}")  # fmt: skip
+                     cls=f"trace {cell.side}")  # fmt: skip
             off_scale += int(np.sum(np.isfinite(ys) & ((ys < low) | (ys > high))))
         keys.append(LegendKey(side, color, "line"))
-        steady = cell["steady_state"]
-        if steady["start_step"] is not None:
-            starts.append(steady["start_step"])
-            x = frame.x(steady["start_step"])
+        steady = cell.steady_state
+        if steady.start_step is not None:
+            starts.append(steady.start_step)
+            x = frame.x(steady.start_step)
             svg.line(x, frame.top, x, frame.bottom, color, width=1.4, dash="6 4")
-            how = f"steady from step {steady['start_step']}" if steady["reached"] else "never steady: last half used"
+            how = f"steady from step {steady.start_step}" if steady.reached else "never steady: last half used"
             keys.append(LegendKey(f"{side} {how}", color, "dashed"))
     if starts:
         svg.rect(frame.x(max(starts)), frame.top, frame.right - frame.x(max(starts)), frame.height, "#8c959f",
@@ -199,112 +210,108 @@ def step_times_size_px(num_panels: int) -> tuple[int, int]:
     return WIDTH_PX, STEP_PANEL_PX * num_panels + 60
 
 
-def step_times_svg(doc: dict[str, Any]) -> Canvas | None:
+def step_times_svg(doc: ReportDocument) -> Canvas | None:
     groups = grouped_cells(doc)
     if not groups:
         return None
     width, height = step_times_size_px(len(groups))
-    svg = Canvas(width, height, "Step time over steps, Miles and VERL of a pair overlaid")
+    candidate, reference = _labels(doc)
+    svg = Canvas(width, height, f"Step time over steps, {candidate} and {reference} of a pair overlaid")
     for index, (name, cells) in enumerate(groups):
-        steps = [s for cell in cells for series in cell["step_time_series"] for s in series["steps"]]
+        steps = [s for cell in cells for series in cell.step_time_series for s in series.steps]
         x_range = (float(min(steps, default=0)), float(max(steps, default=1)))
         top = 40 + index * STEP_PANEL_PX
         frame = Frame(90, top, 590, STEP_PANEL_PX - 85, x_range, _y_range(cells) or (0.0, 1.0))
-        _trace_panel(svg, frame, name, cells, index)
+        _trace_panel(svg, frame, name, cells, index, doc)
     svg.text(frame.left + frame.width / 2, frame.bottom + 44, "step", size=FONT - 1, cls="xlabel")
     return svg
 
 
-def ratio_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+def ratio_rows(doc: ReportDocument) -> list[ComparisonModel]:
     """Comparisons with a ratio, grouped by backend/layout, metrics in report order."""
-    from scripts.benchmark.analysis.run_folder import REPORT_METRICS
-
     order = {name: i for i, name in enumerate(REPORT_METRICS)}
-    rows = [c for c in doc["comparisons"] if c["ratio"] is not None]
-    return sorted(rows, key=lambda c: (c["backend"], c["layout"], order.get(c["metric"], len(order))))
+    rows = [c for c in doc.comparisons if c.ratio is not None]
+    return sorted(rows, key=lambda c: (c.backend, c.layout, order.get(c.metric, len(order))))
 
 
-def ratio_verdict(doc: dict[str, Any], row: dict[str, Any]) -> tuple[Practical, float]:
-    from scripts.benchmark.report.headline import threshold_of
-
-    threshold = threshold_of(doc, row["metric"])
-    low, high = (None, None) if row["ci_low"] is None else (row["ci_low"] - 1, row["ci_high"] - 1)
-    return practical_verdict(low, high, threshold=threshold, direction=row["direction"]), threshold
-
-
-def _ratio_ticks(rows: list[dict[str, Any]]) -> tuple[list[int], list[tuple[int, str, bool]]]:
+def _ratio_ticks(rows: list[ComparisonModel]) -> tuple[list[int], list[tuple[int, str, bool]]]:
     """Row positions of the ratios and the y ticks: a bold heading row per pair, then its metrics."""
     positions, ticks, y, pair = [], [], 0, None
     for row in rows:
-        if (row["backend"], row["layout"]) != pair:
-            pair = (row["backend"], row["layout"])
-            ticks.append((y, f"{row['backend']} / {row['layout']}", True))
+        if (row.backend, row.layout) != pair:
+            pair = (row.backend, row.layout)
+            ticks.append((y, f"{row.backend} / {row.layout}", True))
             y += 1
         positions.append(y)
-        ticks.append((y, row["metric"], False))
+        ticks.append((y, row.metric, False))
         y += 1
     return positions, ticks
 
 
-def ratio_chart_size_px(doc: dict[str, Any]) -> tuple[int, int]:
+def ratio_chart_size_px(doc: ReportDocument) -> tuple[int, int]:
     return WIDTH_PX, MARGIN_PX + RATIO_ROW_PX * len(_ratio_ticks(ratio_rows(doc))[1])
 
 
-def _ratio_range(rows: list[dict[str, Any]], thresholds: list[float]) -> tuple[float, float]:
+def _ratio_range(rows: list[ComparisonModel]) -> tuple[float, float]:
+    thresholds = [row.threshold for row in rows]
     values = [1.0 - max(thresholds), 1.0 + max(thresholds)]
-    values += [v for row in rows for v in (row["ratio"], row["ci_low"], row["ci_high"]) if v is not None]
+    values += [v for row in rows for v in (row.ratio, row.ci_low, row.ci_high) if v is not None]
     values = [v for v in values if math.isfinite(v)]
     low, high = min(values), max(values)
     pad = 0.05 * (high - low or 0.1)
     return low - pad, high + pad
 
 
-def ratios_svg(doc: dict[str, Any]) -> Canvas | None:
+def ratios_svg(doc: ReportDocument) -> Canvas | None:
     rows = ratio_rows(doc)
     if not rows:
         return None
     positions, ticks = _ratio_ticks(rows)
     width, height = ratio_chart_size_px(doc)
-    verdicts = [ratio_verdict(doc, row) for row in rows]
+    candidate, reference = _labels(doc)
     left = _label_margin([label for _, label, _ in ticks], FONT - 1)
     y_range = (-0.5, ticks[-1][0] + 0.5)
-    frame = Frame(left, 60, WIDTH_PX - 30 - left, height - 115, _ratio_range(rows, [t for _, t in verdicts]), y_range,
+    frame = Frame(left, 60, WIDTH_PX - 30 - left, height - 115, _ratio_range(rows), y_range,
                   y_down=True)  # fmt: skip
-    svg = Canvas(width, height, "Miles/VERL ratios with confidence intervals, coloured by practical verdict")
-    draw_x_axis(svg, frame, label="Miles / VERL (above 1: Miles's number is larger)", size=FONT)
+    svg = Canvas(
+        width, height, f"{candidate}/{reference} ratios with confidence intervals, coloured by practical verdict"
+    )
+    axis = f"{candidate} / {reference} (above 1: {candidate}'s number is larger)"
+    draw_x_axis(svg, frame, label=axis, size=FONT)
     for y, text, heading in ticks:
         svg.text(frame.left - 8, frame.y(y), text, size=FONT - 1, anchor="end", weight="bold" if heading else "normal",
                  cls="ylabel")  # fmt: skip
-    for y, (_, threshold) in zip(positions, verdicts, strict=True):
+    for y, row in zip(positions, rows, strict=True):
+        threshold = row.threshold
         svg.rect(frame.x(1 - threshold), frame.y(y - 0.5), frame.x(1 + threshold) - frame.x(1 - threshold),
                  _row(frame), "#d8dee4", cls="band")  # fmt: skip
     svg.line(frame.x(1.0), frame.top, frame.x(1.0), frame.bottom, INK, width=1)
-    for y, row, (verdict, _) in zip(positions, rows, verdicts, strict=True):
-        color, center = VERDICT_COLORS[verdict], frame.y(y)
-        low = row["ci_low"] if row["ci_low"] is not None else row["ratio"]
-        high = row["ci_high"] if row["ci_high"] is not None else row["ratio"]
+    for y, row in zip(positions, rows, strict=True):
+        color, center = VERDICT_COLORS[row.verdict], frame.y(y)
+        low = row.ci_low if row.ci_low is not None else row.ratio
+        high = row.ci_high if row.ci_high is not None else row.ratio
         svg.line(frame.x(low), center, frame.x(high), center, color, width=1.5)
         for end in (low, high):
             svg.line(frame.x(end), center - 4, frame.x(end), center + 4, color, width=1.5)
-        svg.circle(frame.x(row["ratio"]), center, 4, color, cls="ratio")
+        svg.circle(frame.x(row.ratio), center, 4, color, cls="ratio")
     draw_border(svg, frame)
-    shown = dict.fromkeys(verdict for verdict, _ in verdicts)
+    shown = dict.fromkeys(row.verdict for row in rows)
     keys = [LegendKey("practical threshold band", "#d8dee4", "band")]
-    keys += [LegendKey(VERDICT_LABELS[v], VERDICT_COLORS[v], "marker") for v in shown]
+    keys += [LegendKey(verdict_label(v, candidate), VERDICT_COLORS[v], "marker") for v in shown]
     legend_row(svg, keys, center_x=WIDTH_PX / 2, y=22, size=FONT - 1)
     return svg
 
 
-def plot_phase_bars(doc: dict[str, Any], path: Path) -> Path | None:
+def plot_phase_bars(doc: ReportDocument, path: Path) -> Path | None:
     svg = phase_bars_svg(doc)
     return None if svg is None else save(svg, path)
 
 
-def plot_step_times(doc: dict[str, Any], path: Path) -> Path | None:
+def plot_step_times(doc: ReportDocument, path: Path) -> Path | None:
     svg = step_times_svg(doc)
     return None if svg is None else save(svg, path)
 
 
-def plot_ratios(doc: dict[str, Any], path: Path) -> Path | None:
+def plot_ratios(doc: ReportDocument, path: Path) -> Path | None:
     svg = ratios_svg(doc)
     return None if svg is None else save(svg, path)

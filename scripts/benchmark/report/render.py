@@ -88,8 +88,10 @@ class Cards:
     legend: list[tuple[str, str]] = field(default_factory=list)
 
 
-TONES = {"Miles better": "good", "Miles worse": "bad", "inconclusive": "unsure", "no practical difference": "same"}
-"""Table cells that start with a verdict are coloured by it in the HTML page."""
+TONES = {"inconclusive": "unsure", "no practical difference": "same"}
+_SIDE_VERDICT = re.compile(r"[^:|]+ (better|worse)")
+"""Table cells that hold a verdict ('<candidate> better', '... worse', 'inconclusive', 'no practical difference') are
+coloured by it in the HTML page."""
 
 
 def render_markdown(blocks: list[Any]) -> str:
@@ -162,8 +164,15 @@ def _cards_html(block: Cards) -> str:
     )
 
 
+def _tone(text: str) -> str | None:
+    side = _SIDE_VERDICT.fullmatch(text)
+    if side:
+        return "good" if side.group(1) == "better" else "bad"
+    return next((t for prefix, t in TONES.items() if text.startswith(prefix)), None)
+
+
 def _td(text: str) -> str:
-    tone = next((t for prefix, t in TONES.items() if text.startswith(prefix)), None)
+    tone = _tone(text)
     return f'<td class="{tone}">{_inline_html(text)}</td>' if tone else f"<td>{_inline_html(text)}</td>"
 
 
@@ -177,7 +186,7 @@ def _inline_html(text: str) -> str:
     return text
 
 
-def render_html(blocks: list[Any], base_dir: Path) -> str:
+def render_html(blocks: list[Any], base_dir: Path, title: str = "throughput report") -> str:
     """One self-contained page: the same blocks, images embedded as base64 data (SVG charts, PNG otherwise)."""
     body = []
     for block in blocks:
@@ -202,10 +211,10 @@ def render_html(blocks: list[Any], base_dir: Path) -> str:
             mime = "image/svg+xml" if block.path.endswith(".svg") else "image/png"
             body.append(f'<figure><img alt="{html.escape(block.alt)}" src="data:{mime};base64,{data}"></figure>')
         elif isinstance(block, Details):
-            inner = render_html(block.blocks, base_dir)
+            inner = render_html(block.blocks, base_dir, title)
             inner = inner[inner.index("<body>") + 6 : inner.index("</body>")]
             body.append(f"<details><summary>{html.escape(block.summary)}</summary>{inner}</details>")
-    return _page("\n".join(body))
+    return _page("\n".join(body), title)
 
 
 STYLE = (
@@ -229,8 +238,8 @@ STYLE = (
 )
 
 
-def _page(body: str) -> str:
+def _page(body: str, title: str) -> str:
     return (
-        '<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>Miles vs VERL throughput report</title>'
+        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
         f"<style>{STYLE}</style></head><body>" + body + "</body></html>\n"
     )

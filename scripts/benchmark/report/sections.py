@@ -1,6 +1,7 @@
-"""The report's sections, from the report document (analysis/document.py) to text blocks, in reading order:
-the headline cards (headline.py), Miles/VERL comparison, per-cell summaries, steady state, calibration, incomplete
-cells, plots, context.
+"""The report's sections, from the typed report document (contracts/report.py) to text blocks, in reading order:
+the headline cards (headline.py), the candidate/reference comparison (e.g. Miles vs VERL, printed with the sides'
+labels), per-cell summaries, steady state, calibration, incomplete cells, plots, context. Nothing is decided here:
+every verdict is the document's.
 
 A null number is printed "n/a", never 0. Fractions (MFU, wait ratio) are printed as percentages.
 """
@@ -10,12 +11,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from scripts.benchmark.analysis.document import parity_tables
-from scripts.benchmark.analysis.run_folder import REPORT_METRICS
-from scripts.benchmark.analysis.verdict import Practical, practical_verdict
-from scripts.benchmark.report.headline import headline_blocks, headline_markdown, threshold_of
+from miles.utils.bench_metrics import REPORT_METRICS
+from scripts.benchmark.contracts.report import (
+    CalibrationRowModel,
+    CellModel,
+    ComparisonModel,
+    Practical,
+    ReportDocument,
+)
+from scripts.benchmark.report.headline import headline_blocks, headline_markdown, labels
 from scripts.benchmark.report.learning import learning_blocks
-from scripts.benchmark.report.palette import VERDICT_LABELS
+from scripts.benchmark.report.palette import verdict_label
 from scripts.benchmark.report.render import Code, Details, Heading, Image, Paragraph, Table
 
 
@@ -53,73 +59,82 @@ def format_gap(value: float | None) -> str:
     return "n/a" if value is None else f"{value:+.2f}"
 
 
-def _better_side(row: dict[str, Any], threshold: float) -> str:
-    """The practical verdict on one ratio: Miles better / worse beyond the threshold, no practical difference, or
-    inconclusive (analysis/verdict.py)."""
-    if row["ratio"] is None:
-        return "n/a: " + row["method"].removeprefix("not compared: ")
-    low, high = (None, None) if row["ci_low"] is None else (row["ci_low"] - 1, row["ci_high"] - 1)
-    verdict = practical_verdict(low, high, threshold=threshold, direction=row["direction"])
-    if verdict is Practical.NOT_COMPARED:
+def _better_side(row: ComparisonModel, candidate: str) -> str:
+    """The document's practical verdict on one ratio: <candidate> better / worse beyond the threshold, no practical
+    difference, or inconclusive."""
+    if row.ratio is None:
+        return "n/a: " + row.method.removeprefix("not compared: ")
+    if row.verdict is Practical.NOT_COMPARED:
         return "n/a: too few steps for an interval"
-    return VERDICT_LABELS[verdict]
+    return verdict_label(row.verdict, candidate)
 
 
-def _headline_section(doc: dict[str, Any]) -> list[Any]:
+def _headline_section(doc: ReportDocument) -> list[Any]:
     return [Heading(2, "At a glance"), *headline_blocks(doc)]
 
 
-def _comparison_row(doc: dict[str, Any], c: dict[str, Any]) -> list[str]:
-    threshold = threshold_of(doc, c["metric"])
+def _comparison_row(c: ComparisonModel, candidate: str) -> list[str]:
     return [
-        f"`{c['metric']}`",
-        c["unit"],
-        c["direction"],
-        format_number(c["miles"], c["unit"]),
-        format_number(c["verl"], c["unit"]),
-        "n/a" if c["ratio"] is None else f"{c['ratio']:.3f}",
-        format_ratio_interval(c["ci_low"], c["ci_high"]),
-        "n/a" if c.get("p_value") is None else f"{c['p_value']:.3f}",
-        f"{threshold * 100:g}%",
-        _better_side(c, threshold),
+        f"`{c.metric}`",
+        c.unit,
+        c.direction,
+        format_number(c.candidate, c.unit),
+        format_number(c.reference, c.unit),
+        "n/a" if c.ratio is None else f"{c.ratio:.3f}",
+        format_ratio_interval(c.ci_low, c.ci_high),
+        "n/a" if c.p_value is None else f"{c.p_value:.3f}",
+        f"{c.threshold * 100:g}%",
+        _better_side(c, candidate),
     ]
 
 
-def _comparison_blocks(doc: dict[str, Any]) -> list[Any]:
+def _attribution_table(doc: ReportDocument, backend: str, layout: str, pct: str) -> Table:
+    cand, ref = labels(doc)
+    rows = [a for a in doc.attribution if (a.backend, a.layout) == (backend, layout)]
+    step = next((a for a in rows if a.component == "step_time_s"), None)
+    gap_significant = step is not None and step.ci_low is not None and not step.ci_low <= 0 <= step.ci_high
+    lines = []
+    for a in rows:
+        share = "n/a" if a.share_of_gap is None or not gap_significant else f"{a.share_of_gap * 100:.0f}%"
+        gap_ci = "n/a" if a.ci_low is None else f"[{format_gap(a.ci_low)}, {format_gap(a.ci_high)}]"
+        lines.append(
+            [
+                f"`{a.component}`",
+                format_number(a.candidate_s, "s"),
+                format_number(a.reference_s, "s"),
+                format_gap(a.gap_s),
+                gap_ci,
+                share,
+                a.note,
+            ]
+        )
+    header = [
+        "component",
+        f"{cand} mean (s)",
+        f"{ref} mean (s)",
+        f"gap {cand}-{ref} (s)",
+        f"{pct} CI",
+        "share",
+        "note",
+    ]
+    return Table(header, lines)
+
+
+def _comparison_blocks(doc: ReportDocument) -> list[Any]:
     blocks: list[Any] = []
-    pct = f"{doc.get('confidence', 0.95):.0%}"
-    for backend, layout in sorted({(c["backend"], c["layout"]) for c in doc["comparisons"]}):
-        rows = {c["metric"]: c for c in doc["comparisons"] if (c["backend"], c["layout"]) == (backend, layout)}
-        blocks.append(Heading(2, f"Miles vs VERL: {backend} / {layout}"))
-        table = [_comparison_row(doc, rows[metric]) for metric in _ordered_metrics(list(rows))]
-        header = ["metric", "unit", "better", "Miles", "VERL", "Miles/VERL", f"{pct} CI", "p", "threshold", "verdict"]
+    pct = f"{doc.confidence:.0%}"
+    cand, ref = labels(doc)
+    for backend, layout in doc.pairs():
+        rows = {c.metric: c for c in doc.comparisons if (c.backend, c.layout) == (backend, layout)}
+        blocks.append(Heading(2, f"{cand} vs {ref}: {backend} / {layout}"))
+        table = [_comparison_row(rows[metric], cand) for metric in _ordered_metrics(list(rows))]
+        header = ["metric", "unit", "better", cand, ref, f"{cand}/{ref}", f"{pct} CI", "p", "threshold", "verdict"]
         blocks.append(Table(header, table))
         blocks.append(Heading(3, f"Where the step-time gap goes ({backend} / {layout})"))
-        attribution = []
-        rows_ab = [a for a in doc["attribution"] if (a["backend"], a["layout"]) == (backend, layout)]
-        step = next((a for a in rows_ab if a["component"] == "step_time_s"), None)
-        gap_significant = (
-            step is not None and step["ci_low"] is not None and not step["ci_low"] <= 0 <= step["ci_high"]
-        )
-        for a in rows_ab:
-            share = "n/a" if a["share_of_gap"] is None or not gap_significant else f"{a['share_of_gap'] * 100:.0f}%"
-            gap_ci = "n/a" if a["ci_low"] is None else f"[{format_gap(a['ci_low'])}, {format_gap(a['ci_high'])}]"
-            attribution.append(
-                [
-                    f"`{a['component']}`",
-                    format_number(a["miles_s"], "s"),
-                    format_number(a["verl_s"], "s"),
-                    format_gap(a["gap_s"]),
-                    gap_ci,
-                    share,
-                    a["note"],
-                ]
-            )
-        header = ["component", "Miles mean (s)", "VERL mean (s)", "gap Miles-VERL (s)", f"{pct} CI", "share", "note"]
-        blocks.append(Table(header, attribution))
-    compared = [c for c in doc["comparisons"] if c["ratio"] is not None]
+        blocks.append(_attribution_table(doc, backend, layout, pct))
+    compared = [c for c in doc.comparisons if c.ratio is not None]
     if compared:
-        example = compared[0]["method"]
+        example = compared[0].method
         blocks.append(
             Paragraph(
                 f"Method: {example.split('; ', 1)[-1]}. Ratios are of means (harmonic means for rates); "
@@ -129,39 +144,39 @@ def _comparison_blocks(doc: dict[str, Any]) -> list[Any]:
     return blocks
 
 
-def _cell_blocks(doc: dict[str, Any]) -> list[Any]:
-    cells = doc["cells"]
+def _cell_blocks(doc: ReportDocument) -> list[Any]:
+    cells = doc.cells
     if not cells:
         return [Heading(2, "Per-cell summaries"), Paragraph("No complete cell in this run.")]
-    names = _ordered_metrics(list(cells[0]["summaries"]))
+    names = _ordered_metrics(list(cells[0].summaries))
     rows = []
     for name in names:
-        unit = cells[0]["summaries"][name]["unit"]
+        unit = cells[0].summaries[name].unit
         row = [f"`{name}`", unit]
         for cell in cells:
-            s = cell["summaries"][name]
-            if s["median"] is None:
+            s = cell.summaries[name]
+            if s.median is None:
                 row.append("n/a")
-            elif s["ci_low"] is None:
-                row.append(f"{format_number(s['median'], unit)} (no CI)")
+            elif s.ci_low is None:
+                row.append(f"{format_number(s.median, unit)} (no CI)")
             else:
-                row.append(f"{format_number(s['median'], unit)} {format_interval(s['ci_low'], s['ci_high'], unit)}")
+                row.append(f"{format_number(s.median, unit)} {format_interval(s.ci_low, s.ci_high, unit)}")
         rows.append(row)
     blocks: list[Any] = [
         Heading(2, "Per-cell summaries"),
         Paragraph(
             "Median of the steady-state steps with its confidence interval; n/a = not reported by the framework."
         ),
-        Table(["metric", "unit", *[f"`{c['id']}`" for c in cells]], rows),
+        Table(["metric", "unit", *[f"`{c.id}`" for c in cells]], rows),
         *_generation_blocks(cells),
         Heading(3, "Response lengths"),
         Table(
             ["cell", "mean (tokens)", "std of step means", "median per-step min", "median per-step max"],
             [
                 [
-                    f"`{c['id']}`",
+                    f"`{c.id}`",
                     *[
-                        format_number(c["response_length"].get(k))
+                        format_number(getattr(c.response_length, k))
                         for k in ("mean", "std_of_step_means", "median_step_min", "median_step_max")
                     ],
                 ]
@@ -172,12 +187,15 @@ def _cell_blocks(doc: dict[str, Any]) -> list[Any]:
     return blocks
 
 
-def _generation_blocks(cells: list[dict[str, Any]]) -> list[Any]:
+def _median(cell: CellModel, name: str) -> float | None:
+    summary = cell.summaries.get(name)
+    return summary.median if summary is not None else None
+
+
+def _generation_blocks(cells: list[CellModel]) -> list[Any]:
     """Rollout-side generation, the trainer's wait for it, and the generation hidden behind training, per cell."""
     names = ("phases_s.generate", "phases_s.rollout_wait", "overlap_s")
-    rows = [
-        [f"`{c['id']}`", *[format_number(c["summaries"].get(n, {}).get("median"), "s") for n in names]] for c in cells
-    ]
+    rows = [[f"`{c.id}`", *[format_number(_median(c, n), "s") for n in names]] for c in cells]
     return [
         Heading(3, "Generation, trainer wait and overlap"),
         Paragraph(
@@ -189,24 +207,23 @@ def _generation_blocks(cells: list[dict[str, Any]]) -> list[Any]:
     ]
 
 
-def _steady_blocks(doc: dict[str, Any]) -> list[Any]:
+def _steady_blocks(doc: ReportDocument) -> list[Any]:
     rows = []
-    for cell in doc["cells"]:
-        for r in cell["steady_state"]["repeats"]:
+    for cell in doc.cells:
+        for r in cell.steady_state.repeats:
             rows.append(
                 [
-                    f"`{cell['id']}`",
-                    str(r["repeat"]),
-                    str(r["steps"]),
-                    "n/a" if r["start_step"] is None else str(r["start_step"]),
-                    str(r["steady_steps"]),
-                    "yes" if r["reached"] else "**never reached**",
-                    r["method"],
+                    f"`{cell.id}`",
+                    str(r.repeat),
+                    str(r.steps),
+                    "n/a" if r.start_step is None else str(r.start_step),
+                    str(r.steady_steps),
+                    "yes" if r.reached else "**never reached**",
+                    r.method,
                 ]
             )
     methods = [
-        [f"`{c['id']}`", c["hardware"] or "n/a", c.get("interval_policy", ""), c["summaries"]["step_time_s"]["method"]]
-        for c in doc["cells"]
+        [f"`{c.id}`", c.hardware or "n/a", c.interval_policy, c.summaries["step_time_s"].method] for c in doc.cells
     ]
     return [
         Heading(2, "Steady state"),
@@ -215,31 +232,31 @@ def _steady_blocks(doc: dict[str, Any]) -> list[Any]:
     ]
 
 
-def _fraction_with_spread(row: dict[str, Any]) -> str:
+def _fraction_with_spread(row: CalibrationRowModel) -> str:
     """The roofline fraction, with the fraction at the roofline's p90 and p10 and its run-to-run spread."""
-    low_high, runs = row.get("fraction_of_roofline_range"), row.get("roofline_run_to_run_pct")
-    text = format_number(row["fraction_of_roofline"], "fraction")
+    low_high, runs = row.fraction_of_roofline_range, row.roofline_run_to_run_pct
+    text = format_number(row.fraction_of_roofline, "fraction")
     if low_high:
         text += f" ({format_number(low_high[0], 'fraction')} - {format_number(low_high[1], 'fraction')}"
         text += f"; {runs:.1f}%)" if runs is not None else ")"
     return text
 
 
-def _calibration_blocks(doc: dict[str, Any]) -> list[Any]:
+def _calibration_blocks(doc: ReportDocument) -> list[Any]:
     blocks: list[Any] = [Heading(2, "Calibration: measured peak and roofline")]
-    calibration = doc.get("calibration")
+    calibration = doc.calibration
     if not calibration:
-        note = doc.get("calibration_note") or "no calibration data for this run"
+        note = doc.calibration_note or "no calibration data for this run"
         return blocks + [Paragraph(f"Not shown: {note}. MFU above is against the datasheet peak.")]
     rows = [
         [
-            f"`{r['id']}`",
-            r["device"] or "n/a",
-            format_number(r["train_tflops_per_gpu"]),
-            format_number(r["mfu_datasheet"], "fraction"),
-            format_number(r["measured_peak_tflops"]),
-            format_number(r["mfu_measured_peak"], "fraction"),
-            format_number(r["roofline_tflops"]),
+            f"`{r.id}`",
+            r.device or "n/a",
+            format_number(r.train_tflops_per_gpu),
+            format_number(r.mfu_datasheet, "fraction"),
+            format_number(r.measured_peak_tflops),
+            format_number(r.mfu_measured_peak, "fraction"),
+            format_number(r.roofline_tflops),
             _fraction_with_spread(r),
         ]
         for r in calibration
@@ -258,15 +275,15 @@ def _calibration_blocks(doc: dict[str, Any]) -> list[Any]:
     return blocks + _weight_sync_blocks(calibration)
 
 
-def _weight_sync_blocks(calibration: list[dict[str, Any]]) -> list[Any]:
+def _weight_sync_blocks(calibration: list[CalibrationRowModel]) -> list[Any]:
     """Each cell's weight sync against the floor the calibration measured for its path."""
     rows = [
         [
-            f"`{r['id']}`",
-            format_number(r.get("weight_sync_s")),
-            format_number(r.get("weight_sync_floor_s")),
-            r.get("weight_sync_floor_path") or "n/a",
-            format_number(r.get("weight_sync_over_floor")),
+            f"`{r.id}`",
+            format_number(r.weight_sync_s),
+            format_number(r.weight_sync_floor_s),
+            r.weight_sync_floor_path or "n/a",
+            format_number(r.weight_sync_over_floor),
         ]
         for r in calibration
     ]
@@ -279,7 +296,7 @@ def _weight_sync_blocks(calibration: list[dict[str, Any]]) -> list[Any]:
             "which needs a multi-GPU calibration; n/a until one is committed)."
         )
     )
-    uncalibrated = sorted({r["device"] for r in calibration if r["device"] and r["measured_peak_tflops"] is None})
+    uncalibrated = sorted({r.device for r in calibration if r.device and r.measured_peak_tflops is None})
     if uncalibrated:
         blocks.append(
             Paragraph(
@@ -314,29 +331,44 @@ def _compact(value: Any) -> str:
     return json.dumps(value) if not isinstance(value, str) else value
 
 
-def _context_blocks(doc: dict[str, Any], *, environment_json: bool) -> list[Any]:
+def _parity_blocks(doc: ReportDocument) -> list[Any]:
+    """The parity proof, one collapsible table per pair; values named by the sides (e.g. miles: 1e-06; verl: 1e-06)."""
     blocks: list[Any] = [Heading(2, "Parity table")]
-    tables = parity_tables(doc["parity"])
-    if doc["parity"] is None:
-        blocks.append(Paragraph("No parity.json in this run folder: Miles and VERL cells are not proven matched."))
-    elif not tables:
-        blocks.append(Details("parity.json (unrecognised layout, shown verbatim)", [Code(json.dumps(doc["parity"]))]))
-    for table in tables:
-        statuses = [r["status"] for r in table["rows"]]
+    cand, ref = labels(doc)
+    if doc.parity is None:
+        if doc.parity_error:
+            blocks.append(Paragraph(f"parity.json could not be read: {doc.parity_error}"))
+        else:
+            blocks.append(
+                Paragraph(f"No parity.json in this run folder: {cand} and {ref} cells are not proven matched.")
+            )
+        return blocks
+    sides = doc.side_pair()
+    names = (sides.candidate.name, sides.reference.name if sides.reference is not None else "reference")
+    for pair in doc.parity.pairs:
+        statuses = [r.status for r in pair.rows]
         counts = ", ".join(f"{statuses.count(s)} {s}" for s in sorted(set(statuses)))
-        summary = f"{table['title']}: {len(statuses)} knobs ({counts})"
-        rows = [[f"`{r['knob']}`", r["status"], _compact(r["values"]), r["note"]] for r in table["rows"]]
-        inner: list[Any] = [Paragraph(f"**Parity error**: {table['error']}")] if table["error"] else []
+        summary = f"{pair.candidate_cell} vs {pair.reference_cell}: {len(statuses)} knobs ({counts})"
+        rows = [
+            [f"`{r.knob}`", r.status, _compact(dict(zip(names, (r.candidate, r.reference), strict=True))), r.note]
+            for r in pair.rows
+        ]
+        inner: list[Any] = [Paragraph(f"**Parity error**: {pair.error}")] if pair.error else []
         blocks.append(Details(summary, inner + [Table(["knob", "status", "values", "note"], rows)]))
+    return blocks
+
+
+def _context_blocks(doc: ReportDocument, *, environment_json: bool) -> list[Any]:
+    blocks: list[Any] = _parity_blocks(doc)
     blocks.append(Heading(2, "Environments"))
     env_rows = []
-    for cell in doc["cells"]:
-        env = cell["environment"]
+    for cell in doc.cells:
+        env = cell.environment
         cuda = env.get("cuda_runtime") or env.get("cuda") or env.get("cuda_driver")
         env_rows.append(
             [
-                f"`{cell['id']}`",
-                cell["hardware"] or "n/a",
+                f"`{cell.id}`",
+                cell.hardware or "n/a",
                 str(env.get("driver") or "n/a"),
                 str(cuda or "n/a"),
                 str(env.get("nccl") or "n/a"),
@@ -346,30 +378,33 @@ def _context_blocks(doc: dict[str, Any], *, environment_json: bool) -> list[Any]
         )
     blocks.append(Table(["cell", "hardware", "driver", "CUDA", "NCCL", "packages", "host"], env_rows))
     if environment_json:
-        for cell in doc["cells"]:
-            blocks.append(
-                Details(f"environment.json of {cell['id']}", [Code(json.dumps(cell["environment"], indent=1))])
-            )
+        for cell in doc.cells:
+            blocks.append(Details(f"environment.json of {cell.id}", [Code(json.dumps(cell.environment, indent=1))]))
     else:
         blocks.append(Paragraph("Full environment records: report.json and report.html (too long for this page)."))
     return blocks
 
 
-def build_blocks(doc: dict[str, Any], images: dict[str, str], *, environment_json: bool = True) -> list[Any]:
+def report_title(doc: ReportDocument) -> str:
+    cand, ref = labels(doc)
+    return f"{cand} vs {ref} throughput report"
+
+
+def build_blocks(doc: ReportDocument, images: dict[str, str], *, environment_json: bool = True) -> list[Any]:
     """All report sections, in reading order; `images` maps a plot title to its path relative to the report."""
     header = (
-        f"Run `{doc['run_dir']}`, preset `{doc['preset'] or 'n/a'}`, spec `{doc['spec_hash'] or 'n/a'}`, "
-        f"generated {doc['generated_at']}; {doc.get('confidence', 0.95):.0%} confidence intervals."
+        f"Run `{doc.run_dir}`, preset `{doc.preset or 'n/a'}`, spec `{doc.spec_hash or 'n/a'}`, "
+        f"generated {doc.generated_at}; {doc.confidence:.0%} confidence intervals."
     )
-    blocks: list[Any] = [Heading(1, "Miles vs VERL throughput report"), Paragraph(header)]
+    blocks: list[Any] = [Heading(1, report_title(doc)), Paragraph(header)]
     blocks += _headline_section(doc)
     blocks += _comparison_blocks(doc)
     blocks += learning_blocks(doc, images)
     blocks += _cell_blocks(doc)
     blocks += _steady_blocks(doc)
     blocks += _calibration_blocks(doc)
-    if doc["incomplete"]:
-        rows = [[f"`{r['cell_id']}`", str(r["repeat"]), r["state"], r["reason"] or ""] for r in doc["incomplete"]]
+    if doc.incomplete:
+        rows = [[f"`{r.cell_id}`", str(r.repeat), r.state, r.reason or ""] for r in doc.incomplete]
         blocks += [Heading(2, "Incomplete cells"), Table(["cell", "repeat", "state", "reason"], rows)]
     if images:
         blocks.append(Heading(2, "Plots"))
@@ -378,6 +413,6 @@ def build_blocks(doc: dict[str, Any], images: dict[str, str], *, environment_jso
     return blocks
 
 
-def verdict_markdown(doc: dict[str, Any]) -> str:
+def verdict_markdown(doc: ReportDocument) -> str:
     """The headline alone, one line per pair: what `run.py report` and the end of every run print."""
     return headline_markdown(doc)

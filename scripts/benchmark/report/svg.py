@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
 import numpy as np
@@ -294,3 +295,10 @@ def legend_column(canvas: Canvas, keys: Sequence[LegendKey], *, left: float, top
         y = top + index * (size + 8)
         _draw_key(canvas, left, y, key)
         canvas.text(left + 24, y, key.label, size=size, cls="legend")
+
+
+def save(svg: Canvas, path: Path) -> Path:
+    """Write a chart and return its path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(svg.to_svg(), encoding="utf-8")
+    return path

@@ -1,13 +1,13 @@
-"""Render the report document (analysis.py) as report.md, report.json, report.html and SVG charts in the run folder.
+"""Render the report document (contracts/report.py) as report.md, report.json, report.html and SVG charts.
 
 - `build_blocks(doc, images)` turns the document into a list of blocks (headings, paragraphs, bullets, tables,
   collapsible details, code, images); `render_markdown` and `render_html` render the same blocks, so the two files
   never disagree.
 - report.md fits a GitHub step summary and a PR comment (65,536 characters): when the full environment records
   would push it past `MARKDOWN_BUDGET`, they are left to report.json/report.html and the markdown says so.
-- `write_report(doc, run_dir)` writes everything (and headline.md: the headline, one line per pair, for a step
-  summary or a PR comment) and returns the paths; `analyse_and_write(run_dir)` analyses a run folder first (what
-  `run.py report` and the end of every run call); `verdict_markdown(doc)` is the headline, one line per pair.
+- `write_report(doc, run_dir)` writes everything (report.json is the validated document itself, and headline.md:
+  the headline, one line per pair, for a step summary or a PR comment) and returns the paths. Analysing a run
+  folder first is `run.py report`'s job (commands/report.py): this package only renders.
 
 Caveats:
 - A null number is printed "n/a", never 0. Fractions (MFU, wait ratio) are printed as percentages.
@@ -16,74 +16,50 @@ Caveats:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+import math
 from pathlib import Path
 from typing import Any
 
-from scripts.benchmark.analysis.document import report_json_bytes
-from scripts.benchmark.analysis.settings import AnalysisSettings
+import numpy as np
+
 from scripts.benchmark.contracts.report import ReportDocument
-from scripts.benchmark.report.headline import headline_markdown
+from scripts.benchmark.report.headline import headline_markdown, labels
+from scripts.benchmark.report.learning import learning_plot_title, plot_learning
+from scripts.benchmark.report.plots import plot_phase_bars, plot_ratios, plot_step_times
 from scripts.benchmark.report.render import render_html, render_markdown
-from scripts.benchmark.report.sections import build_blocks
+from scripts.benchmark.report.sections import build_blocks, report_title
 
 MARKDOWN_BUDGET = 60_000
 
 
-def calibration_readers() -> tuple[Callable, Callable, Callable]:
-    """Measured peak, roofline and weight-sync floor, from the committed JSON under calibration/results/."""
-    from scripts.benchmark.calibration.results import measured_peak_tflops, roofline_tflops, weight_sync_floor_s
-
-    return measured_peak_tflops, roofline_tflops, weight_sync_floor_s
-
-
-def analyse_and_write(
-    run_dir: Path,
-    settings: AnalysisSettings | None = None,
-    *,
-    calibration: bool = True,
-) -> tuple[dict[str, Any], dict[str, Path]]:
-    """Analyse a run folder and write the report; returns the report document and the written files."""
-    from scripts.benchmark.analysis.document import analyse_run_folder
-    from scripts.benchmark.calibration.results import roofline_spread
-
-    measured_peak, roofline, sync_floor = calibration_readers() if calibration else (None, None, None)
-    doc = analyse_run_folder(
-        run_dir,
-        settings,
-        measured_peak_tflops=measured_peak,
-        roofline_tflops=roofline,
-        weight_sync_floor_s=sync_floor,
-        roofline_spread=roofline_spread if calibration else None,
-    )
-    if not calibration:
-        doc["calibration_note"] = "disabled by --no-calibration"
-    return doc, write_report(doc, run_dir)
-
-
-def write_report(doc: dict[str, Any], run_dir: Path) -> dict[str, Path]:
-    """report.json, plots/*.svg, report.md and report.html in `run_dir`; returns what was written, by name."""
-    from scripts.benchmark.report.learning import LEARNING_PLOT_TITLE, plot_learning
-    from scripts.benchmark.report.plots import plot_phase_bars, plot_ratios, plot_step_times
-
-    run_dir = Path(run_dir)
-    written: dict[str, Path] = {}
-    plots = {
+def _plots(doc: ReportDocument) -> dict[str, tuple[str, Any]]:
+    """Chart title -> (file name, plot function); titles name the sides by their labels."""
+    candidate, reference = labels(doc)
+    return {
         "Phases per step (median, steady state), by pair": ("phase_bars.svg", plot_phase_bars),
-        "Step time over steps, Miles and VERL of a pair overlaid, steady-state windows shaded": (
+        f"Step time over steps, {candidate} and {reference} of a pair overlaid, steady-state windows shaded": (
             "step_times.svg",
             plot_step_times,
         ),
-        "Miles/VERL ratios with confidence intervals, coloured by practical verdict": ("ratios.svg", plot_ratios),
-        LEARNING_PLOT_TITLE: ("learning.svg", plot_learning),
+        f"{candidate}/{reference} ratios with confidence intervals, coloured by practical verdict": (
+            "ratios.svg",
+            plot_ratios,
+        ),
+        learning_plot_title(doc): ("learning.svg", plot_learning),
     }
+
+
+def write_report(doc: ReportDocument, run_dir: Path) -> dict[str, Path]:
+    """report.json, plots/*.svg, report.md and report.html in `run_dir`; returns what was written, by name."""
+    run_dir = Path(run_dir)
+    written: dict[str, Path] = {}
     images = {}
-    for title, (name, plot) in plots.items():
+    for title, (name, plot) in _plots(doc).items():
         path = plot(doc, run_dir / "plots" / name)
         if path is not None:
             images[title] = f"plots/{name}"
             written[name] = path
-    ReportDocument.model_validate(doc)  # the writer goes through the same definition as record and check
     (run_dir / "report.json").write_bytes(report_json_bytes(doc))
     written["report.json"] = run_dir / "report.json"
     markdown = render_markdown(build_blocks(doc, images))
@@ -91,8 +67,46 @@ def write_report(doc: dict[str, Any], run_dir: Path) -> dict[str, Path]:
         markdown = render_markdown(build_blocks(doc, images, environment_json=False))
     (run_dir / "report.md").write_text(markdown, encoding="utf-8")
     written["report.md"] = run_dir / "report.md"
-    (run_dir / "report.html").write_text(render_html(build_blocks(doc, images), run_dir), encoding="utf-8")
+    html = render_html(build_blocks(doc, images), run_dir, report_title(doc))
+    (run_dir / "report.html").write_text(html, encoding="utf-8")
     written["report.html"] = run_dir / "report.html"
     (run_dir / "headline.md").write_text(headline_markdown(doc), encoding="utf-8")
     written["headline.md"] = run_dir / "headline.md"
     return written
+
+
+_NONFINITE_MARKERS = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def _strict(value: Any) -> Any:
+    """NaN/Inf as bench_metrics' string markers; long all-finite float lists pass through without a copy."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else _NONFINITE_MARKERS[repr(float(value))]
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        if value and _all_finite_numbers(value):
+            return value
+        return [_strict(v) for v in value]
+    return value
+
+
+def _all_finite_numbers(values: list[Any] | tuple[Any, ...]) -> bool:
+    """True when every item (or nested item) is a finite number, so `_strict` would return it unchanged; one C
+    pass (numpy) instead of a Python loop over a 10,000-step series."""
+    try:
+        return bool(np.isfinite(np.asarray(values, dtype=float)).all())
+    except (TypeError, ValueError):  # None, strings, dicts, ragged lists: item by item
+        return False
+
+
+def report_json_bytes(doc: ReportDocument) -> bytes:
+    """The document as strict JSON in UTF-8 (non-finite numbers as "NaN"/"Infinity" strings), by the C encoder: the
+    samples of 10,000 steps x 8 cells are a million numbers, too many for the indenting pure-Python encoder. Bytes,
+    not text: a 40 MB document is written without a second copy."""
+    data = _strict(doc.model_dump(mode="python"))
+    try:
+        import orjson
+    except ImportError:
+        return (json.dumps(data, allow_nan=False, separators=(",", ":")) + "\n").encode("utf-8")
+    return orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from miles.utils.bench_metrics import REPORT_METRICS
 from scripts.benchmark.spec.pins import Number
 
 DEFAULT_PRACTICAL_THRESHOLD = 0.02
@@ -28,8 +29,6 @@ class ReportSpec(BaseModel):
     @field_validator("metric_thresholds")
     @classmethod
     def _known_metrics(cls, value: dict[str, float]) -> dict[str, float]:
-        from scripts.benchmark.analysis.run_folder import REPORT_METRICS
-
         for name, threshold in value.items():
             if name not in REPORT_METRICS:
                 raise ValueError(
