@@ -60,9 +60,6 @@ from miles.utils.bench_metric_registry import (  # noqa: F401 (re-exported: the 
 SCHEMA_VERSION = 2
 READABLE_SCHEMA_VERSIONS = (1, 2)
 
-Framework = str
-"""A framework's registry name (any registered adapter)."""
-
 
 @dataclass(kw_only=True)
 class StepRecord:
