@@ -30,7 +30,13 @@ sys.path.insert(0, str(HERE))
 
 from registration import PROJECT_ONLY, insert_registrations  # noqa: E402
 
-PRODUCT_PATHS = ("scripts/benchmark", "miles/utils/bench_*.py", "tests/benchmark", "docs/benchmark.md", "docs/benchmark")
+PRODUCT_PATHS = (
+    "scripts/benchmark",
+    "miles/utils/bench_*.py",
+    "tests/benchmark",
+    "docs/benchmark.md",
+    "docs/benchmark",
+)
 """The design's paths: the same relative path in this project and in Miles."""
 SKIPPED_NAMES = {"__pycache__", ".pytest_cache"}
 

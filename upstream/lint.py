@@ -1,15 +1,18 @@
 """Miles's lint (its .pre-commit-config.yaml: the tools at the versions it pins, with its pyproject settings) on the
 files the project adds to or changes in a Miles checkout.
 
-    python upstream/lint.py requirements MILES      # pip lines for the pinned tools, read from MILES's pre-commit config
+    python upstream/lint.py requirements MILES      # pip lines: the pinned tools, from MILES's pre-commit config
     python upstream/lint.py check MILES FILE...     # every hook, check only; exit 1 and the findings when one fails
     python upstream/lint.py fix MILES FILE...       # the same hooks, fixing in place (what pre-commit would do)
+    python upstream/lint.py fix-project MILES       # fix the project's own product files the way Miles's lint would
 
 FILE paths are relative to MILES. The hooks, as Miles's pre-commit runs them on those files: check-yaml and
 requirements-txt-fixer (pre-commit-hooks), ruff check, autoflake --remove-all-unused-imports, isort --profile=black
 --filter-files, black; and the local pygrep bans (mpu.get_, bare Auto*.from_pretrained, huggingface-cli) on Python
 files outside their exclusions. Tools run from the folder of this interpreter's `bin` (`--tools DIR` to change),
-with MILES as the working directory, so Miles's pyproject settings apply.
+with MILES as the working directory, so Miles's pyproject settings apply. `fix-project` copies the project's
+product files (upstream/apply.py PRODUCT_PATHS) into a scratch copy of the pristine checkout MILES, fixes them there
+and copies them back into this project: the one mechanical pass that makes them pass Miles's lint.
 """
 
 from __future__ import annotations
@@ -91,7 +94,11 @@ def run_hooks(miles: Path, files: list[str], tools: Path, fix: bool) -> list[str
     hook("ruff-check", [str(tools / "ruff"), "check", *(["--fix"] if fix else [])], python)
     autoflake = [str(tools / "autoflake"), "--remove-all-unused-imports", "--in-place" if fix else "--check"]
     hook("autoflake", autoflake, python)
-    hook("isort", [str(tools / "isort"), "--profile=black", "--filter-files", *([] if fix else ["--check-only"])], python)
+    hook(
+        "isort",
+        [str(tools / "isort"), "--profile=black", "--filter-files", *([] if fix else ["--check-only"])],
+        python,
+    )
     hook("black", [str(tools / "black"), *([] if fix else ["--check"])], python)
     for ban in pygrep_bans(miles):
         if ban.get("types") != ["python"]:
@@ -107,9 +114,34 @@ def run_hooks(miles: Path, files: list[str], tools: Path, fix: bool) -> list[str
     return failures
 
 
+def fix_project(miles: Path, tools: Path) -> int:
+    import shutil
+    import tempfile
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from apply import PROJECT_ROOT, product_files
+
+    files = product_files()
+    with tempfile.TemporaryDirectory() as tmp:
+        scratch = Path(tmp) / "miles"
+        shutil.copytree(miles, scratch, symlinks=True, ignore=shutil.ignore_patterns(".git", ".cache"))
+        for rel in files:
+            (scratch / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(PROJECT_ROOT / rel, scratch / rel)
+        run_hooks(scratch, files, tools, fix=True)
+        rewritten = [rel for rel in files if (scratch / rel).read_bytes() != (PROJECT_ROOT / rel).read_bytes()]
+        for rel in rewritten:
+            shutil.copy2(scratch / rel, PROJECT_ROOT / rel)
+        left = run_hooks(scratch, files, tools, fix=False)
+    print("\n".join(["rewritten:", *rewritten]))
+    if left:
+        print("\n\n".join(["still failing (fix by hand):", *left]))
+    return 1 if left else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("action", choices=["requirements", "check", "fix"])
+    parser.add_argument("action", choices=["requirements", "check", "fix", "fix-project"])
     parser.add_argument("miles", type=Path)
     parser.add_argument("files", nargs="*")
     parser.add_argument("--tools", type=Path, default=Path(sys.executable).parent)
@@ -117,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "requirements":
         print("\n".join(requirements(args.miles)))
         return 0
+    if args.action == "fix-project":
+        return fix_project(args.miles.resolve(), args.tools)
     failures = run_hooks(args.miles.resolve(), args.files, args.tools, fix=args.action == "fix")
     print("\n\n".join(failures) if failures else f"Miles's lint: {len(args.files)} file(s) pass")
     return 1 if failures else 0

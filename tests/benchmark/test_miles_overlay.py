@@ -147,7 +147,9 @@ def test_run_suite_lists_the_fast_tier_on_every_pr_and_the_slow_tier_nightly(ove
     assert listed(regular.stdout, "Skipped") == tier(registration.FAST, disabled=True)
     nightly = run_suite(overlay, "--hw", "cpu", "--suite", registration.SUITE_CPU, "--nightly", "--list-only")
     assert listed(nightly.stdout) == tier(registration.FAST) | tier(registration.SLOW)
-    gpu = run_suite(overlay, "--hw", "cuda", "--suite", registration.SUITE_GPU, "--labels", "run-ci-benchmark", "--list-only")
+    gpu = run_suite(
+        overlay, "--hw", "cuda", "--suite", registration.SUITE_GPU, "--labels", "run-ci-benchmark", "--list-only"
+    )
     assert {f for f in listed(gpu.stdout) if f.startswith("tests/benchmark/")} == {
         f"tests/benchmark/{name}" for name in registration.GPU_TESTS
     }
@@ -179,7 +181,7 @@ def test_miles_own_ci_tests_pass_with_the_patch_series(overlay):
 
 
 def test_miles_lint_passes_on_every_added_or_changed_file(overlay):
-    lint = [str(LINT_VENV / "bin" / "python"), str(REPO_ROOT / "upstream" / "lint.py"), "check", str(overlay["miles"])]
+    lint = [sys.executable, str(REPO_ROOT / "upstream" / "lint.py"), "check", str(overlay["miles"])]
     done = run([*lint, *overlay["changed"], "--tools", str(LINT_VENV / "bin")], REPO_ROOT)
     assert done.returncode == 0, done.stdout[-8000:] + done.stderr[-2000:]
 
@@ -218,12 +220,18 @@ def changed(launch: dict, entry: str | None = None, **flags: str | None) -> dict
 
 # name -> (cell id of the smoke preset, changes, stage, Miles's own words)
 PLANTED = {
-    "unknown flag": ("miles-megatron-colocate", {"no_such_flag": "1"}, "parse", "unrecognized arguments: --no-such-flag 1"),
+    "unknown flag": (
+        "miles-megatron-colocate",
+        {"no_such_flag": "1"},
+        "parse",
+        "unrecognized arguments: --no-such-flag 1",
+    ),
     "indivisible batch": (
         "miles-megatron-colocate",
         {"num_steps_per_rollout": "3"},
         "parse",
-        "global_batch_size 16 is not equal to rollout_batch_size 4 * n_samples_per_prompt 4 // num_steps_per_rollout 3",
+        "global_batch_size 16 is not equal to rollout_batch_size 4 * n_samples_per_prompt 4 "
+        "// num_steps_per_rollout 3",
     ),
     "TP not dividing the world size": (
         "miles-megatron-colocate",
@@ -295,7 +303,9 @@ def verdicts(overlay, tmp_path_factory) -> dict[str, dict]:
 def test_miles_own_parser_and_entry_checks_accept_every_launch_of_the_target(verdicts):
     launches = {name: v for name, v in verdicts.items() if not name.startswith("planted/")}
     assert len(launches) == len(preset_names()) * len(LAYOUTS) * len(BACKENDS)
-    refused = {name: v["error"] for name, v in launches.items() if v != {"accepted": True, "stage": None, "error": None}}
+    refused = {
+        name: v["error"] for name, v in launches.items() if v != {"accepted": True, "stage": None, "error": None}
+    }
     assert refused == {}
 
 

@@ -23,10 +23,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from scripts.benchmark.frameworks.miles import versions
+from scripts.benchmark.frameworks.miles.parser_check import CAPABILITY_WITHOUT_GPU, RUN_WORKER
 from scripts.benchmark.frameworks.miles.parser_check import WORKER as PARSE_WORKER
-from scripts.benchmark.frameworks.miles.parser_check import CAPABILITY_WITHOUT_GPU, RUN_WORKER, parser_launches
+from scripts.benchmark.frameworks.miles.parser_check import parser_launches
 from scripts.benchmark.plan.build import PlanOptions, build_plan
 from scripts.benchmark.spec import LAYOUTS, load_preset, preset_names, with_overrides
 
@@ -65,12 +65,17 @@ def with_flag(argv: list[str], flag: str, value: str | None) -> list[str]:
 
 
 PLANTED = {
-    "a Megatron flag": ("--tensor-model-parallel-size", "2", "error: unrecognized arguments: --tensor-model-parallel-size 2"),
+    "a Megatron flag": (
+        "--tensor-model-parallel-size",
+        "2",
+        "error: unrecognized arguments: --tensor-model-parallel-size 2",
+    ),
     "context parallelism": ("--context-parallel-size", "2", "Context parallelism is not supported for FSDP backend."),
     "indivisible batch": (
         "--num-steps-per-rollout",
         "3",
-        "global_batch_size 16 is not equal to rollout_batch_size 4 * n_samples_per_prompt 4 // num_steps_per_rollout 3",
+        "global_batch_size 16 is not equal to rollout_batch_size 4 * n_samples_per_prompt 4 "
+        "// num_steps_per_rollout 3",
     ),
 }
 
