@@ -17,8 +17,9 @@ Result, per launch in order: {"accepted": bool, "stage": "parse" | "entry" | nul
 Stand-ins, and nothing else:
 - The GPU's compute capability, asked by Megatron (TP/CP > 1, grouped GEMM): answered with capability_without_gpu,
   only when torch sees no GPU.
-- "ring_flash_attn", only when named in the request and not installed: an importable module whose every attribute
-  raises when called. miles-rl 0.0.2 imports it at module level on the FSDP parse path
+- "ring_flash_attn", only when named in the request and it cannot be imported (absent; or, as in Miles's CPU-CI
+  environment, installed without the flash_attn it imports): an importable module whose every attribute raises
+  when called. miles-rl 0.0.2 imports it at module level on the FSDP parse path
   (miles.backends.experimental.fsdp_utils) and never calls it while parsing.
 - "absent_stand_ins": the release's parse on a CPU machine (torch 2.13 CPU, no torchvision build that loads beside it,
   no triton): parse_worker.py's `install_stand_ins_for_absent`, the same stand-ins test_miles_parser.py's parse uses,
@@ -60,10 +61,13 @@ def answer_device_capability(capability) -> None:
 
 
 def install_stand_in(name: str) -> None:
-    import importlib.util
+    import importlib
 
-    if importlib.util.find_spec(name) is not None:
-        return
+    try:
+        importlib.import_module(name)
+        return  # the real module imports: nothing is stood in for
+    except ImportError:
+        sys.modules.pop(name, None)
 
     class NeverCalled(types.ModuleType):
         def __getattr__(self, attr):

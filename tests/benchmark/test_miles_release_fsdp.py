@@ -7,7 +7,8 @@ Two things differ from a real launch, both named here and nothing else:
   "The FSDP backend has known issues ..."), and reads it nowhere else while parsing (its only other reader is the
   eval metric checker, at run time). The plan never emits it (versions.py: FSDP is not planned for 0.0.2, since
   --ci-test adds per-step checks a benchmark must not time); here the plan is asked with that refusal lifted.
-- `ring_flash_attn` is an import stand-in (miles_entry_worker.py): 0.0.2 imports it at module level on the FSDP
+- `ring_flash_attn` is an import stand-in where it cannot be imported (miles_entry_worker.py; in Miles's CPU-CI
+  environment it is installed without the flash_attn it needs): 0.0.2 imports it at module level on the FSDP
   parse path (miles.backends.experimental.fsdp_utils) and never calls it while parsing; the stand-in raises if called.
 As in every parse of the release here (test_miles_parser.py, parse_worker.py): the device's compute capability is
 answered (H100/H200: 9.0) only without a GPU, and triton and torchvision are stood in for only where absent.
