@@ -161,7 +161,9 @@ def test_run_suite_lists_the_fast_tier_on_every_pr_and_the_slow_tier_nightly(ove
 
 def test_run_suite_runs_the_fast_tier_green_under_miles_pytest_settings(overlay):
     done = run_suite(overlay, "--hw", "cpu", "--suite", registration.SUITE_CPU, "--continue-on-error", timeout=1800)
-    tail = done.stdout[-6000:] + done.stderr[-2000:]
+    failed = [line.split()[0] for line in done.stdout.splitlines() if line.endswith("]") and " FAILED " in line]
+    failed += [line.split()[0] for line in done.stdout.splitlines() if line.endswith("]") and " ERROR " in line]
+    tail = "\n".join(failed) + "\n" + done.stdout[-3000:] + done.stderr[-2000:]
     assert done.returncode == 0, tail
     assert "--strict-markers" in (overlay["miles"] / "pyproject.toml").read_text()
     assert " passed" in done.stdout and " failed" not in done.stdout.splitlines()[-1], tail
