@@ -1,4 +1,6 @@
-"""Shared fixtures: where the real upstream artifacts live (the isolated VERL 0.9.1 wheel, the Miles release)."""
+"""Shared fixtures: where the real upstream artifacts live (the isolated VERL 0.9.1 wheel, the Miles release); the
+benchmark's own pytest markers, registered here so that they hold wherever the tests run: in this project and in
+Miles, whose pytest settings are `--strict-markers` and declare no markers (tests/benchmark sits under its tests/)."""
 
 import os
 from pathlib import Path
@@ -6,6 +8,16 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+MARKERS = {
+    "gpu": "needs a CUDA device (run on the lent accelerator and Miles's GPU suites; skipped in CPU CI)",
+    "cluster": "starts a real Ray cluster or Slurm (tens of seconds each; deselect with -m 'not cluster')",
+}
+
+
+def pytest_configure(config):
+    for name, meaning in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {meaning}")
 
 
 @pytest.fixture(scope="session")

@@ -24,7 +24,7 @@ RUNTIME_ENV = {"env_vars": {"STANDIN_JOB_ENV": "from-runtime-env"}}
 
 def require_ray() -> None:
     if not RAY.is_file():
-        pytest.fail(f"the Ray CLI is missing at {RAY}: install the test extra (pip install -e '.[test]')")
+        pytest.fail(f"the Ray CLI is missing at {RAY}: run tests/benchmark/setup_env.sh (requirements-test.txt)")
 
 
 def ray_cell(

@@ -88,6 +88,14 @@ def answer_device_capability(capability: tuple[int, int]) -> None:
     torch.cuda.get_device_properties = lambda device=None: types.SimpleNamespace(major=major, minor=minor)
 
 
+class StderrCapture(io.StringIO):
+    """stderr captured for argparse's message, with the real descriptor for code that asks for one: Megatron's
+    inference coordinator, imported while parsing where zmq and msgpack are installed, calls faulthandler.enable()."""
+
+    def fileno(self) -> int:
+        return sys.__stderr__.fileno()
+
+
 def failure(exc: BaseException, stderr: io.StringIO) -> str:
     """The parser's own message: argparse's error line (exit 2), or the validator's exception and where it rose."""
     if isinstance(exc, SystemExit):
@@ -104,7 +112,7 @@ def verdict(parse_args, launch: dict, transformer_config: bool) -> dict:
     env = launch.get("env") or {}
     saved_env = {name: os.environ.get(name) for name in env}
     os.environ.update(env)
-    stderr = io.StringIO()
+    stderr = StderrCapture()
     result = {"accepted": False, "error": None}
     try:
         with contextlib.redirect_stderr(stderr):

