@@ -150,8 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(requirements(args.miles)))
         return 0
     if args.action == "fix-project":
-        return fix_project(args.miles.resolve(), args.tools)
-    failures = run_hooks(args.miles.resolve(), args.files, args.tools, fix=args.action == "fix")
+        return fix_project(args.miles.resolve(), args.tools.absolute())
+    failures = run_hooks(args.miles.resolve(), args.files, args.tools.absolute(), fix=args.action == "fix")
     print("\n\n".join(failures) if failures else f"Miles's lint: {len(args.files)} file(s) pass")
     return 1 if failures else 0
 

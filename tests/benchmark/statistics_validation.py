@@ -20,8 +20,6 @@ import math
 from dataclasses import dataclass, replace
 
 import numpy as np
-
-from miles.utils.bench_metrics import PHASES, STEP_TIME_FAMILY
 from scripts.benchmark.analysis.compare import compare_sides
 from scripts.benchmark.analysis.document import cut_to_steady_state, side_samples
 from scripts.benchmark.analysis.settings import AnalysisSettings
@@ -30,6 +28,8 @@ from scripts.benchmark.analysis.steady_state import detect_steady_state
 from scripts.benchmark.analysis.step_columns import StepColumns
 from tests.benchmark.synthetic_runs import pair_key
 from tests.benchmark.validation_generator import PROMPT_TOKENS, GeneratedRuns, generate_runs
+
+from miles.utils.bench_metrics import PHASES, STEP_TIME_FAMILY
 
 METRICS = (
     "step_time_s",

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from miles.utils.bench_metrics import PHASES, STEP_PHASES, StepRecord, write_records
 from scripts.benchmark.analysis.compare import PairKey
 from scripts.benchmark.contracts.sides import Side
+
+from miles.utils.bench_metrics import PHASES, STEP_PHASES, StepRecord, write_records
 
 SAMPLES_PER_STEP = 256
 PROMPT_TOKENS_PER_SAMPLE = 200

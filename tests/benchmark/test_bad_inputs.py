@@ -17,11 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 from scripts.benchmark.run import build_app
 from tests.benchmark.read_only import lock_read_only
 from tests.benchmark.standins.plans import REPO_ROOT, RUN_PY, STANDINS, standin_cell, write_plan
+from typer.testing import CliRunner
 
 SMOKE = REPO_ROOT / "scripts" / "benchmark" / "presets" / "smoke.yaml"
 

@@ -7,8 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from miles.utils.bench_flops import ModelArch, batch_train_flops, peak_tflops_for_device
 from scripts.benchmark.calibration.interconnect import MULTICAST_OFF_ENV, bus_bandwidth_factor, measure_collectives
 from scripts.benchmark.calibration.packed import PACKED_ATTENTION
 from scripts.benchmark.calibration.results import (
@@ -26,6 +24,8 @@ from scripts.benchmark.calibration.roofline import ATTENTION_DESCRIPTION
 from scripts.benchmark.calibration.shapes import pack_sequences, read_preset_shapes
 from scripts.benchmark.model_config import MODEL_CONFIGS_DIR, preset_names
 from scripts.benchmark.model_config import resolve_model_config as read_model_config
+
+from miles.utils.bench_flops import ModelArch, batch_train_flops, peak_tflops_for_device
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CALIBRATE = REPO_ROOT / "scripts" / "benchmark" / "calibrate.py"
@@ -264,7 +264,6 @@ class TestParameterCount:
     def test_matches_the_transformers_model(self, name):
         """The pure count equals numel over the real transformers model built on the meta device."""
         import torch
-
         from scripts.benchmark.calibration.roofline import build_causal_lm
 
         config = read_model_config(name)
@@ -305,9 +304,8 @@ class TestCounterFormulas:
     def test_grouped_kv_heads_cost_what_query_heads_cost(self):
         """The GQA formulas equal torch's own formula on K/V expanded to the query heads."""
         import torch
-        from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
-
         from scripts.benchmark.calibration.roofline import gqa_sdpa_flop_formulas
+        from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
 
         formulas = gqa_sdpa_flop_formulas()
         q, kv = (2, 32, 300, 128), (2, 8, 300, 128)
@@ -319,9 +317,8 @@ class TestCounterFormulas:
     def test_varlen_flash_counts_each_packed_sequence_with_grouped_heads(self):
         """The packed kernel is counted per sequence (s_i x s_i, not the whole row), K/V heads as query heads."""
         import torch
-        from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
-
         from scripts.benchmark.calibration.roofline import gqa_sdpa_flop_formulas
+        from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
 
         formulas = gqa_sdpa_flop_formulas()
         lens, heads, kv_heads, dim = [300, 100], 32, 8, 128
@@ -336,7 +333,6 @@ class TestCounterFormulas:
     def test_activation_checkpointing_is_really_switched(self):
         """With checkpointing the counter sees the recomputed forward; without it, exactly the model's count."""
         import torch
-
         from scripts.benchmark.calibration.command import TINY_CONFIG
         from scripts.benchmark.calibration.roofline import (
             build_causal_lm,
@@ -356,7 +352,6 @@ class TestCounterFormulas:
     def test_moe_step_agrees_with_eager_experts(self):
         """Qwen3 MoE (router + top-k experts) counted by the counter matches the FLOPs model within 1%."""
         import torch
-
         from scripts.benchmark.calibration.command import TINY_CONFIG
         from scripts.benchmark.calibration.roofline import crosscheck_flops
 
@@ -381,7 +376,6 @@ class TestPackedStep:
     def test_packed_row_computes_what_separate_sequences_compute(self):
         """One packed row (positions restarting, attention per sequence) gives each sequence's own logits."""
         import torch
-
         from scripts.benchmark.calibration.command import TINY_CONFIG
         from scripts.benchmark.calibration.packed import pack_batch, register_packed_attention
         from scripts.benchmark.calibration.roofline import build_causal_lm
@@ -402,7 +396,6 @@ class TestPackedStep:
 
     def test_packed_attention_refuses_a_row_without_sequence_bounds(self):
         import torch
-
         from scripts.benchmark.calibration.packed import pack_batch, packed_attention_forward
 
         q = torch.zeros(1, 4, 8, 16)
@@ -422,7 +415,6 @@ class TestStepTiming:
 
     def test_cpu_step_is_host_timed_and_repeats_are_checked(self):
         import torch
-
         from scripts.benchmark.calibration.step_timing import time_step
 
         calls = []

@@ -14,8 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from miles.utils.bench_metrics import LEARNING_SIGNALS, RunContext, StepRecord, read_records, write_records
 from scripts.benchmark.analysis.learning import (
     DIFFERENT,
     EQUIVALENT,
@@ -40,6 +38,8 @@ from tests.benchmark.test_history import _record as record_history
 from tests.benchmark.test_metrics_cli import run_cli
 from tests.benchmark.test_miles_reader import TRAIN_RANK, miles_log_calls, stdout_text, write_event_log
 from tests.benchmark.test_verl_reader import load_file_logger_class, verl_step_metrics
+
+from miles.utils.bench_metrics import LEARNING_SIGNALS, RunContext, StepRecord, read_records, write_records
 
 MAX_RESPONSE = 4096
 VERL_CTX = RunContext.build(arch=None, num_train_gpus=8, max_response_tokens=MAX_RESPONSE)

@@ -7,6 +7,16 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from scripts.benchmark.analysis.document import analyse_run_folder
+from scripts.benchmark.analysis.settings import AnalysisSettings
+from scripts.benchmark.analysis.step_columns import read_step_columns
+from scripts.benchmark.analysis.verdict import ReportSpec
+from scripts.benchmark.contracts.report import validate_report_file
+from scripts.benchmark.history.check import DEFAULT_GATES
+from scripts.benchmark.history.learning_check import LEARNING_PREFIX
+from scripts.benchmark.history.report_input import read_report_runs
+from scripts.benchmark.report.write import write_report
+from tests.benchmark.synthetic_runs import SyntheticCell, build_records, write_run_folder
 
 from miles.utils.bench_flops import ModelArch
 from miles.utils.bench_metrics import (
@@ -22,16 +32,6 @@ from miles.utils.bench_metrics import (
     derive_step_fields,
     write_records,
 )
-from scripts.benchmark.analysis.document import analyse_run_folder
-from scripts.benchmark.analysis.settings import AnalysisSettings
-from scripts.benchmark.analysis.step_columns import read_step_columns
-from scripts.benchmark.analysis.verdict import ReportSpec
-from scripts.benchmark.contracts.report import validate_report_file
-from scripts.benchmark.history.check import DEFAULT_GATES
-from scripts.benchmark.history.learning_check import LEARNING_PREFIX
-from scripts.benchmark.history.report_input import read_report_runs
-from scripts.benchmark.report.write import write_report
-from tests.benchmark.synthetic_runs import SyntheticCell, build_records, write_run_folder
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ARCH = ModelArch.from_config_path(REPO_ROOT / "scripts" / "benchmark" / "model_configs" / "qwen3-1.7b-base.json")

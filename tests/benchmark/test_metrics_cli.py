@@ -6,11 +6,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.benchmark.test_miles_reader import miles_log_calls, write_event_log
+from tests.benchmark.test_verl_reader import load_file_logger_class, write_verl_run
 
 from miles.utils.bench_flops import ModelArch, forward_flops
 from miles.utils.bench_metrics import read_records
-from tests.benchmark.test_miles_reader import miles_log_calls, write_event_log
-from tests.benchmark.test_verl_reader import load_file_logger_class, write_verl_run
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RUN_PY = REPO_ROOT / "scripts" / "benchmark" / "run.py"

@@ -24,8 +24,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 from scripts.benchmark.frameworks import registry
 from scripts.benchmark.frameworks.miles.launch import MilesPaths
 from scripts.benchmark.frameworks.miles.parser_check import entry_flags, job_env, parser_launches, run_miles_parser
@@ -33,6 +31,7 @@ from scripts.benchmark.frameworks.miles.versions import DEFAULT_MILES_TARGET, MI
 from scripts.benchmark.plan.build import PlanError, PlanOptions, build_plan
 from scripts.benchmark.run import build_app
 from scripts.benchmark.spec import LAYOUTS, load_preset, preset_names, with_overrides
+from typer.testing import CliRunner
 
 CELLS = [(preset, layout) for preset in preset_names() for layout in LAYOUTS]
 

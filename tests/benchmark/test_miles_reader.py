@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from scripts.benchmark.frameworks.sinks import build_step_records
 
 from miles.utils.bench_flops import ModelArch, batch_train_flops
 from miles.utils.bench_metrics import RunContext
-from scripts.benchmark.frameworks.sinks import build_step_records
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ARCH = ModelArch.from_config_path(REPO_ROOT / "scripts" / "benchmark" / "model_configs" / "qwen3-4b.json")

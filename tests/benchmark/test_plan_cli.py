@@ -9,11 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 from scripts.benchmark.run import build_app
 from scripts.benchmark.runner.preflight import check_can_execute
 from scripts.benchmark.spec import LAYOUTS, load_preset, preset_names
+from typer.testing import CliRunner
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RUN_PY = REPO_ROOT / "scripts" / "benchmark" / "run.py"

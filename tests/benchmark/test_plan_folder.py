@@ -6,11 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 from scripts.benchmark.errors import UserError
 from scripts.benchmark.plan.folder import write_plan_atomically
 from scripts.benchmark.run import build_app
+from typer.testing import CliRunner
 
 
 def _plan(out: Path, *extra: str):

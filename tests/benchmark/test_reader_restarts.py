@@ -9,8 +9,6 @@ import os
 from pathlib import Path
 
 import pytest
-
-from miles.utils.bench_metrics import read_records
 from scripts.benchmark.frameworks.sinks import build_step_records
 from scripts.benchmark.runner import sink_follower
 from scripts.benchmark.runner.sink_follower import SinkFollower
@@ -28,6 +26,8 @@ from tests.benchmark.test_miles_reader import (
 )
 from tests.benchmark.test_verl_reader import CTX as VERL_CTX
 from tests.benchmark.test_verl_reader import load_file_logger_class, verl_step_metrics
+
+from miles.utils.bench_metrics import read_records
 
 
 @pytest.fixture(scope="module")

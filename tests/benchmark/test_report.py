@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 import typer
-from typer.testing import CliRunner
-
 from scripts.benchmark.analysis.document import analyse_run_folder
 from scripts.benchmark.analysis.settings import AnalysisSettings
 from scripts.benchmark.commands.report import register, report_impl
@@ -21,6 +19,7 @@ from scripts.benchmark.contracts.report import validate_report_file
 from scripts.benchmark.errors import wrap_commands
 from scripts.benchmark.report.plots import phase_bars_size_px, ratio_chart_size_px, step_times_size_px
 from tests.benchmark.synthetic_runs import SyntheticCell, matched_parity, write_run_folder
+from typer.testing import CliRunner
 
 WARMUP_STEPS = 12
 REPS = 1000

@@ -13,8 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
-from miles.utils.bench_metrics import RunContext, read_records
 from scripts.benchmark.frameworks.sinks import build_step_records
 from tests.benchmark.standins.plans import (
     REPO_ROOT,
@@ -28,6 +26,8 @@ from tests.benchmark.standins.plans import (
     standin_cell,
     write_plan,
 )
+
+from miles.utils.bench_metrics import RunContext, read_records
 
 
 @pytest.fixture(autouse=True)

@@ -17,13 +17,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 from scripts.benchmark.frameworks import registry
 from scripts.benchmark.run import build_app
 from scripts.benchmark.runner.sink_follower import read_sink
 from tests.benchmark.toy_framework import ADAPTER as TOY
 from tests.benchmark.toy_framework.adapter import TRAINER
+from typer.testing import CliRunner
 
 
 @pytest.fixture

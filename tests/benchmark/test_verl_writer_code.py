@@ -7,11 +7,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from miles.utils.bench_metrics import RunContext
 from scripts.benchmark.frameworks.sinks import build_step_records
 from scripts.benchmark.frameworks.verl.config import find_verl_root
 from scripts.benchmark.frameworks.verl.own_checks import find_check_python
+
+from miles.utils.bench_metrics import RunContext
 
 CHILD = Path(__file__).resolve().parent / "verl_children" / "write_steps.py"
 

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tests.benchmark.synthetic_runs import SyntheticCell, matched_parity
 
 from miles.utils.bench_metrics import SCHEMA_VERSION
-from tests.benchmark.synthetic_runs import SyntheticCell, matched_parity
 
 PHASE_SHARES = {"generate": 0.55, "train": 0.30, "old_logprob": 0.08, "weight_sync": 0.04, "other": 0.03}
 """Mean share of the step per phase; ref_logprob is not run (0), as in a run without a reference model."""

@@ -30,13 +30,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
-from miles.utils.bench_metrics import METRICS, STEP_TIME_FAMILY
 from scripts.benchmark.analysis import intervals
 from scripts.benchmark.analysis.settings import AnalysisSettings
 from scripts.benchmark.analysis.verdict import practical_verdict
 from scripts.benchmark.contracts.report import DEFAULT_PRACTICAL_THRESHOLD, AttributionModel, ComparisonModel
 from scripts.benchmark.contracts.sides import Side
+
+from miles.utils.bench_metrics import METRICS, STEP_TIME_FAMILY
 
 RATE_METRICS = frozenset(name for name, m in METRICS.items() if m.average == "harmonic")
 """Rates are averaged harmonically (the rate of the total work over the total time), costs arithmetically."""

@@ -23,8 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from miles.utils.bench_metrics import REPORT_METRICS, STEP_PHASES
 from scripts.benchmark.analysis.calibration_view import (
     MeasuredPeak,
     Roofline,
@@ -51,6 +49,8 @@ from scripts.benchmark.analysis.step_columns import StepColumns
 from scripts.benchmark.analysis.verdict import practical_thresholds
 from scripts.benchmark.contracts.parity import unexplained
 from scripts.benchmark.contracts.report import AttributionModel, ComparisonModel, ReportDocument
+
+from miles.utils.bench_metrics import REPORT_METRICS, STEP_PHASES
 
 REPORT_SCHEMA_VERSION = 2
 

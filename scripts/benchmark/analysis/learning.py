@@ -22,12 +22,12 @@ import math
 from typing import Any
 
 import numpy as np
-
-from miles.utils.bench_metrics import LEARNING_SIGNALS
 from scripts.benchmark.analysis.intervals import block_bootstrap_means, block_length, small_sample_factor
 from scripts.benchmark.analysis.run_folder import Cell
 from scripts.benchmark.contracts.sides import SidePair
 from scripts.benchmark.spec.learning import LearningSpec
+
+from miles.utils.bench_metrics import LEARNING_SIGNALS
 
 MIN_PAIRED_STEPS = 6
 DEFAULT_REPS = 2000

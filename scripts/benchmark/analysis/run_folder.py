@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from miles.utils.bench_metrics import REPORT_METRICS, decode_nonfinite
 from scripts.benchmark.analysis.sides import cell_side, run_sides
 from scripts.benchmark.analysis.step_columns import StepColumns, read_step_columns
 from scripts.benchmark.contracts.manifest import MANIFEST_NAME, read_manifest_json
 from scripts.benchmark.contracts.parity import ParityFile, read_parity_file
 from scripts.benchmark.contracts.sides import SidePair
+
+from miles.utils.bench_metrics import REPORT_METRICS, decode_nonfinite
 
 RESPONSE_LENGTH_EXTREMES = {
     "min": ("rollout/response_len/min", "response_length/min"),

@@ -24,8 +24,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from miles.utils.bench_flops import moe_layer_flags
 from scripts.benchmark.model_config import resolve_model_config
+
+from miles.utils.bench_flops import moe_layer_flags
 
 CALIBRATION_DIR = Path(__file__).resolve().parent / "results"
 SCHEMA_VERSION = 1

@@ -25,11 +25,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from miles.utils.bench_flops import ModelArch, batch_train_flops, flops_breakdown
 from scripts.benchmark.calibration.packed import PACKED_ATTENTION, pack_batch, register_packed_attention
 from scripts.benchmark.calibration.peak import read_gpu_state
 from scripts.benchmark.calibration.spread import mode_figures
 from scripts.benchmark.calibration.step_timing import time_step
+
+from miles.utils.bench_flops import ModelArch, batch_train_flops, flops_breakdown
 
 ATTENTION_DESCRIPTION = "packed row, PyTorch varlen flash attention (causal per sequence)"
 TIMING_DESCRIPTION = "GPU kernel time per step (profiler), wall time per step (CUDA events) beside it"

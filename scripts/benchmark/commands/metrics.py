@@ -44,8 +44,9 @@ def _parse_seq_lens(text: str) -> list[int]:
 
 def flops_impl(model: str, seq_lens: list[int]) -> dict:
     """Our forward and train FLOPs per sequence, and each registered framework's own formula next to ours."""
-    from miles.utils.bench_flops import ModelArch, forward_flops, train_flops
     from scripts.benchmark.frameworks import registry
+
+    from miles.utils.bench_flops import ModelArch, forward_flops, train_flops
 
     arch = ModelArch.from_hf_config(resolve_model_config(model))
     adapters = [registry.get(name) for name in registry.names()]
@@ -108,9 +109,10 @@ def ingest_impl(
     max_response_tokens: int | None = None,
     layout: str | None = None,
 ) -> list:
+    from scripts.benchmark.frameworks.sinks import build_step_records
+
     from miles.utils.bench_flops import ModelArch
     from miles.utils.bench_metrics import RunContext, write_records
-    from scripts.benchmark.frameworks.sinks import build_step_records
 
     ctx = RunContext.build(
         arch=ModelArch.from_hf_config(resolve_model_config(model)),

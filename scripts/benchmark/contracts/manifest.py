@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from scripts.benchmark.contracts.sides import Side
 
 from miles.utils.bench_metrics import write_text_atomic
-from scripts.benchmark.contracts.sides import Side
 
 MANIFEST_NAME = "manifest.json"
 SCHEMA_VERSION = 1

@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from miles.utils.bench_metrics import decode_nonfinite
 from scripts.benchmark.contracts.parity import ParityFile
 from scripts.benchmark.contracts.sides import Side, SidePair
 from scripts.benchmark.spec.report import DEFAULT_PRACTICAL_THRESHOLD
+
+from miles.utils.bench_metrics import decode_nonfinite
 
 
 class _Open(BaseModel):

@@ -22,11 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from miles.utils.bench_flops import ModelArch
-from miles.utils.bench_metrics import RunContext, StepRecord
 from scripts.benchmark.contracts.sides import Side
 from scripts.benchmark.frameworks.launch import FrameworkLaunch
 from scripts.benchmark.spec import BenchmarkSpec
+
+from miles.utils.bench_flops import ModelArch
+from miles.utils.bench_metrics import RunContext, StepRecord
 
 CheckStage = Literal["plan", "installed"]
 """`plan`: runs after every plan with what the harness holds (a config tree); `installed`: needs the framework

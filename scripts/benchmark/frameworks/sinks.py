@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from miles.utils.bench_metrics import RunContext, StepRecord, derive_step_fields
 from scripts.benchmark.frameworks import registry
+
+from miles.utils.bench_metrics import RunContext, StepRecord, derive_step_fields
 
 
 def expand_sources(sources: Iterable[str | Path]) -> list[Path]:

@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import stats
-
-from miles.utils.bench_metrics import METRICS, REPORT_METRICS, STEP_TIME_FAMILY  # one family: report and check
 from scripts.benchmark.analysis.verdict import practical_verdict
 from scripts.benchmark.common.markdown import markdown_table
 from scripts.benchmark.contracts.report import verdict_words
+
+from miles.utils.bench_metrics import METRICS, REPORT_METRICS, STEP_TIME_FAMILY  # one family: report and check
 
 # The MAD of a normal sample times this is its standard deviation.
 _MAD_TO_SD = 1.4826

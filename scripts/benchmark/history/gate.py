@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from miles.utils.bench_metrics import is_finite_number
 from scripts.benchmark.common.markdown import markdown_table
 from scripts.benchmark.contracts.history_record import RunToRecord, StoredRun
 from scripts.benchmark.history.change_points import ChangePoint, find_change_points
@@ -27,6 +26,8 @@ from scripts.benchmark.history.check import (
     step_time_family,
 )
 from scripts.benchmark.history.store import HistoryStore, baseline_runs
+
+from miles.utils.bench_metrics import is_finite_number
 
 
 def check_runs(

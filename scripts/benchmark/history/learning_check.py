@@ -13,10 +13,11 @@ from __future__ import annotations
 import math
 import statistics
 
-from miles.utils.bench_metrics import LEARNING_SIGNALS, is_finite_number
 from scripts.benchmark.contracts.history_record import MetricValue, RunToRecord
 from scripts.benchmark.contracts.report import CellModel
 from scripts.benchmark.history.store import HistoryStore, baseline_runs
+
+from miles.utils.bench_metrics import LEARNING_SIGNALS, is_finite_number
 
 LEARNING_PREFIX = "learning."
 

@@ -19,10 +19,11 @@ import re
 import statistics
 from pathlib import Path
 
-from miles.utils.bench_metrics import METRICS, is_finite_number
 from scripts.benchmark.contracts.history_record import MetricValue, Provenance, RunToRecord, SeriesKey
 from scripts.benchmark.contracts.report import ReportDocument, SummaryModel, validate_report_file
 from scripts.benchmark.history.learning_check import learning_metric_values
+
+from miles.utils.bench_metrics import METRICS, is_finite_number
 
 REPORT_FILE = "report.json"
 

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from scripts.benchmark.contracts.history_record import MetricValue, Provenance, RunToRecord, StoredRun
 
 from miles.utils.bench_metrics import finite_or_none
-from scripts.benchmark.contracts.history_record import MetricValue, Provenance, RunToRecord, StoredRun
 
 _metadata = sa.MetaData()
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from miles.utils.bench_metrics import STEP_PHASES as PHASES  # the phases that partition the step
 from scripts.benchmark.contracts.report import (
     AttributionModel,
     CellModel,
@@ -33,6 +32,8 @@ from scripts.benchmark.contracts.report import (
 from scripts.benchmark.report.learning import learning_warning
 from scripts.benchmark.report.palette import PHASE_COLORS, UNATTRIBUTED_COLOR, VERDICT_COLORS
 from scripts.benchmark.report.render import BarSegment, Bullets, Card, CardBar, Cards, Paragraph, render_markdown
+
+from miles.utils.bench_metrics import STEP_PHASES as PHASES  # the phases that partition the step
 
 
 def labels(doc: ReportDocument) -> tuple[str, str]:

@@ -23,8 +23,6 @@ import math
 from pathlib import Path
 
 import numpy as np
-
-from miles.utils.bench_metrics import REPORT_METRICS, STEP_PHASES
 from scripts.benchmark.contracts.report import CellModel, ComparisonModel, ReportDocument
 from scripts.benchmark.report.palette import PHASE_COLORS, ROLE_COLORS, VERDICT_COLORS, verdict_label
 from scripts.benchmark.report.svg import (
@@ -39,6 +37,8 @@ from scripts.benchmark.report.svg import (
     save,
     text_width,
 )
+
+from miles.utils.bench_metrics import REPORT_METRICS, STEP_PHASES
 
 WIDTH_PX = 1000
 BAR_ROW_PX = 34

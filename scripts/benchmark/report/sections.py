@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from miles.utils.bench_metrics import REPORT_METRICS
 from scripts.benchmark.contracts.report import (
     CalibrationRowModel,
     CellModel,
@@ -23,6 +22,8 @@ from scripts.benchmark.report.headline import headline_blocks, headline_markdown
 from scripts.benchmark.report.learning import learning_blocks
 from scripts.benchmark.report.palette import verdict_label
 from scripts.benchmark.report.render import Code, Details, Heading, Image, Paragraph, Table
+
+from miles.utils.bench_metrics import REPORT_METRICS
 
 
 def format_number(value: float | None, unit: str = "") -> str:

@@ -37,7 +37,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from miles.utils.bench_metrics import read_records, write_text_atomic
 from scripts.benchmark.common.redaction import Redactor, find_plan_secrets, find_words_secrets
 from scripts.benchmark.contracts.manifest import MANIFEST_NAME, CellRun, Manifest, new_cell_run
 from scripts.benchmark.contracts.plan import Known, read_plan_json
@@ -52,6 +51,8 @@ from scripts.benchmark.runner.process import become_child_subreaper
 from scripts.benchmark.runner.progress import MatrixProgress
 from scripts.benchmark.runner.run_lock import LOCK_NAME, RunLock, hold_run_lock
 from scripts.benchmark.runner.write_errors import describe_write_error, write_error_in
+
+from miles.utils.bench_metrics import read_records, write_text_atomic
 
 
 def check_output_dir(output_dir: Path) -> None:

@@ -35,9 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from miles.utils.bench_metrics import StepRecord, write_text_atomic
 from scripts.benchmark.common.redaction import Redactor
 from scripts.benchmark.runner.write_errors import RunFolderWriteError
+
+from miles.utils.bench_metrics import StepRecord, write_text_atomic
 
 SinkReader = Callable[[str, Path, Mapping[str, Any]], list[StepRecord]]
 

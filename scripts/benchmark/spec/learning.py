@@ -8,9 +8,9 @@ run comparable with its history.
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from scripts.benchmark.spec.pins import Count, Number
 
 from miles.utils.bench_metrics import LEARNING_SIGNALS
-from scripts.benchmark.spec.pins import Count, Number
 
 
 class LearningSpec(BaseModel):

@@ -9,9 +9,9 @@
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from scripts.benchmark.spec.pins import Number
 
 from miles.utils.bench_metrics import REPORT_METRICS
-from scripts.benchmark.spec.pins import Number
 
 DEFAULT_PRACTICAL_THRESHOLD = 0.02
 """2%: about the run-to-run spread of a steady step time on one node; smaller changes are not worth acting on."""

@@ -7,12 +7,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from miles.utils.bench_metrics import PHASES, RunContext, StepRecord
 from scripts.benchmark.frameworks.adapter import AdapterDefaults, LaunchContext
 from scripts.benchmark.frameworks.launch import BENCH_CELL_DIR, FrameworkLaunch
 from scripts.benchmark.frameworks.learning_signals import learning_from_keys, set_learning
 from scripts.benchmark.frameworks.native_events import NoStepsError
 from scripts.benchmark.spec import BenchmarkSpec
+
+from miles.utils.bench_metrics import PHASES, RunContext, StepRecord
 
 TRAINER = Path(__file__).with_name("trainer.py")
 SINK = f"{BENCH_CELL_DIR}/sink/toy.jsonl"

@@ -17,8 +17,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from miles.utils.bench_flops import ModelArch, miles_native_train_flops
-from miles.utils.bench_metrics import RunContext, StepRecord
 from scripts.benchmark.contracts.sides import Side
 from scripts.benchmark.frameworks.adapter import AdapterDefaults, CheckStage, LaunchContext, OwnCheck
 from scripts.benchmark.frameworks.launch import FrameworkLaunch
@@ -41,6 +39,9 @@ from scripts.benchmark.frameworks.miles.versions import (
 )
 from scripts.benchmark.frameworks.native_events import NoStepsError, SinkIssue, merge_native_events
 from scripts.benchmark.spec import BenchmarkSpec
+
+from miles.utils.bench_flops import ModelArch, miles_native_train_flops
+from miles.utils.bench_metrics import RunContext, StepRecord
 
 _CUDA_GRAPH_FLAGS = ("--sglang-cuda-graph-max-bs", "--sglang-cuda-graph-max-bs-decode")
 _ALWAYS = {

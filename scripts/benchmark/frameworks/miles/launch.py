@@ -33,11 +33,12 @@ import json
 import os
 from dataclasses import dataclass
 
-from miles.utils.bench_flops import moe_layer_flags
 from scripts.benchmark.frameworks.launch import BENCH_CELL_DIR, FrameworkLaunch
 from scripts.benchmark.frameworks.miles.versions import DEFAULT_MILES_TARGET, MilesTarget, miles_target
 from scripts.benchmark.frameworks.sglang_version import cuda_graph_max_bs_key
 from scripts.benchmark.spec import Backend, BenchmarkSpec, Layout
+
+from miles.utils.bench_flops import moe_layer_flags
 
 SINK_LOG = f"{BENCH_CELL_DIR}/log.txt"
 """The runner writes the job's merged stdout/stderr here; the Miles reader takes the perf/rollout lines from it."""

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from miles.utils.bench_metrics import RunContext, StepRecord
 from scripts.benchmark.frameworks.learning_signals import learning_from_keys, set_learning
 from scripts.benchmark.frameworks.miles.train_steps import infer_optimizer_steps, read_train_steps, train_means_by_step
+
+from miles.utils.bench_metrics import RunContext, StepRecord
 
 MILES_LEARNING_KEYS: dict[str, tuple[str, ...]] = {
     "reward_mean": ("rollout/raw_reward",),

@@ -25,7 +25,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from miles.utils.bench_metrics import PHASES, RunContext, StepRecord
 from scripts.benchmark.frameworks.native_events import (
     FILE_ORDER_STRIDE,
     NativeEvent,
@@ -38,6 +37,8 @@ from scripts.benchmark.frameworks.native_events import (
     residual_other,
     scan_values,
 )
+
+from miles.utils.bench_metrics import PHASES, RunContext, StepRecord
 
 MILES_STEP_KEY = "rollout/step"
 MILES_PHASE_KEYS: dict[str, str] = {

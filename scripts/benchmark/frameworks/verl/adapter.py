@@ -14,8 +14,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from miles.utils.bench_flops import ModelArch, verl_native_train_flops
-from miles.utils.bench_metrics import RunContext, StepRecord
 from scripts.benchmark.frameworks.adapter import AdapterDefaults, CheckStage, LaunchContext, OwnCheck
 from scripts.benchmark.frameworks.launch import FrameworkLaunch
 from scripts.benchmark.frameworks.native_events import NoStepsError, SinkIssue, merge_native_events
@@ -27,6 +25,9 @@ from scripts.benchmark.frameworks.verl.parity_knobs import parse_verl
 from scripts.benchmark.frameworks.verl.parity_sources import launch_words
 from scripts.benchmark.frameworks.verl.sink import COMPLETE_ANCHORS, verl_events, verl_record
 from scripts.benchmark.spec import BenchmarkSpec
+
+from miles.utils.bench_flops import ModelArch, verl_native_train_flops
+from miles.utils.bench_metrics import RunContext, StepRecord
 
 _SGLANG_KEYS = ("cuda_graph_max_bs", "cuda_graph_max_bs_decode")
 _ALWAYS = {

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from miles.utils.bench_metrics import RunContext, StepRecord, finite_or_none
 from scripts.benchmark.frameworks.learning_signals import learning_from_keys, set_learning
+
+from miles.utils.bench_metrics import RunContext, StepRecord, finite_or_none
 
 VERL_LEARNING_KEYS: dict[str, str] = {
     "reward_mean": "critic/score/mean",

@@ -16,7 +16,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from miles.utils.bench_metrics import PHASES, RunContext, StepRecord
 from scripts.benchmark.frameworks.native_events import (
     FILE_ORDER_STRIDE,
     NativeEvent,
@@ -29,6 +28,8 @@ from scripts.benchmark.frameworks.native_events import (
     residual_other,
     scan_values,
 )
+
+from miles.utils.bench_metrics import PHASES, RunContext, StepRecord
 
 VERL_STEP_TIME_KEY = "timing_s/step"
 VERL_WAIT_KEY = "timing_s/gen"
