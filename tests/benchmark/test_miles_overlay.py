@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from scripts.benchmark.frameworks import registry
 from scripts.benchmark.frameworks.miles.parser_check import CAPABILITY_WITHOUT_GPU, RUN_WORKER, parser_launches
 from scripts.benchmark.frameworks.miles.versions import DEFAULT_MILES_TARGET
 from scripts.benchmark.plan.build import PlanOptions, build_plan
@@ -192,13 +193,8 @@ def default_target_cells() -> list[dict]:
     cells = []
     for preset in preset_names():
         for layout in LAYOUTS:
-            options = PlanOptions(
-                backends=BACKENDS,
-                layout=layout,
-                compare_verl=False,
-                output_dir=Path("/nonexistent"),
-                miles_version=DEFAULT_MILES_TARGET,
-            )
+            sides = registry.option_pair(compare_verl=False, miles_version=DEFAULT_MILES_TARGET)
+            options = PlanOptions(backends=BACKENDS, layout=layout, output_dir=Path("/nonexistent"), sides=sides)
             plan = build_plan(with_overrides(load_preset(preset), layout=layout), preset, options)
             cells += [dict(cell, preset=preset) for cell in plan.data["cells"] if cell["framework"] == "miles"]
     return cells

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from scripts.benchmark.frameworks import registry
 from scripts.benchmark.frameworks.miles import versions
 from scripts.benchmark.frameworks.miles.parser_check import CAPABILITY_WITHOUT_GPU, RUN_WORKER
 from scripts.benchmark.frameworks.miles.parser_check import WORKER as PARSE_WORKER
@@ -41,13 +42,8 @@ def release_fsdp_cell(preset: str, layout: str) -> dict:
     """The FSDP cell the plan writes for the release when its FSDP refusal is lifted (and only that)."""
     release = versions.MILES_TARGETS[versions.MILES_RELEASE]
     lifted = {**versions.MILES_TARGETS, versions.MILES_RELEASE: dataclasses.replace(release, fsdp=True)}
-    options = PlanOptions(
-        backends=("fsdp",),
-        layout=layout,
-        compare_verl=False,
-        output_dir=Path("/nonexistent"),
-        miles_version=versions.MILES_RELEASE,
-    )
+    sides = registry.option_pair(compare_verl=False, miles_version=versions.MILES_RELEASE)
+    options = PlanOptions(backends=("fsdp",), layout=layout, output_dir=Path("/nonexistent"), sides=sides)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(versions, "MILES_TARGETS", lifted)
         plan = build_plan(with_overrides(load_preset(preset), layout=layout), preset, options)
