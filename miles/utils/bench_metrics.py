@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -133,16 +134,31 @@ def decode_nonfinite(value: Any) -> Any:
     return value
 
 
+def _read_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()  # read once, at import: setting it later could race a file created by another thread
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Replace a file's content all at once (tmp file + fsync + rename): a reader never sees half of it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    # A name of its own per write: two writers of one file never share (and tear) one tmp file.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with open(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # what open() would have given; mkstemp makes 0600
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)  # a full disk leaves neither a torn file nor a stray tmp
+        raise
 
 
 def write_records(path: Path, records: Iterable[StepRecord]) -> None:

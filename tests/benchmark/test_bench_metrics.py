@@ -1,12 +1,13 @@
 """Schema v1 derivations: the MFU peak resolution and the derived fields of a record."""
 
 import math
+import threading
 from pathlib import Path
 
 import pytest
 
 from miles.utils.bench_flops import ModelArch, batch_train_flops
-from miles.utils.bench_metrics import RunContext, StepRecord, derive_step_fields
+from miles.utils.bench_metrics import RunContext, StepRecord, derive_step_fields, write_text_atomic
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ARCH = ModelArch.from_config_path(REPO_ROOT / "scripts" / "benchmark" / "model_configs" / "qwen3-30b-a3b.json")
@@ -81,3 +82,34 @@ class TestRunContextPeak:
             RunContext.build(arch=None, num_train_gpus=8, peak_tflops=math.inf)
         with pytest.raises(ValueError, match="num_train_gpus must be > 0, got 0"):
             RunContext.build(arch=None, num_train_gpus=0)
+
+
+class TestAtomicWrite:
+    def test_concurrent_writers_of_one_file_never_tear_it_nor_collide(self, tmp_path: Path):
+        """Two writers replacing one file (two harness threads saving one manifest) each get a tmp file of their own:
+        no FileNotFoundError from a tmp the other renamed away, and the file always holds one whole text."""
+        path, texts, errors = tmp_path / "manifest.json", ["a" * 200_000, "b" * 300_000], []
+
+        def write_many(text: str) -> None:
+            try:
+                for _ in range(150):
+                    write_text_atomic(path, text)
+            except OSError as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=write_many, args=(text,)) for text in texts]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        assert path.read_text() in texts
+        assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]  # no tmp file left behind
+
+    def test_a_failed_write_leaves_the_old_file_and_no_tmp(self, tmp_path: Path):
+        path = tmp_path / "report.json"
+        path.write_text("whole")
+        with pytest.raises(TypeError):
+            write_text_atomic(path, None)  # type: ignore[arg-type]  # fails half-way, after the tmp file exists
+        assert path.read_text() == "whole"
+        assert [p.name for p in tmp_path.iterdir()] == ["report.json"]

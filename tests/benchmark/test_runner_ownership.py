@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 from scripts.benchmark.frameworks.sinks import build_step_records
+from scripts.benchmark.runner import executor, run_lock
+from scripts.benchmark.runner.options import ExecuteOptions, RunError
+from scripts.benchmark.runner.run_lock import RunLock, acquire_run_lock, release_run_lock
 from tests.benchmark.standins.plans import (
     REPO_ROOT,
     alive_processes,
@@ -79,6 +82,63 @@ class TestRunFolderLock:
         assert len([line for line in pid_file.read_text().splitlines()]) == 1  # one trainer was ever started
         assert [c["state"] for c in read_manifest(run_dir)["cells"]] == ["complete"]
         assert (run_dir / "run.lock").read_text() == ""  # released at the end
+
+    def test_a_refused_start_leaves_the_winners_lock_file_alone(self, tmp_path: Path, monkeypatch):
+        """The race of two simultaneous starts, made deterministic: the winner locks the folder after the loser
+        looked for run.lock and before the loser tries it. The loser is refused and the winner's file stays."""
+        plan = write_plan(tmp_path / "plan", [standin_cell("verl", steps=1)])
+        run_dir = tmp_path / "run"
+        winner: dict[str, RunLock] = {}
+        real_check = executor.check_output_dir
+
+        def check_then_lose_the_race(output_dir: Path) -> None:
+            real_check(output_dir)
+            winner["lock"] = acquire_run_lock(output_dir)
+
+        monkeypatch.setattr(executor, "check_output_dir", check_then_lose_the_race)
+        with pytest.raises(RunError, match="is in use by"):
+            executor.execute(plan, run_dir, ExecuteOptions())
+        try:
+            held, there = os.fstat(winner["lock"].fd), os.stat(run_dir / "run.lock")
+            assert (held.st_dev, held.st_ino) == (there.st_dev, there.st_ino)
+            assert json.loads((run_dir / "run.lock").read_text())["pid"] == os.getpid()
+        finally:
+            release_run_lock(winner["lock"])
+
+    def test_a_lock_removed_by_its_holder_is_not_held_by_a_late_locker(self, tmp_path: Path):
+        """A harness that opened run.lock before its holder removed it (a refused run cleaning up) must not go on
+        to hold the removed file while a third harness locks the new one."""
+        first = acquire_run_lock(tmp_path)
+        late = os.open(tmp_path / "run.lock", os.O_RDWR)  # what a harness starting meanwhile has open
+        release_run_lock(first, remove=True)
+        assert not (tmp_path / "run.lock").exists()
+        third = acquire_run_lock(tmp_path)
+        try:
+            assert not run_lock._is_the_file_at(late, tmp_path / "run.lock")
+            with pytest.raises(RunError, match="is in use by"):
+                acquire_run_lock(tmp_path)
+        finally:
+            os.close(late)
+            release_run_lock(third)
+
+    def test_resume_refuses_while_the_manifests_harness_lives_even_without_its_lock_file(self, tmp_path: Path):
+        """run.lock removed under a live run (by hand, or by an older harness): --resume must prove the previous
+        harness gone before it stops anything as a leftover, and here it is alive."""
+        pid_file = tmp_path / "pids"
+        cell = standin_cell("verl", steps=40, step_s=0.1, extra=["--pid-file", str(pid_file)])
+        run_dir = tmp_path / "run"
+        harness = _start_harness(str(write_plan(tmp_path / "plan", [cell])), "--output-dir", str(run_dir))
+        try:
+            _wait_for_steps(run_dir, 1)
+            (run_dir / "run.lock").unlink()
+            second = run_harness("--resume", str(run_dir))
+            assert second.returncode == 2, second.stderr
+            assert f"harness pid {harness.pid} on host {socket.gethostname()}" in second.stderr
+            assert len(alive_processes(pid_file)) == 1  # the live cell was not stopped as a leftover
+        finally:
+            harness.send_signal(signal.SIGINT)
+            harness.communicate(timeout=60)
+        assert harness.returncode == 130
 
     def test_resume_on_a_live_run_is_refused_naming_its_pid_and_host(self, tmp_path: Path):
         pid_file = tmp_path / "pids"

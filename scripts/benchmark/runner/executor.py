@@ -49,7 +49,13 @@ from scripts.benchmark.runner.options import CannotExecute, ExecuteOptions, RunE
 from scripts.benchmark.runner.preflight import check_can_execute, launch_problems, steps_to_prepare  # noqa: F401
 from scripts.benchmark.runner.process import become_child_subreaper
 from scripts.benchmark.runner.progress import MatrixProgress
-from scripts.benchmark.runner.run_lock import LOCK_NAME, RunLock, hold_run_lock
+from scripts.benchmark.runner.run_lock import (
+    LOCK_NAME,
+    RunLock,
+    acquire_run_lock,
+    refuse_a_live_previous_harness,
+    release_run_lock,
+)
 from scripts.benchmark.runner.write_errors import describe_write_error, write_error_in
 
 from miles.utils.bench_metrics import read_records, write_text_atomic
@@ -193,6 +199,7 @@ def _prepare(
         )
     else:
         manifest = _load_manifest(manifest_path)
+        refuse_a_live_previous_harness(output_dir, manifest.harness)
         known = {c.key for c in manifest.cells}
         for cell, rep in interleaved_order(plan["cells"], options.repeats, sides):
             if (cell["id"], rep) not in known:  # --resume --repeats N with a larger N adds repeats
@@ -245,18 +252,29 @@ def execute(
     created, lock_existed = not output_dir.exists(), (output_dir / LOCK_NAME).exists()
     check_output_dir(output_dir)
     try:
-        with hold_run_lock(output_dir) as lock:
-            return _execute_locked(
-                plan_path, output_dir, options, lock, resume=resume, progress=progress, preflight=preflight,
-                end_report=end_report,
-            )  # fmt: skip
+        lock = acquire_run_lock(output_dir)  # refused: the lock is another harness's, never ours to remove
     except RunError:
-        # A rejected run leaves nothing behind that it made: its lock file, and the folder if it created it.
-        if not lock_existed:
-            (output_dir / LOCK_NAME).unlink(missing_ok=True)
-        if created and not any(output_dir.iterdir()):
-            output_dir.rmdir()
+        _remove_if_made_and_empty(output_dir, created)
         raise
+    rejected = False
+    try:
+        return _execute_locked(
+            plan_path, output_dir, options, lock, resume=resume, progress=progress, preflight=preflight,
+            end_report=end_report,
+        )  # fmt: skip
+    except RunError:
+        rejected = True
+        raise
+    finally:
+        # A rejected run leaves nothing behind that it made: its lock file, and the folder if it created it.
+        release_run_lock(lock, remove=rejected and not lock_existed)
+        if rejected:
+            _remove_if_made_and_empty(output_dir, created)
+
+
+def _remove_if_made_and_empty(output_dir: Path, created: bool) -> None:
+    if created and output_dir.is_dir() and not any(output_dir.iterdir()):
+        output_dir.rmdir()
 
 
 def _execute_locked(

@@ -2,7 +2,9 @@
 
 - `hold_run_lock(run_dir)` (a context manager) takes the lock without waiting, writes the holder into the file
   (pid, host, start time of the process, when it started) and yields a `RunLock`; on exit the file is emptied and
-  the lock released. The file is never deleted, so two harnesses can never lock two different files of one name.
+  the lock released. Only its holder ever deletes the file (a run refused before it started leaves nothing behind),
+  while holding it; a harness that locked the deleted file meanwhile sees that and locks the new one, so two
+  harnesses never hold two different files of one name.
 - A second harness on the same folder (a second `execute`, or `--resume` while the run is alive) gets `RunError`
   (exit 2) naming the live holder's pid and host.
 - A lock left by a harness that died is free at the file-system level (the kernel drops the lock with its holder):
@@ -71,6 +73,13 @@ def _still_running_here(holder: HarnessRecord) -> bool:
     return holder.pid != os.getpid() and is_alive(holder.pid, holder.start_time)
 
 
+def refuse_a_live_previous_harness(run_dir: Path, previous: HarnessRecord | None) -> None:
+    """Before a resume stops what a run left: the harness its manifest names must be gone, whatever the lock file
+    says (a lock file removed by hand lets a second harness lock a new one while the first still runs)."""
+    if previous is not None and _still_running_here(previous):
+        raise _refusal(run_dir, previous)
+
+
 def _refusal(run_dir: Path, holder: HarnessRecord | None) -> RunError:
     if holder is None:
         return RunError(f"{run_dir} is in use by another harness (its lock {run_dir / LOCK_NAME} is held)")
@@ -80,19 +89,39 @@ def _refusal(run_dir: Path, holder: HarnessRecord | None) -> RunError:
     )
 
 
+def _is_the_file_at(fd: int, path: Path) -> bool:
+    """The locked file is still the one at PATH: its holder may have removed it while we waited for it."""
+    try:
+        here, held = os.stat(path), os.fstat(fd)
+    except FileNotFoundError:
+        return False
+    return (here.st_dev, here.st_ino) == (held.st_dev, held.st_ino)
+
+
+def _lock_the_file(run_dir: Path) -> int:
+    """An fd holding the flock of the file now at DIR/run.lock; RunError naming the holder when it is held."""
+    path = run_dir / LOCK_NAME
+    for _ in range(10):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise RunError(f"cannot create {path}: {exc.strerror or exc}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = _read_holder(fd)
+            os.close(fd)
+            raise _refusal(run_dir, holder) from None
+        if _is_the_file_at(fd, path):
+            return fd
+        os.close(fd)  # locked a file its holder had just removed: lock the one there now
+    raise RunError(f"{path} keeps being replaced by another harness; is another harness starting on {run_dir}?")
+
+
 def acquire_run_lock(run_dir: Path) -> RunLock:
     """Take DIR/run.lock or raise RunError naming the live holder (see the module docstring)."""
     path = run_dir / LOCK_NAME
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
-        raise RunError(f"cannot create {path}: {exc.strerror or exc}") from exc
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        holder = _read_holder(fd)
-        os.close(fd)
-        raise _refusal(run_dir, holder) from None
+    fd = _lock_the_file(run_dir)
     previous = _read_holder(fd)
     if previous is not None and _still_running_here(previous):
         fcntl.flock(fd, fcntl.LOCK_UN)
@@ -115,9 +144,13 @@ def _write_holder(fd: int, holder: HarnessRecord | None) -> None:
         os.fsync(fd)
 
 
-def release_run_lock(lock: RunLock) -> None:
+def release_run_lock(lock: RunLock, *, remove: bool = False) -> None:
+    """Empty the file and release the lock; with `remove`, the file goes too, removed while still held (a harness
+    that locks it meanwhile sees it gone and locks the new one), so only the holder ever removes it."""
     try:
         _write_holder(lock.fd, None)
+        if remove and _is_the_file_at(lock.fd, lock.path):
+            lock.path.unlink()
     except OSError:
         pass  # an unwritable folder: the kernel lock below is what counts
     fcntl.flock(lock.fd, fcntl.LOCK_UN)

@@ -189,7 +189,6 @@ class SinkFollower:
         try:
             write_text_atomic(self.metrics_path, "".join(lines[step] + "\n" for step in sorted(lines)))
         except OSError as exc:
-            _unlink_quietly(self.metrics_path.with_name(f".{self.metrics_path.name}.tmp"))
             raise RunFolderWriteError(self.metrics_path, exc) from exc
 
 
@@ -203,12 +202,5 @@ def _replaces_an_attempt(record: StepRecord, earlier_line: str) -> bool:
 def _truncate_quietly(path: Path, size: int) -> None:
     try:
         os.truncate(path, size)
-    except OSError:
-        pass
-
-
-def _unlink_quietly(path: Path) -> None:
-    try:
-        path.unlink()
     except OSError:
         pass
