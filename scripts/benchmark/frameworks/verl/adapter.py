@@ -37,8 +37,17 @@ _ALWAYS = {
 }
 _DISAGGREGATED = {
     "partial_rollout": "cannot be matched: VERL's separate_async always aborts the in-flight requests at the weight "
-    "update and resumes them (tokens after the update are on-policy, the rollout pool keeps working); Miles's "
-    "train_async.py waits for the rollout, so its rollout GPUs idle during the update. Same lag bound (1 step)",
+    "update and re-prefills them (prompt and tokens so far) under the new weights after the radix-cache flush; "
+    "Miles's train_async.py has nothing in flight at the update. Same lag bound (1 step)",
+    "loop_shape": "cannot be matched with train_async.py: Miles drains each batch (its rollout GPUs idle through the "
+    "long tail and the update), VERL keeps the pool busy with the next batch; the fully-async Miles loop is the "
+    "closer schedule",
+    "first_steps_composition": "VERL's first two steps train the fastest then the slowest prompts of two batches "
+    "and it generates one batch more than it trains; Miles trains the file's batches in order. The steady-state "
+    "rule drops those steps only where it sees them as warm-up",
+    "weight_cpu_backup": "VERL's decoupled PPO (bypass_mode=False) swaps the training model through CPU to give "
+    "every mini-batch the step's first weights for old log-probs (in VERL's old_logprob phase); Miles recomputes "
+    "old log-probs once, with no copy. Avoiding it means rollout log-probs on both sides (another algorithm)",
     "rollout_memory_saver": "VERL always enables SGLang's memory saver; without colocation it only adds "
     "bookkeeping, no offload",
 }

@@ -1,0 +1,139 @@
+"""The schedule rows of the parity table: what the two frameworks do around generation and the weight update (KV
+pool, old-policy weight copies, prefill graphs, engine versions, loop shape, first steps) is read from the launches
+and from VERL's own config and code, and a row says `matched` only where both do the same work."""
+
+import ast
+from functools import cache
+
+import pytest
+from omegaconf import OmegaConf
+
+from scripts.benchmark.frameworks import registry
+from scripts.benchmark.frameworks.miles.flags import flag_default, load_inventory
+from scripts.benchmark.frameworks.miles.launch import build_miles_launch
+from scripts.benchmark.frameworks.miles.parity_knobs import parse_miles
+from scripts.benchmark.frameworks.verl.config import compose_overrides
+from scripts.benchmark.frameworks.verl.data import converted_paths, prepare_step
+from scripts.benchmark.frameworks.verl.launch import VerlData, build_verl_launch, overrides_of
+from scripts.benchmark.frameworks.verl.parity_knobs import parse_verl
+from scripts.benchmark.plan.parity import ParityError, ParitySide, build_parity
+from scripts.benchmark.spec import BACKENDS, LAYOUTS, load_preset, preset_names, with_overrides
+
+AR = "actor_rollout_ref"
+FREE_CACHE = f"{AR}.rollout.free_cache_engine"
+
+
+@cache
+def _launches(preset: str, backend: str, layout: str):
+    spec = with_overrides(load_preset(preset), layout=layout)
+    train, val = converted_paths(spec, "/out/data")
+    miles = build_miles_launch(spec, backend, layout)
+    verl = build_verl_launch(spec, backend, layout, VerlData(train, val))
+    return tuple(miles.argv), tuple(verl.argv), tuple(prepare_step(spec, "/out/data", "run.py")["argv"])
+
+
+def _rows(preset="smoke", backend="fsdp", layout="disaggregated", verl_tokens=()):
+    miles, verl, prepare = (list(x) for x in _launches(preset, backend, layout))
+    keys = {t.partition("=")[0].lstrip("+") for t in verl_tokens}
+    verl = [t for t in verl if t.partition("=")[0].lstrip("+") not in keys] + list(verl_tokens)
+    candidate = ParitySide(registry.get("miles"), miles)
+    reference = ParitySide(registry.get("verl"), verl, prepare)
+    return {r.knob: r for r in build_parity(candidate, reference, backend, layout)}
+
+
+def _function(verl_root, relative: str, name: str) -> ast.FunctionDef:
+    tree = ast.parse((verl_root / "verl" / relative).read_text(encoding="utf-8"))
+    found = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name]
+    assert found, f"{name} not in VERL's {relative}"
+    return found[0]
+
+
+def _calls(node: ast.AST) -> list[str]:
+    return [n.func.attr for n in ast.walk(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)]
+
+
+class TestKvPool:
+    @pytest.mark.parametrize("preset", preset_names())
+    @pytest.mark.parametrize("backend", BACKENDS)
+    @pytest.mark.parametrize("layout", LAYOUTS)
+    def test_verl_frees_its_engine_only_when_colocated(self, verl_root, preset, backend, layout):
+        """VERL's composed config: free_cache_engine only where SGLang shares the GPUs with training."""
+        cfg = compose_overrides(overrides_of(list(_launches(preset, backend, layout)[1])), verl_root)
+        assert OmegaConf.select(cfg, FREE_CACHE) is (layout == "colocate")
+        rows = _rows(preset, backend, layout)
+        assert rows["rollout_memory_release"].status == "matched"
+
+    def test_without_free_cache_engine_verls_standalone_server_keeps_the_pool(self, verl_root):
+        """VERL's SGLang server returns before releasing or re-allocating the KV pool when free_cache_engine is off;
+        the radix cache is still flushed after the weights change (no stale KV is reused)."""
+        server = "workers/rollout/sglang_rollout/async_sglang_server.py"
+        for name in ("release_kv_cache", "resume_kv_cache"):
+            guard = _function(verl_root, server, name).body[1]
+            assert isinstance(guard, ast.If) and isinstance(guard.body[0], ast.Return)
+            assert "free_cache_engine" in ast.unparse(guard.test) and "not" in ast.unparse(guard.test)
+        update = _function(verl_root, "workers/rollout/sglang_rollout/sglang_rollout.py", "update_weights")
+        assert "flush_cache" in _calls(update)
+
+    def test_a_kv_pool_released_at_every_update_is_caught(self):
+        with pytest.raises(ParityError, match="rollout_memory_release: miles='kept' verl='KV pool released"):
+            _rows(verl_tokens=(f"{FREE_CACHE}=True",))
+
+
+class TestOldPolicyWeights:
+    @pytest.mark.parametrize("backend", BACKENDS)
+    def test_verls_weight_swaps_are_declared_in_the_disaggregated_pair(self, backend):
+        row = _rows("qwen3-4b", backend)["weight_cpu_backup"]
+        assert row.status == "asymmetry" and row.candidate == "none"
+        assert row.reference.startswith("training model copied to CPU 4x and back 6x") and "old log-probs" in row.note
+
+    def test_the_count_follows_the_mini_batches_and_bypass_mode_removes_it(self, verl_root):
+        """VERL's _compute_old_log_prob saves and restores the model through CPU unless bypass_mode is on."""
+        code = _function(verl_root, "trainer/ppo/v1/trainer_separate_async.py", "_compute_old_log_prob")
+        calls = _calls(code)
+        assert calls.count("save_model_to_cpu") == 2 and calls.count("restore_model_from_cpu") == 2
+        assert "bypass_mode" in ast.unparse(code)
+        verl = list(_launches("smoke", "fsdp", "disaggregated")[1])
+        assert parse_verl(verl)["weight_cpu_backup"].startswith("training model copied to CPU 1x and back 0x")
+        assert parse_verl(verl + ["algorithm.rollout_correction.bypass_mode=True"])["weight_cpu_backup"] == "none"
+
+    @pytest.mark.parametrize("backend", BACKENDS)
+    def test_colocated_fsdp_and_synchronous_verl_copy_nothing(self, backend):
+        row = _rows("qwen3-4b", backend, "colocate")["weight_cpu_backup"]
+        assert row.reference == "none"
+        assert row.status == ("matched" if backend == "fsdp" else "asymmetry")
+
+
+class TestRolloutEngine:
+    @pytest.mark.parametrize("layout", LAYOUTS)
+    def test_prefill_graphs_and_engine_versions_are_declared(self, layout):
+        rows = _rows("qwen3-4b", "megatron", layout)
+        prefill = rows["prefill_cuda_graphs"]
+        assert prefill.status == "asymmetry" and prefill.reference.startswith("piecewise")
+        assert prefill.candidate == ("off" if layout == "colocate" else "sglang 0.5.16 default backend")
+        version = rows["rollout_engine_version"]
+        assert version.status == "asymmetry" and "0.5.16" in version.candidate and "0.5.12" in version.reference
+
+    def test_miles_prefill_choice_follows_its_flag(self):
+        """The flag exists for the default target with no default: --colocate is what turns the graphs off."""
+        inventory = load_inventory()
+        assert flag_default(inventory, "megatron", "--sglang-cuda-graph-backend-prefill") is None
+        miles = list(_launches("smoke", "megatron", "colocate")[0])
+        explicit = miles + ["--sglang-cuda-graph-backend-prefill", "tc_piecewise"]
+        assert parse_miles(explicit, "megatron", inventory)["prefill_cuda_graphs"] == "tc_piecewise"
+
+
+class TestLoop:
+    @pytest.mark.parametrize("backend", BACKENDS)
+    def test_loop_shape_and_first_steps_say_how_they_differ(self, backend):
+        rows = _rows("qwen3-4b", backend)
+        shape, first = rows["loop_shape"], rows["first_steps_composition"]
+        assert shape.status == "asymmetry" and "drained" in shape.candidate and "2 batches" in shape.reference
+        assert first.status == "asymmetry" and first.candidate == "file batches in order"
+        assert "fastest" in first.reference and "1 batch extra" in first.reference
+        assert "abort" in rows["partial_rollout"].reference and "re-prefill" in rows["partial_rollout"].note
+
+    @pytest.mark.parametrize("backend", BACKENDS)
+    def test_colocated_loops_are_matched(self, backend):
+        rows = _rows("qwen3-4b", backend, "colocate")
+        for knob in ("loop_shape", "first_steps_composition", "rollout_memory_release"):
+            assert rows[knob].status == "matched", knob
