@@ -1,6 +1,7 @@
 """The schedule rows of the parity table: what the two frameworks do around generation and the weight update (KV
 pool, old-policy weight copies, prefill graphs, engine versions, loop shape, first steps) is read from the launches
-and from VERL's own config and code, and a row says `matched` only where both do the same work."""
+and from VERL's own config and code, and a row says `matched` only where both do the same work; the report's phase
+map keeps phases the two measure differently out of the step-time attribution."""
 
 import ast
 from functools import cache
@@ -8,6 +9,8 @@ from functools import cache
 import pytest
 from omegaconf import OmegaConf
 
+from scripts.benchmark.analysis.document import analyse_run_folder
+from scripts.benchmark.analysis.settings import AnalysisSettings
 from scripts.benchmark.frameworks import registry
 from scripts.benchmark.frameworks.miles.flags import flag_default, load_inventory
 from scripts.benchmark.frameworks.miles.launch import build_miles_launch
@@ -17,7 +20,9 @@ from scripts.benchmark.frameworks.verl.data import converted_paths, prepare_step
 from scripts.benchmark.frameworks.verl.launch import VerlData, build_verl_launch, overrides_of
 from scripts.benchmark.frameworks.verl.parity_knobs import parse_verl
 from scripts.benchmark.plan.parity import ParityError, ParitySide, build_parity
+from scripts.benchmark.report.headline import main_component
 from scripts.benchmark.spec import BACKENDS, LAYOUTS, load_preset, preset_names, with_overrides
+from tests.benchmark.synthetic_runs import gap_pair, write_run_folder
 
 AR = "actor_rollout_ref"
 FREE_CACHE = f"{AR}.rollout.free_cache_engine"
@@ -137,3 +142,25 @@ class TestLoop:
         rows = _rows("qwen3-4b", backend, "colocate")
         for knob in ("loop_shape", "first_steps_composition", "rollout_memory_release"):
             assert rows[knob].status == "matched", knob
+
+
+class TestPhaseMap:
+    """The report attributes the step-time gap only to phases both frameworks measure the same way in the layout."""
+
+    @pytest.mark.parametrize("layout", LAYOUTS)
+    def test_old_logprob_gap_is_attributed_only_where_comparable(self, tmp_path, layout):
+        run_dir = write_run_folder(tmp_path, gap_pair({"old_logprob": 10.0}, layout=layout, num_steps=80))
+        doc = analyse_run_folder(run_dir, AnalysisSettings(reps=200))
+        rows = {a.component: a for a in doc.attribution}
+        old, rest = rows["phases_s.old_logprob"], rows["unattributed"]
+        assert old.gap_s == pytest.approx(10.0, abs=1.0)
+        if layout == "colocate":
+            assert old.comparable and old.share_of_gap > 0.8 and abs(rest.gap_s) < 1.0
+            assert main_component(doc, "fsdp", layout).startswith("old_logprob")
+            return
+        assert not old.comparable and old.share_of_gap is None and old.note.startswith("not comparable: ")
+        assert {a.component for a in doc.attribution if not a.comparable} == {
+            f"phases_s.{p}" for p in ("rollout_wait", "old_logprob", "weight_sync")
+        }
+        assert rest.gap_s == pytest.approx(10.0, abs=1.0)
+        assert main_component(doc, "fsdp", layout).startswith("unattributed time")

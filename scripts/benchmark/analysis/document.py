@@ -49,6 +49,7 @@ from scripts.benchmark.analysis.step_columns import StepColumns
 from scripts.benchmark.analysis.verdict import practical_thresholds
 from scripts.benchmark.contracts.parity import unexplained
 from scripts.benchmark.contracts.report import AttributionModel, ComparisonModel, ReportDocument
+from scripts.benchmark.frameworks.registry import incomparable_phases
 
 from miles.utils.bench_metrics import REPORT_METRICS, STEP_PHASES
 
@@ -258,6 +259,7 @@ def _compare_pairs(
             phases=STEP_PHASES,  # additive: generate may overlap the step, rollout_wait is its share
             settings=settings,
             thresholds=thresholds,
+            incomparable=incomparable_phases(sides.candidate.framework, sides.reference.framework, layout),
         )
         comparisons.extend(metric_rows)
         attribution.extend(phase_rows)

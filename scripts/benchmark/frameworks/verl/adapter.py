@@ -52,6 +52,15 @@ _DISAGGREGATED = {
     "bookkeeping, no offload",
 }
 
+# What VERL's separate_async books in each phase that Miles's train_async.py books elsewhere or never does.
+_DISAGGREGATED_PHASES = {
+    "old_logprob": "VERL's includes copying the training model to CPU and back for every mini-batch (decoupled "
+    "PPO) and fetching the batch; Miles's is the log-prob forward alone",
+    "rollout_wait": "Miles's includes handing the batch over and preprocessing it; VERL's fetch lands in its "
+    "old_logprob and train phases",
+    "weight_sync": "VERL's includes aborting the in-flight requests and resuming them; Miles has nothing in flight",
+}
+
 
 class VerlAdapter(AdapterDefaults):
     name = "verl"
@@ -80,6 +89,9 @@ class VerlAdapter(AdapterDefaults):
 
     def inherent_differences(self, backend: str, layout: str) -> dict[str, str]:
         return {**_ALWAYS, **(_DISAGGREGATED if layout == "disaggregated" else {})}
+
+    def incomparable_phases(self, layout: str) -> dict[str, str]:
+        return dict(_DISAGGREGATED_PHASES) if layout == "disaggregated" else {}
 
     def read_sink(self, paths: list[Path], ctx: RunContext) -> list[StepRecord]:
         issues: list[SinkIssue] = []
