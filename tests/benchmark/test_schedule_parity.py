@@ -4,6 +4,7 @@ and from VERL's own config and code, and a row says `matched` only where both do
 map keeps phases the two measure differently out of the step-time attribution."""
 
 import ast
+import json
 from functools import cache
 
 import pytest
@@ -11,6 +12,7 @@ from omegaconf import OmegaConf
 
 from scripts.benchmark.analysis.document import analyse_run_folder
 from scripts.benchmark.analysis.settings import AnalysisSettings
+from scripts.benchmark.contracts.parity import ParityPair, parity_text
 from scripts.benchmark.frameworks import registry
 from scripts.benchmark.frameworks.miles.flags import flag_default, load_inventory
 from scripts.benchmark.frameworks.miles.launch import build_miles_launch
@@ -19,7 +21,7 @@ from scripts.benchmark.frameworks.verl.config import compose_overrides
 from scripts.benchmark.frameworks.verl.data import converted_paths, prepare_step
 from scripts.benchmark.frameworks.verl.launch import VerlData, build_verl_launch, overrides_of
 from scripts.benchmark.frameworks.verl.parity_knobs import parse_verl
-from scripts.benchmark.plan.parity import ParityError, ParitySide, build_parity
+from scripts.benchmark.plan.parity import ParityError, ParitySide, build_parity, parity_file
 from scripts.benchmark.report.headline import main_component
 from scripts.benchmark.spec import BACKENDS, LAYOUTS, load_preset, preset_names, with_overrides
 from tests.benchmark.synthetic_runs import gap_pair, write_run_folder
@@ -164,3 +166,36 @@ class TestPhaseMap:
         }
         assert rest.gap_s == pytest.approx(10.0, abs=1.0)
         assert main_component(doc, "fsdp", layout).startswith("unattributed time")
+
+
+class TestFirstSteps:
+    """Where the parity table declares that the first steps train different prompts, the report never keeps them."""
+
+    def _report(self, tmp_path, layout: str, skip_warmup: bool = True):
+        cells = gap_pair({}, layout=layout, num_steps=40)
+        for cell in cells:
+            cell.warmup_steps = 0 if skip_warmup else cell.warmup_steps
+        rows = list(_rows("smoke", "fsdp", layout).values())
+        pair = ParityPair(
+            backend="fsdp",
+            layout=layout,
+            candidate_cell=f"miles-fsdp-{layout}",
+            reference_cell=f"verl-fsdp-{layout}",
+            rows=rows,
+        )
+        parity = json.loads(parity_text(parity_file("0123456789ab", [pair])))
+        run_dir = write_run_folder(tmp_path, cells, parity=parity)
+        return {c.id: c.steady_state for c in analyse_run_folder(run_dir, AnalysisSettings(reps=100)).cells}
+
+    def test_disaggregated_runs_drop_the_reordered_first_steps(self, tmp_path):
+        for cell_id, steady in self._report(tmp_path, "disaggregated").items():
+            assert steady.repeats[0].start_index == 2, cell_id
+            assert "first 2 steps cut" in steady.repeats[0].method
+
+    def test_colocated_runs_keep_them(self, tmp_path):
+        for cell_id, steady in self._report(tmp_path, "colocate").items():
+            assert steady.repeats[0].start_index == 0, cell_id
+
+    def test_a_longer_warm_up_is_left_as_found(self, tmp_path):
+        for steady in self._report(tmp_path, "disaggregated", skip_warmup=False).values():
+            assert steady.repeats[0].start_index >= 5 and "cut" not in steady.repeats[0].method

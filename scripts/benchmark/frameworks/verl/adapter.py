@@ -43,8 +43,8 @@ _DISAGGREGATED = {
     "long tail and the update), VERL keeps the pool busy with the next batch; the fully-async Miles loop is the "
     "closer schedule",
     "first_steps_composition": "VERL's first two steps train the fastest then the slowest prompts of two batches "
-    "and it generates one batch more than it trains; Miles trains the file's batches in order. The steady-state "
-    "rule drops those steps only where it sees them as warm-up",
+    "and it generates one batch more than it trains; Miles trains the file's batches in order. The report cuts "
+    "those steps from the steady state",
     "weight_cpu_backup": "VERL's decoupled PPO (bypass_mode=False) swaps the training model through CPU to give "
     "every mini-batch the step's first weights for old log-probs (in VERL's old_logprob phase); Miles recomputes "
     "old log-probs once, with no copy. Avoiding it means rollout log-probs on both sides (another algorithm)",
