@@ -199,3 +199,9 @@ class TestFirstSteps:
     def test_a_longer_warm_up_is_left_as_found(self, tmp_path):
         for steady in self._report(tmp_path, "disaggregated", skip_warmup=False).values():
             assert steady.repeats[0].start_index >= 5 and "cut" not in steady.repeats[0].method
+
+
+def test_the_policy_lag_row_says_it_is_the_launch_bound():
+    row = _rows("qwen3-4b", "megatron")["max_policy_lag"]
+    assert row.status == "matched" and row.candidate == row.reference == 1
+    assert row.note == "the bound the launches set; the lag the runs observe is not read back"
