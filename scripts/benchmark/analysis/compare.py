@@ -26,7 +26,7 @@ Caveats:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -181,9 +181,11 @@ def compare_sides(
     phases: Sequence[str],
     settings: AnalysisSettings | None = None,
     thresholds: dict[str, float] | None = None,
+    incomparable: Mapping[str, str] | None = None,
 ) -> tuple[list[ComparisonModel], list[AttributionModel]]:
     """All metric ratios (candidate / reference, each with its practical verdict against `thresholds`) and the
-    phase attribution of the step-time gap for one pair."""
+    phase attribution of the step-time gap for one pair; `incomparable` phases (phase -> why) are shown, marked, and
+    left out of the attribution."""
     settings = settings or AnalysisSettings()
     if candidate.metrics != reference.metrics:
         raise ValueError(f"metric columns differ: candidate {candidate.metrics} vs reference {reference.metrics}")
@@ -216,7 +218,8 @@ def compare_sides(
     comparisons = [
         _with_verdict(row, (thresholds or {}).get(row.metric, DEFAULT_PRACTICAL_THRESHOLD)) for row in comparisons
     ]
-    return comparisons, _attribution(pair, metrics, phases, point_m, point_v, found.gap, settings.confidence)
+    phase_map = {phase: (incomparable or {}).get(phase) for phase in phases}
+    return comparisons, _attribution(pair, metrics, phase_map, point_m, point_v, found.gap, settings.confidence)
 
 
 def _with_verdict(row: ComparisonModel, threshold: float) -> ComparisonModel:
@@ -281,21 +284,22 @@ def _metric_comparison(
 def _attribution(
     pair: PairKey,
     metrics: Sequence[str],
-    phases: Sequence[str],
+    phases: Mapping[str, str | None],
     point_m: np.ndarray,
     point_v: np.ndarray,
     gap_interval: Callable[[np.ndarray, float], tuple[float | None, float | None]],
     confidence: float,
 ) -> list[AttributionModel]:
-    """Seconds of the mean step-time gap (candidate - reference) carried by each phase, plus what no phase
-    explains."""
+    """Seconds of the mean step-time gap (candidate - reference) carried by each comparable phase, plus what no
+    comparable phase explains; a phase mapped to a reason is shown with its own gap but stays in the rest."""
     step = metrics.index("step_time_s")
     step_gap = point_m[step] - point_v[step]
 
-    def row(component: str, m: float, v: float, gap: float, weights: np.ndarray, note: str) -> AttributionModel:
+    def row(component: str, m: float, v: float, gap: float, weights: np.ndarray, note: str, comparable=True):
         known = math.isfinite(gap)
         low, high = gap_interval(weights, confidence) if known else (None, None)
-        share = gap / step_gap if known and math.isfinite(step_gap) and step_gap != 0 else None
+        shared = known and comparable and math.isfinite(step_gap) and step_gap != 0
+        share = gap / step_gap if shared else None
         return AttributionModel(
             **pair.where(),
             component=component,
@@ -306,6 +310,7 @@ def _attribution(
             ci_high=high,
             share_of_gap=share,
             note=note,
+            comparable=comparable,
         )
 
     def unit(i: int) -> np.ndarray:
@@ -316,10 +321,13 @@ def _attribution(
     rows = [row("step_time_s", point_m[step], point_v[step], step_gap, unit(step), "the gap to explain")]
     rest = unit(step)
     explained_point = 0.0
-    for phase in phases:
+    for phase, why in phases.items():
         i = metrics.index(f"phases_s.{phase}")
         m, v = point_m[i], point_v[i]
-        if math.isfinite(m) and math.isfinite(v):
+        if why is not None:
+            note = f"not comparable: {why}; its time stays in 'unattributed'"
+            rows.append(row(f"phases_s.{phase}", m, v, m - v, unit(i), note, comparable=False))
+        elif math.isfinite(m) and math.isfinite(v):
             explained_point += m - v
             rest[i] = -1.0
             rows.append(row(f"phases_s.{phase}", m, v, m - v, unit(i), ""))
@@ -327,6 +335,8 @@ def _attribution(
             note = f"not reported by {pair.missing(m, v)}; its time falls in 'unattributed'"
             rows.append(row(f"phases_s.{phase}", m, v, math.nan, unit(i), note))
     note = "step gap minus the phases reported by both frameworks (overlap, unreported phases, scheduling)"
+    if any(why is not None for why in phases.values()):
+        note = note.replace("the phases", "the comparable phases").replace("unreported", "unreported or incomparable")
     rows.append(row("unattributed", math.nan, math.nan, step_gap - explained_point, rest, note))
     return rows
 

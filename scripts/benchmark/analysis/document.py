@@ -47,27 +47,45 @@ from scripts.benchmark.analysis.stats import summarise
 from scripts.benchmark.analysis.steady_state import detect_steady_state
 from scripts.benchmark.analysis.step_columns import StepColumns
 from scripts.benchmark.analysis.verdict import practical_thresholds
-from scripts.benchmark.contracts.parity import unexplained
+from scripts.benchmark.contracts.parity import ParityFile, unexplained
 from scripts.benchmark.contracts.report import AttributionModel, ComparisonModel, ReportDocument
+from scripts.benchmark.frameworks.registry import incomparable_phases
 
 from miles.utils.bench_metrics import REPORT_METRICS, STEP_PHASES
 
 REPORT_SCHEMA_VERSION = 2
 
 
-def _steady_repeat(repeat_number: int, columns: StepColumns) -> dict[str, Any]:
+def _steady_repeat(repeat_number: int, columns: StepColumns, skip_first: int = 0) -> dict[str, Any]:
+    """One repeat's steady state; `skip_first` recorded steps are never in it (their work differs between sides)."""
     steady = detect_steady_state(columns.values["step_time_s"])
-    start = None if steady.start_index is None else int(columns.steps[steady.start_index])
+    index, n_steady, method = steady.start_index, steady.n_steady, steady.method
+    if index is not None and index < skip_first < len(columns.steps):
+        n_steady -= skip_first - index
+        index = skip_first
+        method += f"; first {skip_first} steps cut: their prompts differ between the sides (first_steps_composition)"
     return {
         "repeat": repeat_number,
-        "start_step": start,
-        "start_index": steady.start_index,
+        "start_step": None if index is None else int(columns.steps[index]),
+        "start_index": index,
         "reached": steady.reached,
-        "method": steady.method,
+        "method": method,
         "more_steps": steady.more_steps,
         "steps": len(columns.steps),
-        "steady_steps": steady.n_steady,
+        "steady_steps": n_steady,
     }
+
+
+def first_steps_to_cut(parity: ParityFile | None, backend: str, layout: str) -> int:
+    """Steps at the start of the pair's runs that train different prompts on the two sides: max_policy_lag + 1 when
+    the parity table declares first_steps_composition an asymmetry (batches in flight reorder them), else 0."""
+    pair = parity.pair(backend, layout) if parity is not None else None
+    rows = {r.knob: r for r in pair.rows} if pair is not None else {}
+    composition, lag = rows.get("first_steps_composition"), rows.get("max_policy_lag")
+    if composition is None or composition.status != "asymmetry" or lag is None:
+        return 0
+    lags = [v for v in (lag.candidate, lag.reference) if isinstance(v, int) and not isinstance(v, bool)]
+    return max(lags) + 1 if lags else 0
 
 
 def _cell_steady_state(repeats: list[dict[str, Any]]) -> dict[str, Any]:
@@ -143,10 +161,10 @@ def _metric_entries(
 
 
 def cut_to_steady_state(
-    repeat_numbers: list[int], columns: list[StepColumns]
+    repeat_numbers: list[int], columns: list[StepColumns], skip_first: int = 0
 ) -> tuple[dict[str, Any], list[StepColumns], list[np.ndarray]]:
     """The cell's steady state, each repeat's columns cut at the cell's start, and the kept-step masks."""
-    infos = [_steady_repeat(number, c) for number, c in zip(repeat_numbers, columns, strict=True)]
+    infos = [_steady_repeat(number, c, skip_first) for number, c in zip(repeat_numbers, columns, strict=True)]
     steady_state = _cell_steady_state(infos)
     start = steady_state["start_step"]
     keep = [c.steps >= start if start is not None else np.zeros(len(c.steps), bool) for c in columns]
@@ -158,9 +176,9 @@ def side_samples(steady: list[StepColumns], metrics: tuple[str, ...]) -> SideSam
     return SideSamples(metrics=metrics, repeats=tuple(np.column_stack([c.values[n] for n in metrics]) for c in steady))
 
 
-def _analyse_cell(cell: Cell, settings: AnalysisSettings) -> tuple[dict[str, Any], SideSamples]:
+def _analyse_cell(cell: Cell, settings: AnalysisSettings, skip_first: int = 0) -> tuple[dict[str, Any], SideSamples]:
     columns = [r.columns for r in cell.repeats]
-    steady_state, steady, _ = cut_to_steady_state([r.repeat for r in cell.repeats], columns)
+    steady_state, steady, _ = cut_to_steady_state([r.repeat for r in cell.repeats], columns, skip_first)
     summaries, samples = _metric_entries(steady, settings)
     environment = cell.repeats[0].environment
     entry = {
@@ -258,6 +276,7 @@ def _compare_pairs(
             phases=STEP_PHASES,  # additive: generate may overlap the step, rollout_wait is its share
             settings=settings,
             thresholds=thresholds,
+            incomparable=incomparable_phases(sides.candidate.framework, sides.reference.framework, layout),
         )
         comparisons.extend(metric_rows)
         attribution.extend(phase_rows)
@@ -277,7 +296,10 @@ def analyse_run_folder(
     """The report document (contracts/report.py) for one run folder."""
     settings = settings or AnalysisSettings()
     folder = read_run_folder(run_dir)
-    analysed = [_analyse_cell(cell, settings) for cell in folder.cells]
+    analysed = [
+        _analyse_cell(cell, settings, first_steps_to_cut(folder.parity, cell.backend, cell.layout))
+        for cell in folder.cells
+    ]
     cells = [entry for entry, _ in analysed]
     samples = {entry["id"]: side for entry, side in analysed}
     plan = folder.plan or {}

@@ -155,6 +155,9 @@ class AttributionModel(PairModel):
     ci_high: float | None
     share_of_gap: float | None
     note: str
+    comparable: bool = True
+    """False: a phase the two frameworks measure differently in this layout (its note says how); shown with its
+    own gap, never part of the attribution."""
 
 
 class RefusedModel(_Open):

@@ -116,6 +116,11 @@ class FrameworkAdapter(Protocol):
         """Knob -> note: asymmetries declared whenever this framework is compared with another one."""
         ...
 
+    def incomparable_phases(self, layout: str) -> dict[str, str]:
+        """Phase -> why this framework's phase is not the same quantity as another framework's in `layout` (the
+        report shows it, marked, and leaves its gap out of the attribution)."""
+        ...
+
     def read_sink(self, paths: list[Path], ctx: RunContext) -> list[StepRecord]:
         """Step records (learning block set, fields not derived) from its sink files; NoStepsError when empty."""
         ...
@@ -173,6 +178,9 @@ class AdapterDefaults:
         return None
 
     def inherent_differences(self, backend: str, layout: str) -> dict[str, str]:
+        return {}
+
+    def incomparable_phases(self, layout: str) -> dict[str, str]:
         return {}
 
     def refused(self, launch_argv: list[str]) -> list[str]:

@@ -59,6 +59,15 @@ def get(name: str) -> FrameworkAdapter:
     return _ADAPTERS[name]
 
 
+def incomparable_phases(candidate: str, reference: str, layout: str) -> dict[str, str]:
+    """Phase -> why the two frameworks' values are different quantities in `layout`; {} for one framework or an
+    unregistered one (its phases are taken as comparable)."""
+    if candidate == reference:
+        return {}
+    adapters = [a for a in (_ADAPTERS.get(candidate), _ADAPTERS.get(reference)) if a is not None]
+    return {phase: why for adapter in adapters for phase, why in adapter.incomparable_phases(layout).items()}
+
+
 def label_of(name: str) -> str:
     adapter = _ADAPTERS.get(name)
     return adapter.label if adapter is not None else name

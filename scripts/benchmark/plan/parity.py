@@ -82,14 +82,17 @@ KNOBS: list[tuple[str, str]] = [
     *[("rollout", k) for k in ("client_concurrency", "chunked_prefill", "rollout_attention_backend", "cuda_graphs")],
     *[("rollout", k) for k in ("cuda_graph_max_bs", "weight_sync_bucket_mb", "rollout_memory_release")],
     *[("rollout", k) for k in ("rollout_memory_saver", "completion_wait", "health_checks", "rollout_dumps")],
+    *[("rollout", k) for k in ("prefill_cuda_graphs", "rollout_engine_version")],
     *[("fsdp", k) for k in ("gradient_checkpointing", "fsdp_version", "attn_implementation")],
     *[("fsdp", k) for k in ("fsdp_cpu_offload_policy", "sequence_packing", "ulysses_sp", "cuda_allocator")],
     *[("megatron", k) for k in ("tp", "pp", "cp", "ep", "etp", "sequence_parallel", "recompute", "dropout")],
     *[("megatron", k) for k in ("megatron_attention_backend", "distributed_optimizer", "optimizer_cpu_offload")],
     *[("megatron", k) for k in ("precision_aware_optimizer", "grad_reduce_dtype", "moe_kernels", "moe_router_dtype")],
-    *[("megatron", k) for k in ("hf_weights_loading", "weight_cpu_backup")],
+    ("megatron", "hf_weights_loading"),
     *[("placement", k) for k in ("layout", "train_gpus", "rollout_gpus", "nodes", "train_state_offload")],
-    *[("loop", k) for k in ("rollout_loop", "max_policy_lag", "weight_sync_cadence", "partial_rollout")],
+    ("placement", "weight_cpu_backup"),
+    *[("loop", k) for k in ("rollout_loop", "loop_shape", "max_policy_lag", "weight_sync_cadence", "partial_rollout")],
+    ("loop", "first_steps_composition"),
     *[("run", k) for k in ("steps", "training_seed", "evaluation", "checkpoint_save", "resume")],
     *[("run", k) for k in ("external_trackers", "tracking", "metric_sink", "dead_or_ignored_keys")],
 ]
@@ -97,6 +100,7 @@ KNOBS: list[tuple[str, str]] = [
 # Notes of matched knobs whose matched value still costs time (the same cost on both sides).
 _MATCHED_COST = {
     "tracking": "wandb adds a network logger (background upload) to both runs; equal cost, never the metric sink",
+    "max_policy_lag": "the bound the launches set; the lag the runs observe is not read back",
 }
 
 

@@ -67,7 +67,9 @@ def main_component(doc: ReportDocument, backend: str, layout: str) -> str | None
     if step is None or step.gap_s is None or step.gap_s == 0:
         return None
     sign = math.copysign(1.0, step.gap_s)
-    parts = [a for a in rows if a.component != "step_time_s" and a.gap_s is not None and a.gap_s * sign > 0]
+    parts = [
+        a for a in rows if a.component != "step_time_s" and a.comparable and a.gap_s is not None and a.gap_s * sign > 0
+    ]
     if not parts:
         return None
     top = max(parts, key=lambda a: a.gap_s * sign)

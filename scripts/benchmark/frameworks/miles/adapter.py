@@ -48,6 +48,10 @@ _ALWAYS = {
     "sampling_seed": "none on cost per token; response lengths vary run to run on both sides (compare medians)",
     "metric_sink": "none: Miles prints its perf lines to stdout whatever the harness does; VERL's FileLogger "
     "appends one JSON line per step from the driver (milliseconds)",
+    "rollout_engine_version": "each framework pins its own SGLang release (scheduler, kernels and defaults differ): "
+    "a rollout-time gap includes the engine version",
+    "prefill_cuda_graphs": "Miles disables prefill graphs under --colocate (NVLS memory) and otherwise takes its "
+    "SGLang's default backend; VERL's SGLang captures piecewise prefill graphs: prefill-heavy steps favour VERL",
 }
 _FSDP = {
     "training_seed": "none: weights come from the checkpoint and no dropout is active",

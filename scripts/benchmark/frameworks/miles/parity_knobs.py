@@ -59,23 +59,31 @@ def parse_miles(argv: list[str], backend: str, inventory: dict | None = None) ->
 
 
 ONE_STEP_OFF_POLICY = "one-step off-policy: rollout N+1 generates while step N trains"
+# SGLang code facts: Miles @31f1ca9 runs its sglang-miles fork of 0.5.16, whose default captures prefill graphs.
+ENGINE_VERSION = "sglang 0.5.16 + Miles's patches (sglang-miles)"
+PREFILL_DEFAULT = "sglang 0.5.16 default backend"
 
 
 def _miles_loop(m: _Miles) -> dict[str, Any]:
     """train.py: generate, train, update, in turn. train_async.py: the next rollout starts before training and the
     weight update waits for it (`train_async.py`), so every sample is exactly --update-weights-interval stale."""
     interval = m.get("--update-weights-interval", int) or 1
+    shape = "one batch generated, then trained; nothing in flight at an update"
     if m.entry != "train_async.py":
         loop, lag = "synchronous", 0
     elif m.has("--fully-async"):
         loop, lag = "fully async (persistent producer)", m.get("--max-weight-staleness") or "unbounded"
+        shape = "persistent producer keeps generating; requests in flight through the update"
     else:
         loop, lag = (ONE_STEP_OFF_POLICY if interval == 1 else f"off-policy by {interval} steps"), interval
+        shape = "one batch in flight, drained to the last sample; rollout GPUs idle through the tail and the update"
     return {
         "rollout_loop": loop,
+        "loop_shape": shape,
         "max_policy_lag": lag,
         "weight_sync_cadence": "every step" if interval == 1 or m.entry == "train.py" else f"every {interval} steps",
         "partial_rollout": "none: no request in flight at a weight update",
+        "first_steps_composition": "file batches in order",
     }
 
 
@@ -177,11 +185,26 @@ def _miles_rollout(m: _Miles, colocate: bool) -> dict[str, Any]:
         "weight_sync_bucket_mb": (m.get("--update-weight-buffer-size", int) or 0) // MIB,
         "rollout_memory_release": "released after generation" if colocate else "kept",
         "rollout_memory_saver": on_off(colocate),
+        "prefill_cuda_graphs": _prefill_graphs(m, colocate),
+        "rollout_engine_version": ENGINE_VERSION,
         "completion_wait": "event-driven",
         "health_checks": "30 s probe + engine recovery" if m.has("--use-fault-tolerance") else "off",
         "rollout_dumps": f"on ({', '.join(dumps)})" if dumps else "off",
         "dead_or_ignored_keys": sorted(set(m.flags) & MILES_DEAD_FLAGS) or "none",
     }
+
+
+def _prefill_graphs(m: _Miles, colocate: bool) -> str:
+    """Miles sets --sglang-cuda-graph-backend-prefill disabled under --colocate when it is not given
+    (`miles/utils/arguments.py`)."""
+    if m.has("--sglang-disable-cuda-graph"):
+        return "off"
+    chosen = m.get("--sglang-cuda-graph-backend-prefill")
+    if chosen is None and colocate:
+        chosen = "disabled"
+    if chosen == "disabled":
+        return "off"
+    return chosen or PREFILL_DEFAULT
 
 
 def _miles_backend(m: _Miles, backend: str, colocate: bool) -> dict[str, Any]:
@@ -199,6 +222,7 @@ def _miles_backend(m: _Miles, backend: str, colocate: bool) -> dict[str, Any]:
             "ulysses_sp": 1,
             "training_seed": m.get("--seed", int),
             "cuda_allocator": env.get("PYTORCH_CUDA_ALLOC_CONF", "default"),
+            "weight_cpu_backup": "none",
         }
     tp = m.get("--tensor-model-parallel-size", int)
     return {

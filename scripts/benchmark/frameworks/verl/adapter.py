@@ -37,10 +37,28 @@ _ALWAYS = {
 }
 _DISAGGREGATED = {
     "partial_rollout": "cannot be matched: VERL's separate_async always aborts the in-flight requests at the weight "
-    "update and resumes them (tokens after the update are on-policy, the rollout pool keeps working); Miles's "
-    "train_async.py waits for the rollout, so its rollout GPUs idle during the update. Same lag bound (1 step)",
+    "update and re-prefills them (prompt and tokens so far) under the new weights after the radix-cache flush; "
+    "Miles's train_async.py has nothing in flight at the update. Same lag bound (1 step)",
+    "loop_shape": "cannot be matched with train_async.py: Miles drains each batch (its rollout GPUs idle through the "
+    "long tail and the update), VERL keeps the pool busy with the next batch; the fully-async Miles loop is the "
+    "closer schedule",
+    "first_steps_composition": "VERL's first two steps train the fastest then the slowest prompts of two batches "
+    "and it generates one batch more than it trains; Miles trains the file's batches in order. The report cuts "
+    "those steps from the steady state",
+    "weight_cpu_backup": "VERL's decoupled PPO (bypass_mode=False) swaps the training model through CPU to give "
+    "every mini-batch the step's first weights for old log-probs (in VERL's old_logprob phase); Miles recomputes "
+    "old log-probs once, with no copy. Avoiding it means rollout log-probs on both sides (another algorithm)",
     "rollout_memory_saver": "VERL always enables SGLang's memory saver; without colocation it only adds "
     "bookkeeping, no offload",
+}
+
+# What VERL's separate_async books in each phase that Miles's train_async.py books elsewhere or never does.
+_DISAGGREGATED_PHASES = {
+    "old_logprob": "VERL's includes copying the training model to CPU and back for every mini-batch (decoupled "
+    "PPO) and fetching the batch; Miles's is the log-prob forward alone",
+    "rollout_wait": "Miles's includes handing the batch over and preprocessing it; VERL's fetch lands in its "
+    "old_logprob and train phases",
+    "weight_sync": "VERL's includes aborting the in-flight requests and resuming them; Miles has nothing in flight",
 }
 
 
@@ -71,6 +89,9 @@ class VerlAdapter(AdapterDefaults):
 
     def inherent_differences(self, backend: str, layout: str) -> dict[str, str]:
         return {**_ALWAYS, **(_DISAGGREGATED if layout == "disaggregated" else {})}
+
+    def incomparable_phases(self, layout: str) -> dict[str, str]:
+        return dict(_DISAGGREGATED_PHASES) if layout == "disaggregated" else {}
 
     def read_sink(self, paths: list[Path], ctx: RunContext) -> list[StepRecord]:
         issues: list[SinkIssue] = []

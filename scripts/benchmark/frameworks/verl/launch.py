@@ -166,7 +166,9 @@ def _megatron(spec: BenchmarkSpec, layout: Layout) -> list[str]:
     return argv
 
 
-def _rollout(spec: BenchmarkSpec, backend: Backend) -> list[str]:
+def _rollout(spec: BenchmarkSpec, backend: Backend, layout: Layout) -> list[str]:
+    """free_cache_engine only where the engine shares GPUs with training: in a standalone pool VERL would release
+    and re-allocate the KV pool at every weight update (`release_kv_cache`), which Miles's pool never does."""
     ro, sampling, rollout = spec.rollout, spec.sampling, f"{AR}.rollout"
     argv = [f"{rollout}.name={ro.engine}", f"{rollout}.mode=async", f"{rollout}.n={spec.batch.samples_per_prompt}"]
     argv += [f"{rollout}.temperature={sampling.temperature}", f"{rollout}.top_p={sampling.top_p}"]
@@ -176,7 +178,8 @@ def _rollout(spec: BenchmarkSpec, backend: Backend) -> list[str]:
         f"{rollout}.gpu_memory_utilization={ro.mem_fraction}",
         f"{rollout}.enforce_eager={override_value(not ro.cuda_graphs)}",
     ]
-    argv += [f"{rollout}.max_num_seqs={ro.max_running_requests}", f"{rollout}.free_cache_engine=True"]
+    argv += [f"{rollout}.max_num_seqs={ro.max_running_requests}"]
+    argv += [f"{rollout}.free_cache_engine={override_value(layout == 'colocate')}"]
     argv += [f"{rollout}.log_prob_use_dynamic_bsz=True"]
     argv += [f"{rollout}.log_prob_max_token_len_per_gpu={spec.max_tokens_per_gpu(backend)}"]
     argv += [f"{rollout}.checkpoint_engine.update_weights_bucket_megabytes={ro.weight_sync_bucket_mb}"]
@@ -231,7 +234,7 @@ def verl_blocks(spec: BenchmarkSpec, backend: Backend, layout: Layout, data: Ver
         "actor": _actor(spec, backend),
         "optimizer": _optimizer(spec, backend),
         "backend": _megatron(spec, layout) if backend == "megatron" else _fsdp(spec, layout),
-        "rollout": _rollout(spec, backend),
+        "rollout": _rollout(spec, backend, layout),
         "reward": _reward(),
         "placement": _placement(spec, layout),
         "trainer": _trainer(spec, backend, layout),

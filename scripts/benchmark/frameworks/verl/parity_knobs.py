@@ -17,6 +17,9 @@ from scripts.benchmark.frameworks.knob_values import NEUTRAL_DUAL_CLIP_MIN, kl_t
 from scripts.benchmark.frameworks.verl.data import parse_converted_name
 
 AR = "actor_rollout_ref"
+# SGLang code facts: VERL 0.9.1 pins sglang==0.5.12, whose default captures piecewise prefill graphs.
+ENGINE_VERSION = "sglang 0.5.12 (VERL 0.9.1's pin)"
+PREFILL_GRAPHS = "piecewise (sglang 0.5.12 default)"
 
 # VERL 0.9.1 defaults of every key the parser reads (test_parity checks them against the real composed config).
 VERL_DEFAULTS: dict[str, Any] = {
@@ -189,6 +192,10 @@ def parse_verl(argv: list[str], prepare_argv: list[str] | None = None) -> dict[s
 
 
 ONE_STEP_OFF_POLICY = "one-step off-policy: rollout N+1 generates while step N trains"
+SEPARATE_ASYNC_SHAPE = (
+    "next step's prompts submitted before waiting; up to 2 batches on the rollout pool, requests in flight through "
+    "the update"
+)
 
 
 def _verl_loop(v: _Verl) -> dict[str, Any]:
@@ -201,9 +208,12 @@ def _verl_loop(v: _Verl) -> dict[str, Any]:
     if mode == "sync":
         return {
             "rollout_loop": "synchronous",
+            "loop_shape": "one batch generated, then trained; nothing in flight at an update",
             "max_policy_lag": 0,
             "weight_sync_cadence": "every step",
             "partial_rollout": "none: no request in flight at a weight update",
+            "first_steps_composition": "file batches in order",
+            "weight_cpu_backup": "none",
         }
     warmup = v.get(f"trainer.v1.{mode}.num_warmup_batches")
     threshold = v.get("trainer.v1.sampler.max_off_policy_threshold")
@@ -219,10 +229,31 @@ def _verl_loop(v: _Verl) -> dict[str, Any]:
         loop = f"{mode} (warm-up {warmup}, threshold {threshold}, {strategy})"
     return {
         "rollout_loop": loop,
+        "loop_shape": SEPARATE_ASYNC_SHAPE,
         "max_policy_lag": lag,
         "weight_sync_cadence": "every step",
-        "partial_rollout": "in-flight requests aborted at each weight update and resumed with the new weights",
+        "partial_rollout": "in-flight requests aborted at each weight update and re-prefilled with the new weights",
+        "first_steps_composition": _first_steps(warmup),
+        "weight_cpu_backup": _old_policy_copies(v, mode),
     }
+
+
+def _first_steps(warmup: int) -> str:
+    """The replay buffer hands the trainer the first prompts to finish: with warm-up batches in flight, the first
+    step trains the fastest of the submitted prompts and the next the slowest (trainer_base.py)."""
+    if not warmup:
+        return "file batches in order"
+    return f"by completion over {warmup + 1} submitted batches (first step: fastest prompts); {warmup} batch extra"
+
+
+def _old_policy_copies(v: _Verl, mode: str) -> str:
+    """Decoupled PPO (bypass_mode False) in separate_async: old log-probs of every mini-batch come from the step's
+    first weights, swapped in through CPU (`_compute_old_log_prob` of trainer_separate_async.py)."""
+    if mode != "separate_async" or v.get("algorithm.rollout_correction.bypass_mode"):
+        return "none"
+    mini_batches = v.get("trainer.v1.separate_async.parameter_sync_step")
+    restores = 2 * (mini_batches - 1)
+    return f"training model copied to CPU {mini_batches}x and back {restores}x per step (old-policy weights)"
 
 
 def _prepare_value(prepare_argv: list[str], flag: str) -> str | None:
@@ -348,15 +379,23 @@ def _verl_rollout(v: _Verl) -> dict[str, Any]:
         "cuda_graphs": on_off(not v.get(f"{ro}.enforce_eager")),
         "cuda_graph_max_bs": sglang.get("cuda_graph_max_bs_decode", sglang.get("cuda_graph_max_bs", "sglang default")),
         "weight_sync_bucket_mb": v.get(f"{ro}.checkpoint_engine.update_weights_bucket_megabytes"),
-        "rollout_memory_release": (
-            "released after generation" if hybrid and v.get(f"{ro}.free_cache_engine") else "kept"
-        ),
+        "rollout_memory_release": _memory_release(hybrid, bool(v.get(f"{ro}.free_cache_engine"))),
+        "prefill_cuda_graphs": PREFILL_GRAPHS if not v.get(f"{ro}.enforce_eager") else "off",
+        "rollout_engine_version": ENGINE_VERSION,
         "rollout_memory_saver": "on",
         "completion_wait": "2 s replay-buffer poll",
         "health_checks": "off",
         "rollout_dumps": "on (trainer.rollout_data_dir)" if v.get("trainer.rollout_data_dir") else "off",
         "dead_or_ignored_keys": sorted(ignored) or "none",
     }
+
+
+def _memory_release(hybrid: bool, free_cache_engine: bool) -> str:
+    """A standalone SGLang server with free_cache_engine releases its KV pool before every weight sync and
+    re-allocates it after (async_sglang_server.py `release_kv_cache`/`resume_kv_cache`)."""
+    if not free_cache_engine:
+        return "kept"
+    return "released after generation" if hybrid else "KV pool released and re-allocated at every weight update"
 
 
 def _verl_backend(v: _Verl) -> dict[str, Any]:
@@ -407,7 +446,6 @@ def _verl_backend(v: _Verl) -> dict[str, Any]:
         "hf_weights_loading": "megatron-bridge" if v.get(f"{mg}.use_mbridge") else "torch_dist checkpoint",
         "train_state_offload": offload_state(v.get(f"{mg}.param_offload"), v.get(f"{mg}.optimizer_offload")),
         "training_seed": seed,
-        "weight_cpu_backup": "none",
     }
 
 

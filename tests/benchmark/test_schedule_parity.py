@@ -1,0 +1,207 @@
+"""The schedule rows of the parity table: what the two frameworks do around generation and the weight update (KV
+pool, old-policy weight copies, prefill graphs, engine versions, loop shape, first steps) is read from the launches
+and from VERL's own config and code, and a row says `matched` only where both do the same work; the report's phase
+map keeps phases the two measure differently out of the step-time attribution."""
+
+import ast
+import json
+from functools import cache
+
+import pytest
+from omegaconf import OmegaConf
+
+from scripts.benchmark.analysis.document import analyse_run_folder
+from scripts.benchmark.analysis.settings import AnalysisSettings
+from scripts.benchmark.contracts.parity import ParityPair, parity_text
+from scripts.benchmark.frameworks import registry
+from scripts.benchmark.frameworks.miles.flags import flag_default, load_inventory
+from scripts.benchmark.frameworks.miles.launch import build_miles_launch
+from scripts.benchmark.frameworks.miles.parity_knobs import parse_miles
+from scripts.benchmark.frameworks.verl.config import compose_overrides
+from scripts.benchmark.frameworks.verl.data import converted_paths, prepare_step
+from scripts.benchmark.frameworks.verl.launch import VerlData, build_verl_launch, overrides_of
+from scripts.benchmark.frameworks.verl.parity_knobs import parse_verl
+from scripts.benchmark.plan.parity import ParityError, ParitySide, build_parity, parity_file
+from scripts.benchmark.report.headline import main_component
+from scripts.benchmark.spec import BACKENDS, LAYOUTS, load_preset, preset_names, with_overrides
+from tests.benchmark.synthetic_runs import gap_pair, write_run_folder
+
+AR = "actor_rollout_ref"
+FREE_CACHE = f"{AR}.rollout.free_cache_engine"
+
+
+@cache
+def _launches(preset: str, backend: str, layout: str):
+    spec = with_overrides(load_preset(preset), layout=layout)
+    train, val = converted_paths(spec, "/out/data")
+    miles = build_miles_launch(spec, backend, layout)
+    verl = build_verl_launch(spec, backend, layout, VerlData(train, val))
+    return tuple(miles.argv), tuple(verl.argv), tuple(prepare_step(spec, "/out/data", "run.py")["argv"])
+
+
+def _rows(preset="smoke", backend="fsdp", layout="disaggregated", verl_tokens=()):
+    miles, verl, prepare = (list(x) for x in _launches(preset, backend, layout))
+    keys = {t.partition("=")[0].lstrip("+") for t in verl_tokens}
+    verl = [t for t in verl if t.partition("=")[0].lstrip("+") not in keys] + list(verl_tokens)
+    candidate = ParitySide(registry.get("miles"), miles)
+    reference = ParitySide(registry.get("verl"), verl, prepare)
+    return {r.knob: r for r in build_parity(candidate, reference, backend, layout)}
+
+
+def _function(verl_root, relative: str, name: str) -> ast.FunctionDef:
+    tree = ast.parse((verl_root / "verl" / relative).read_text(encoding="utf-8"))
+    found = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name]
+    assert found, f"{name} not in VERL's {relative}"
+    return found[0]
+
+
+def _calls(node: ast.AST) -> list[str]:
+    return [n.func.attr for n in ast.walk(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)]
+
+
+class TestKvPool:
+    @pytest.mark.parametrize("preset", preset_names())
+    @pytest.mark.parametrize("backend", BACKENDS)
+    @pytest.mark.parametrize("layout", LAYOUTS)
+    def test_verl_frees_its_engine_only_when_colocated(self, verl_root, preset, backend, layout):
+        """VERL's composed config: free_cache_engine only where SGLang shares the GPUs with training."""
+        cfg = compose_overrides(overrides_of(list(_launches(preset, backend, layout)[1])), verl_root)
+        assert OmegaConf.select(cfg, FREE_CACHE) is (layout == "colocate")
+        rows = _rows(preset, backend, layout)
+        assert rows["rollout_memory_release"].status == "matched"
+
+    def test_without_free_cache_engine_verls_standalone_server_keeps_the_pool(self, verl_root):
+        """VERL's SGLang server returns before releasing or re-allocating the KV pool when free_cache_engine is off;
+        the radix cache is still flushed after the weights change (no stale KV is reused)."""
+        server = "workers/rollout/sglang_rollout/async_sglang_server.py"
+        for name in ("release_kv_cache", "resume_kv_cache"):
+            guard = _function(verl_root, server, name).body[1]
+            assert isinstance(guard, ast.If) and isinstance(guard.body[0], ast.Return)
+            assert "free_cache_engine" in ast.unparse(guard.test) and "not" in ast.unparse(guard.test)
+        update = _function(verl_root, "workers/rollout/sglang_rollout/sglang_rollout.py", "update_weights")
+        assert "flush_cache" in _calls(update)
+
+    def test_a_kv_pool_released_at_every_update_is_caught(self):
+        with pytest.raises(ParityError, match="rollout_memory_release: miles='kept' verl='KV pool released"):
+            _rows(verl_tokens=(f"{FREE_CACHE}=True",))
+
+
+class TestOldPolicyWeights:
+    @pytest.mark.parametrize("backend", BACKENDS)
+    def test_verls_weight_swaps_are_declared_in_the_disaggregated_pair(self, backend):
+        row = _rows("qwen3-4b", backend)["weight_cpu_backup"]
+        assert row.status == "asymmetry" and row.candidate == "none"
+        assert row.reference.startswith("training model copied to CPU 4x and back 6x") and "old log-probs" in row.note
+
+    def test_the_count_follows_the_mini_batches_and_bypass_mode_removes_it(self, verl_root):
+        """VERL's _compute_old_log_prob saves and restores the model through CPU unless bypass_mode is on."""
+        code = _function(verl_root, "trainer/ppo/v1/trainer_separate_async.py", "_compute_old_log_prob")
+        calls = _calls(code)
+        assert calls.count("save_model_to_cpu") == 2 and calls.count("restore_model_from_cpu") == 2
+        assert "bypass_mode" in ast.unparse(code)
+        verl = list(_launches("smoke", "fsdp", "disaggregated")[1])
+        assert parse_verl(verl)["weight_cpu_backup"].startswith("training model copied to CPU 1x and back 0x")
+        assert parse_verl(verl + ["algorithm.rollout_correction.bypass_mode=True"])["weight_cpu_backup"] == "none"
+
+    @pytest.mark.parametrize("backend", BACKENDS)
+    def test_colocated_fsdp_and_synchronous_verl_copy_nothing(self, backend):
+        row = _rows("qwen3-4b", backend, "colocate")["weight_cpu_backup"]
+        assert row.reference == "none"
+        assert row.status == ("matched" if backend == "fsdp" else "asymmetry")
+
+
+class TestRolloutEngine:
+    @pytest.mark.parametrize("layout", LAYOUTS)
+    def test_prefill_graphs_and_engine_versions_are_declared(self, layout):
+        rows = _rows("qwen3-4b", "megatron", layout)
+        prefill = rows["prefill_cuda_graphs"]
+        assert prefill.status == "asymmetry" and prefill.reference.startswith("piecewise")
+        assert prefill.candidate == ("off" if layout == "colocate" else "sglang 0.5.16 default backend")
+        version = rows["rollout_engine_version"]
+        assert version.status == "asymmetry" and "0.5.16" in version.candidate and "0.5.12" in version.reference
+
+    def test_miles_prefill_choice_follows_its_flag(self):
+        """The flag exists for the default target with no default: --colocate is what turns the graphs off."""
+        inventory = load_inventory()
+        assert flag_default(inventory, "megatron", "--sglang-cuda-graph-backend-prefill") is None
+        miles = list(_launches("smoke", "megatron", "colocate")[0])
+        explicit = miles + ["--sglang-cuda-graph-backend-prefill", "tc_piecewise"]
+        assert parse_miles(explicit, "megatron", inventory)["prefill_cuda_graphs"] == "tc_piecewise"
+
+
+class TestLoop:
+    @pytest.mark.parametrize("backend", BACKENDS)
+    def test_loop_shape_and_first_steps_say_how_they_differ(self, backend):
+        rows = _rows("qwen3-4b", backend)
+        shape, first = rows["loop_shape"], rows["first_steps_composition"]
+        assert shape.status == "asymmetry" and "drained" in shape.candidate and "2 batches" in shape.reference
+        assert first.status == "asymmetry" and first.candidate == "file batches in order"
+        assert "fastest" in first.reference and "1 batch extra" in first.reference
+        assert "abort" in rows["partial_rollout"].reference and "re-prefill" in rows["partial_rollout"].note
+
+    @pytest.mark.parametrize("backend", BACKENDS)
+    def test_colocated_loops_are_matched(self, backend):
+        rows = _rows("qwen3-4b", backend, "colocate")
+        for knob in ("loop_shape", "first_steps_composition", "rollout_memory_release"):
+            assert rows[knob].status == "matched", knob
+
+
+class TestPhaseMap:
+    """The report attributes the step-time gap only to phases both frameworks measure the same way in the layout."""
+
+    @pytest.mark.parametrize("layout", LAYOUTS)
+    def test_old_logprob_gap_is_attributed_only_where_comparable(self, tmp_path, layout):
+        run_dir = write_run_folder(tmp_path, gap_pair({"old_logprob": 10.0}, layout=layout, num_steps=80))
+        doc = analyse_run_folder(run_dir, AnalysisSettings(reps=200))
+        rows = {a.component: a for a in doc.attribution}
+        old, rest = rows["phases_s.old_logprob"], rows["unattributed"]
+        assert old.gap_s == pytest.approx(10.0, abs=1.0)
+        if layout == "colocate":
+            assert old.comparable and old.share_of_gap > 0.8 and abs(rest.gap_s) < 1.0
+            assert main_component(doc, "fsdp", layout).startswith("old_logprob")
+            return
+        assert not old.comparable and old.share_of_gap is None and old.note.startswith("not comparable: ")
+        assert {a.component for a in doc.attribution if not a.comparable} == {
+            f"phases_s.{p}" for p in ("rollout_wait", "old_logprob", "weight_sync")
+        }
+        assert rest.gap_s == pytest.approx(10.0, abs=1.0)
+        assert main_component(doc, "fsdp", layout).startswith("unattributed time")
+
+
+class TestFirstSteps:
+    """Where the parity table declares that the first steps train different prompts, the report never keeps them."""
+
+    def _report(self, tmp_path, layout: str, skip_warmup: bool = True):
+        cells = gap_pair({}, layout=layout, num_steps=40)
+        for cell in cells:
+            cell.warmup_steps = 0 if skip_warmup else cell.warmup_steps
+        rows = list(_rows("smoke", "fsdp", layout).values())
+        pair = ParityPair(
+            backend="fsdp",
+            layout=layout,
+            candidate_cell=f"miles-fsdp-{layout}",
+            reference_cell=f"verl-fsdp-{layout}",
+            rows=rows,
+        )
+        parity = json.loads(parity_text(parity_file("0123456789ab", [pair])))
+        run_dir = write_run_folder(tmp_path, cells, parity=parity)
+        return {c.id: c.steady_state for c in analyse_run_folder(run_dir, AnalysisSettings(reps=100)).cells}
+
+    def test_disaggregated_runs_drop_the_reordered_first_steps(self, tmp_path):
+        for cell_id, steady in self._report(tmp_path, "disaggregated").items():
+            assert steady.repeats[0].start_index == 2, cell_id
+            assert "first 2 steps cut" in steady.repeats[0].method
+
+    def test_colocated_runs_keep_them(self, tmp_path):
+        for cell_id, steady in self._report(tmp_path, "colocate").items():
+            assert steady.repeats[0].start_index == 0, cell_id
+
+    def test_a_longer_warm_up_is_left_as_found(self, tmp_path):
+        for steady in self._report(tmp_path, "disaggregated", skip_warmup=False).values():
+            assert steady.repeats[0].start_index >= 5 and "cut" not in steady.repeats[0].method
+
+
+def test_the_policy_lag_row_says_it_is_the_launch_bound():
+    row = _rows("qwen3-4b", "megatron")["max_policy_lag"]
+    assert row.status == "matched" and row.candidate == row.reference == 1
+    assert row.note == "the bound the launches set; the lag the runs observe is not read back"
