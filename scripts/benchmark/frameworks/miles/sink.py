@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from scripts.benchmark.frameworks.miles.tracking_sink import is_tracking_file, started, tracking_events
 from scripts.benchmark.frameworks.native_events import (
     FILE_ORDER_STRIDE,
     NativeEvent,
@@ -99,7 +100,9 @@ def miles_events(paths: Iterable[Path], issues: list[SinkIssue]) -> list[NativeE
     for file_index, path in enumerate(files_in_time_order(list(paths), first_time=_first_event_time)):
         head = path.read_text(encoding="utf-8", errors="replace").lstrip()[:1]
         offset = file_index * FILE_ORDER_STRIDE
-        if head == "{":
+        if head == "{" and is_tracking_file(path):
+            events.extend(tracking_events(path, issues, offset))
+        elif head == "{":
             events.extend(_miles_jsonl_events(path, issues, offset, initial_syncs))
         else:
             events.extend(_miles_stdout_events(path, issues, offset))
@@ -119,6 +122,8 @@ def _event_time(obj: Any) -> float | None:
 
 
 def _first_event_time(path: Path) -> float | None:
+    if is_tracking_file(path):
+        return started(path)
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
             for line in handle:
