@@ -1,10 +1,11 @@
-"""The benchmark tracking backend (miles/utils/bench_tracking.py) driven by Miles's own TrackingManager, taken from
-the Miles snapshot (miles/utils/tracking_utils/base.py, which imports nothing of Miles), with the log calls of a
-colocated sync run (driver, rollout manager, train rank); the Miles reader reads its files into the same records as
-from Miles's event log of the same calls."""
+"""The benchmark tracking backend (miles/utils/bench_tracking.py) driven by Miles's own TrackingManager (inside a
+Miles checkout its own; here the Miles snapshot's miles/utils/tracking_utils/base.py, which imports nothing of
+Miles), with the log calls of a colocated sync run (driver, rollout manager, train rank); the Miles reader reads its
+files into the same records as from Miles's event log of the same calls."""
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import logging
@@ -29,7 +30,11 @@ BASE_MEMBER = "miles/miles/utils/tracking_utils/base.py"
 
 @pytest.fixture(scope="module")
 def tracking_base(tmp_path_factory):
-    """Miles's own tracking_utils/base.py from the snapshot, as a module."""
+    """Miles's own tracking_utils/base.py: the checkout's inside Miles, else the snapshot's, as a module."""
+    try:
+        return importlib.import_module("miles.utils.tracking_utils.base")
+    except ImportError:
+        pass
     archive_path = UPSTREAM / "miles-31f1ca9.tar.gz"
     if not archive_path.is_file():
         pytest.skip(f"no Miles snapshot {archive_path}")
