@@ -159,3 +159,19 @@ class TestOnlyTheWrite:
         log(tracking, {"rollout/step": 0, "perf/train_time": 1.5}, "rollout/step")
         tracking.finish()
         assert list(tmp_path.iterdir()) == []
+
+
+def test_the_runner_follows_a_tracking_folder_as_the_cells_sink(tracking_base, tmp_path, monkeypatch):
+    """A plan cell whose sink is `miles-tracking`: the runner's follower reads the folder into metrics.jsonl."""
+    from scripts.benchmark.runner.sink_follower import SinkFollower
+
+    from miles.utils.bench_metrics import read_records
+
+    run_processes(tracking_base, tmp_path / "sink", monkeypatch, miles_log_calls(range(3)))
+    context = {"cell": {"gpus": {"train": 8, "rollout": 8}}, "device_name": "NVIDIA H100 80GB HBM3"}
+    metrics = tmp_path / "metrics.jsonl"
+    follower = SinkFollower(format="miles-tracking", path=tmp_path / "sink", metrics_path=metrics, context=context)
+    follower.poll(final=True)
+    written = read_records(metrics)
+    assert [r.step for r in written] == [1, 2, 3]
+    assert written[1].step_time_s == pytest.approx(Rollout(1).truth_step_time())
