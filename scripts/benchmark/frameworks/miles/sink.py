@@ -1,7 +1,8 @@
 """Miles's sinks -> schema records: the `perf N:` / `rollout N:` dict lines of a Miles job's stdout (what the
 harness reads: Miles prints them anyway), or the event log of `--save-debug-event-data` (one JSONL per process;
-every `tracking.log` call is a `{"type": "metric", "metrics": {...}, "source", ...}` line); the kind is detected per
-file. The RolloutManager's and the train rank's records of one rollout are merged.
+every `tracking.log` call is a `{"type": "metric", "metrics": {...}, "source", ...}` line), or the files of the
+benchmark tracking backend (tracking_sink.py); the kind is detected per file. The RolloutManager's and the train
+rank's records of one rollout are merged.
 
 phases_s.generate = the RolloutManager's perf/rollout_time (rollout side, the rollout id whose data it is);
 phases_s.rollout_wait = the trainer's perf/train_wait_time minus the work booked into it from the previous step.
