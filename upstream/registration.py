@@ -33,6 +33,7 @@ SLOW = "slow"
 # file (under tests/benchmark/) -> (tier, est_time seconds)
 CPU_TESTS: dict[str, tuple[str, int]] = {
     "test_bad_inputs.py": (FAST, 5),
+    "test_bench_tracking.py": (FAST, 2),
     "test_bench_metrics.py": (FAST, 1),
     "test_calibration.py": (FAST, 53),
     "test_check_statistics.py": (SLOW, 19),
@@ -49,6 +50,7 @@ CPU_TESTS: dict[str, tuple[str, int]] = {
     "test_miles_launch.py": (FAST, 1),
     "test_miles_parser.py": (FAST, 118),
     "test_miles_reader.py": (FAST, 1),
+    "test_miles_stdout_defects.py": (FAST, 1),
     "test_parity.py": (FAST, 2),
     "test_plan_cli.py": (FAST, 11),
     "test_plan_folder.py": (FAST, 1),

@@ -36,13 +36,16 @@ from scripts.benchmark.frameworks.miles.versions import DEFAULT_MILES_TARGET
 from scripts.benchmark.plan.build import PlanOptions, build_plan
 from scripts.benchmark.spec import LAYOUTS, load_preset, preset_names, with_overrides
 
+from tests.benchmark.test_miles_reader import CTX as READER_CTX
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 UPSTREAM = Path(os.environ.get("MILES_BENCH_UPSTREAM", REPO_ROOT.parent / "shared" / "upstream"))
 MILES_SNAPSHOT = "miles-31f1ca9.tar.gz"
 MEGATRON_SNAPSHOT = "megatron-lm-miles-main-2e64d78.tar.gz"
-OVERLAY_VENV = REPO_ROOT / ".cache" / "miles-overlay-venv"
+OVERLAY_VENV = Path(os.environ.get("MILES_BENCH_OVERLAY_VENV", REPO_ROOT / ".cache" / "miles-overlay-venv"))
 LINT_VENV = REPO_ROOT / ".cache" / "miles-lint-venv"
 WORKER = Path(__file__).resolve().parent / "miles_entry_worker.py"
+TRACKING_WORKER = Path(__file__).resolve().parent / "miles_tracking_worker.py"
 REQUIRED = os.environ.get("MILES_BENCH_REQUIRE_MILES_OVERLAY") == "1"
 BACKENDS = ("fsdp", "megatron")
 
@@ -319,3 +322,68 @@ def test_planted_mistakes_are_rejected_by_miles_code(verdicts, name):
     verdict = verdicts[f"planted/{name}"]
     assert not verdict["accepted"] and verdict["stage"] == stage, verdict
     assert words in verdict["error"], verdict["error"]
+
+
+def without_step_key(metrics: dict) -> dict:
+    return {key: value for key, value in metrics.items() if key != "rollout/step"}
+
+
+def tracking_requests() -> dict[str, dict]:
+    """Known timer values and rollout metrics for three rollouts of a train rank and a rollout manager."""
+    rollouts = range(3)
+    train = [
+        {
+            "rollout_id": k,
+            "timers": {"train_wait": 50.0 + k, "train": 30.0 + k, "actor_train": 20.0 + k / 2, "log_probs": 6.25}
+            | {"update_weights": 3.5 + k / 8, "sleep": 1.25},
+            "seq_lens": [1700 + 10 * k] * 256,
+            "metrics": {},
+        }
+        for k in rollouts
+    ]
+    manager = [
+        {
+            "rollout_id": k,
+            "timers": {},
+            "seq_lens": [],
+            "metrics": {"perf/rollout_time": 40.0 + k, "rollout/response_lengths": 1500.0 + 10 * k}
+            | {"rollout/total_lengths": 1700.0 + 10 * k},
+        }
+        for k in rollouts
+    ]
+    return {
+        "train": {"role": "train", "rollouts": train},
+        "rollout_manager": {"role": "rollout_manager", "rollouts": manager},
+    }
+
+
+def test_miles_own_logging_read_through_the_tracking_backend_and_stdout_agrees(overlay, tmp_path):
+    """Miles's own tracking.init_tracking/log/finish_tracking and log_perf_data_raw, with the backend switched on by
+    BENCH_TRACKING_DIR: both sinks give every perf field of every step as set, and the same records."""
+    from scripts.benchmark.frameworks.sinks import build_step_records
+
+    from miles.utils.bench_tracking import BENCH_TRACKING_DIR_ENV
+
+    sink, console = tmp_path / "sink", []
+    for role, request in tracking_requests().items():
+        path = tmp_path / f"{role}.json"
+        path.write_text(json.dumps(request))
+        env = {**overlay["env"], BENCH_TRACKING_DIR_ENV: str(sink)}
+        done = run([str(OVERLAY_VENV / "bin" / "python"), str(TRACKING_WORKER), str(path)], overlay["miles"], env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        console.append(done.stderr)
+    (tmp_path / "log.txt").write_text("".join(console))
+    ctx = READER_CTX
+    from_backend = build_step_records("miles", [sink], ctx)
+    from_stdout = build_step_records("miles", [tmp_path / "log.txt"], ctx)
+    assert [r.step for r in from_backend] == [r.step for r in from_stdout] == [1, 2, 3]
+    for backend, stdout in zip(from_backend, from_stdout, strict=True):
+        k = backend.step - 1
+        assert backend.raw["perf/train_wait_time"] == 50.0 + k and backend.raw["perf/rollout_time"] == 40.0 + k
+        assert backend.raw["perf/update_weights_time"] == 3.5 + k / 8
+        assert without_step_key(stdout.raw) == without_step_key(backend.raw)
+        assert (backend.step_time_s, backend.phases_s, backend.tokens) == (
+            stdout.step_time_s,
+            stdout.phases_s,
+            stdout.tokens,
+        )

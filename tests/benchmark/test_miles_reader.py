@@ -8,6 +8,7 @@ followed training k-1; rollout 0 carries the initial ones.
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -377,11 +378,20 @@ class MilesJobLog:
         return "\n".join(self.lines) + "\n"
 
 
-def megatron_colocate_job_log(rollouts: range, post_train: dict[int, float]) -> str:
-    """Per rollout: RolloutManager perf (ray/rollout/metrics.py), the train rank's rollout dict (log_utils.py),
-    `Timer train end` (timer.py), then after the CPU weight backup its perf dict (train_metric_utils.py). The
-    backup after training k is inside record k+1's train_wait, as Miles's inverse_timer books it."""
-    log, clock = MilesJobLog(), 1_796_000_000.0
+def megatron_colocate_job_log(
+    rollouts: range,
+    post_train: dict[int, float],
+    perf_process: str = "actor_cell0_rank0",
+    clock: float = 1_796_000_000.0,
+    edit_perf: Callable[[int, dict], None] = lambda k, perf: None,
+) -> str:
+    """One process life: the train actor's init starts its `train_wait` timer (timer.py, global rank 0); per
+    rollout: RolloutManager perf (ray/rollout/metrics.py), the train rank's rollout dict (log_utils.py),
+    `Timer train end` and `Timer train_wait start` (inverse_timer), then after the CPU weight backup its perf dict
+    (train_metric_utils.py, from `perf_process`: the last pipeline stage). The backup after training k is inside
+    record k+1's train_wait, as Miles's inverse_timer books it."""
+    log = MilesJobLog()
+    log.log("actor_cell0_rank0", "timer.py", 30, "Timer train_wait start", clock)
     for k in rollouts:
         r = Rollout(k)
         calls = [c for c in miles_log_calls(range(k, k + 1)) if "rollout/step" in c[2]]
@@ -398,16 +408,18 @@ def megatron_colocate_job_log(rollouts: range, post_train: dict[int, float]) -> 
         )
         clock += r.rm_overhead + r.wake_up + r.log_probs + r.actor_train + r.train_overhead
         log.log(
-            "actor_cell0_rank0",
+            perf_process,
             "log_utils.py",
             123,
             f"rollout {k}: { {x: v for x, v in data.items() if x != 'rollout/step'} }",
             clock,
         )
         log.log("actor_cell0_rank0", "timer.py", 42, "Timer train end (elapsed: 27.1s)", clock)
+        log.log("actor_cell0_rank0", "timer.py", 30, "Timer train_wait start", clock)
+        edit_perf(k, perf)
         clock += post_train[k]
         log.log(
-            "actor_cell0_rank0",
+            perf_process,
             "train_metric_utils.py",
             56,
             f"perf {k}: { {x: v for x, v in perf.items() if x != 'rollout/step'} }",

@@ -167,9 +167,12 @@ def _attempts_per_step(source_events: list[NativeEvent]) -> dict[int, list[_Atte
     epoch, max_seen = 0, None
     for event in source_events:
         step_attempts = attempts[event.step]
-        # One process logs each metric of a step once; the same key again means the step is being re-run.
-        relogged = bool(step_attempts) and any(
-            k in step_attempts[-1].metrics for k in event.metrics if k not in STEP_KEYS
+        # One process logs each metric of a step once; the same key again in the current attempt means the step is
+        # being re-run. A key an earlier attempt logged is this attempt's first log of the step, not another restart.
+        relogged = (
+            bool(step_attempts)
+            and step_attempts[-1].epoch == epoch
+            and any(k in step_attempts[-1].metrics for k in event.metrics if k not in STEP_KEYS)
         )
         went_back = max_seen is not None and event.step < max_seen
         restarted = relogged or went_back or (event.new_process and max_seen is not None)

@@ -66,7 +66,7 @@ _MEGATRON = {
 class MilesAdapter(AdapterDefaults):
     name = "miles"
     label = "Miles"
-    sink_formats = ("miles-stdout", "miles-event-log")
+    sink_formats = ("miles-stdout", "miles-event-log", "miles-tracking")
     learning_keys = MILES_LEARNING_KEYS
     incomplete_flags = ("miles_shift:no_next_step",)
     packages = {"miles": "miles"}

@@ -1,7 +1,8 @@
 """Miles's sinks -> schema records: the `perf N:` / `rollout N:` dict lines of a Miles job's stdout (what the
 harness reads: Miles prints them anyway), or the event log of `--save-debug-event-data` (one JSONL per process;
-every `tracking.log` call is a `{"type": "metric", "metrics": {...}, "source", ...}` line); the kind is detected per
-file. The RolloutManager's and the train rank's records of one rollout are merged.
+every `tracking.log` call is a `{"type": "metric", "metrics": {...}, "source", ...}` line), or the files of the
+benchmark tracking backend (tracking_sink.py); the kind is detected per file. The RolloutManager's and the train
+rank's records of one rollout are merged.
 
 phases_s.generate = the RolloutManager's perf/rollout_time (rollout side, the rollout id whose data it is);
 phases_s.rollout_wait = the trainer's perf/train_wait_time minus the work booked into it from the previous step.
@@ -25,6 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from scripts.benchmark.frameworks.miles.tracking_sink import is_tracking_file, started, tracking_events
 from scripts.benchmark.frameworks.native_events import (
     FILE_ORDER_STRIDE,
     NativeEvent,
@@ -70,6 +72,9 @@ RolloutManager's rollout perf)."""
 _STDOUT_DICT_LINE = re.compile(
     r"(?:\[(?P<prefix>[^\]]*)\][^\n]*? - )?\b(?P<kind>perf|rollout) (?P<id>\d+): (?P<d>\{.*\})"
 )
+_DICT_START = re.compile(r"\b(?:perf|rollout) \d+: \{")
+_SEGMENT_PREFIX = re.compile(r"(?:\[(?P<prefix>[^\]]*)\][^\n]*? - )?\b(?:perf|rollout) \d+: \{")
+_BRACKET = re.compile(r"\[[^\[\]]*\]")
 _NUMPY_SCALAR = re.compile(r"\bnp\.\w+\(([^()]*)\)")
 _BARE_NONFINITE = re.compile(r"(?<![\w'\"])(-?)(nan|inf)(?![\w'\"])")
 _NONFINITE_SENTINEL = "__bench_nonfinite__"
@@ -96,7 +101,9 @@ def miles_events(paths: Iterable[Path], issues: list[SinkIssue]) -> list[NativeE
     for file_index, path in enumerate(files_in_time_order(list(paths), first_time=_first_event_time)):
         head = path.read_text(encoding="utf-8", errors="replace").lstrip()[:1]
         offset = file_index * FILE_ORDER_STRIDE
-        if head == "{":
+        if head == "{" and is_tracking_file(path):
+            events.extend(tracking_events(path, issues, offset))
+        elif head == "{":
             events.extend(_miles_jsonl_events(path, issues, offset, initial_syncs))
         else:
             events.extend(_miles_stdout_events(path, issues, offset))
@@ -116,6 +123,8 @@ def _event_time(obj: Any) -> float | None:
 
 
 def _first_event_time(path: Path) -> float | None:
+    if is_tracking_file(path):
+        return started(path)
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
             for line in handle:
@@ -186,7 +195,7 @@ def _miles_jsonl_events(
 
 
 _LOG_PREFIX = re.compile(r"\[(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) (?P<process>[^\]\s]+)\]")
-_TRAIN_END = re.compile(r" - Timer train end \(elapsed: ")
+_TIMER_LINE = re.compile(r" - Timer (?P<name>\S+) (?P<what>start|end)\b")
 
 
 def _stamp(line: str) -> tuple[str, float] | None:
@@ -198,32 +207,99 @@ def _stamp(line: str) -> tuple[str, float] | None:
     return match.group("process"), when.replace(tzinfo=timezone.utc).timestamp()
 
 
+def _train_group(process: str) -> str:
+    """The component a train process belongs to (`actor`, `critic`): Miles's Timer lines come from global rank 0
+    only, its `perf N:` line from the last pipeline stage, so with PP>1 the two are different ranks of one group."""
+    return process.split("_cell", 1)[0]
+
+
+def _dict_segments(line: str) -> list[str]:
+    """A stdout line cut into one piece per `perf N: {` / `rollout N: {` it holds, each from its log prefix: a line
+    cut by a crash has the next process's line glued to it."""
+    starts = [m.start() for m in _DICT_START.finditer(line)]
+    cuts = [0]
+    for start in starts[1:]:
+        prefixes = [m.start() for m in _BRACKET.finditer(line, cuts[-1], start)]
+        cuts.append(prefixes[-1] if prefixes else start)
+    return [line[a:b] for a, b in zip(cuts, [*cuts[1:], len(line)], strict=True)]
+
+
+class _TimerLines:
+    """What a train group's `Timer` lines (global rank 0 only) tell the stdout reader: when its last train block
+    ended, and whether a new process has started. The train actor starts its `train_wait` timer once at the end of
+    its init and then after every train block; a `train_wait` start with no `train` end before it is a new process
+    (the first one, or a restart such as a resume with --load, which keeps the process names)."""
+
+    def __init__(self) -> None:
+        self.train_end: dict[str, float] = {}
+        self.after_train: dict[str, bool] = {}
+        self.new_process: set[str] = set()
+
+    def read(self, line: str) -> None:
+        match = _TIMER_LINE.search(line)
+        stamp = _stamp(line) if match else None
+        if stamp is None:
+            return
+        group = _train_group(stamp[0])
+        if match.group("name") == "train" and match.group("what") == "end":
+            self.train_end[group], self.after_train[group] = stamp[1], True
+        elif match.group("name") == "train_wait" and match.group("what") == "start":
+            if not self.after_train.get(group):
+                self.new_process.add(group)
+            self.after_train[group] = False
+
+    def post_train(self, group: str, stamp: tuple[str, float] | None) -> float | None:
+        """Seconds from the group's last `Timer train end` to a `perf N:` line, once per train end."""
+        if stamp is None or group not in self.train_end:
+            return None
+        return round(stamp[1] - self.train_end.pop(group), 3)
+
+
 def _miles_stdout_events(path: Path, issues: list[SinkIssue], offset: int) -> list[NativeEvent]:
     """`perf N: {...}` / `rollout N: {...}` lines; the process is the last word of the `[<time> <process>]` prefix.
 
-    A line still being written (no newline yet) is left for the next read. A train rank's `perf N:` line following
-    its `Timer train end` line gets POST_TRAIN_KEY."""
+    A line still being written (no newline yet) is left for the next read; a dict line cut short (a crash) is
+    flagged on the step its process was writing. A train rank's `perf N:` line following its group's
+    `Timer train end` line gets POST_TRAIN_KEY; the first event of a group after a new process started is marked."""
     lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
-    events, train_end = [], {}
+    events, timers = [], _TimerLines()
     for index, line in enumerate(lines, start=1):
         unfinished = index == len(lines) and line != ""
-        if _TRAIN_END.search(line) and (stamp := _stamp(line)):
-            train_end[stamp[0]] = stamp[1]
-        match = _STDOUT_DICT_LINE.search(line)
-        if match is None:
-            continue
-        source = (match.group("prefix") or "stdout").split()[-1] if match.group("prefix") else "stdout"
-        try:
-            metrics = _literal_dict(match.group("d"))
-        except (ValueError, SyntaxError):
-            if not unfinished:
-                issues.append(SinkIssue(source=source, order=offset + index, flag=f"corrupt_line:{path.name}:{index}"))
-            continue
-        stamp = _stamp(line)
-        if match.group("kind") == "perf" and stamp and stamp[0] in train_end and "perf/train_time" in metrics:
-            metrics[POST_TRAIN_KEY] = round(stamp[1] - train_end.pop(stamp[0]), 3)
-        events.append(NativeEvent(source=source, order=offset + index, step=int(match.group("id")), metrics=metrics))
+        timers.read(line)
+        segments = _dict_segments(line) if _DICT_START.search(line) else []
+        for number, segment in enumerate(segments, start=1):
+            match = _STDOUT_DICT_LINE.search(segment)
+            stamp, prefix = _stamp(segment), _SEGMENT_PREFIX.search(segment).group("prefix")
+            source = prefix.split()[-1] if prefix and prefix.split() else "stdout"
+            last = number == len(segments)
+            metrics = _segment_metrics(match, path, index, offset, unfinished and last, source, issues)
+            if metrics is None:
+                continue
+            group = _train_group(source)
+            if match.group("kind") == "perf" and "perf/train_time" in metrics:
+                if (post_train := timers.post_train(group, stamp)) is not None:
+                    metrics[POST_TRAIN_KEY] = post_train
+            event = NativeEvent(source=source, order=offset + index, step=int(match.group("id")), metrics=metrics)
+            if group in timers.new_process:
+                timers.new_process.discard(group)
+                event.new_process = True
+            events.append(event)
     return events
+
+
+def _segment_metrics(
+    match: re.Match | None, path: Path, index: int, offset: int, unfinished: bool, source: str, issues: list
+) -> dict[str, Any] | None:
+    """The dict of one line piece, or None with an issue (none for a line still being written)."""
+    try:
+        if match is None:
+            raise ValueError("no closing brace")
+        return _literal_dict(match.group("d"))
+    except (ValueError, SyntaxError):
+        if not unfinished:
+            kind = "truncated_line" if match is None else "corrupt_line"
+            issues.append(SinkIssue(source=source, order=offset + index, flag=f"{kind}:{path.name}:{index}"))
+        return None
 
 
 def _carried_seconds(metrics: dict[str, Any]) -> float:
@@ -311,7 +387,9 @@ def normalize_miles_steps(steps: dict[int, NativeStep], ctx: RunContext) -> list
             for phase, key in MILES_PHASE_KEYS.items()
             if phase != "weight_sync"
         }
-        carried_in = _carried_seconds(metrics) + _post_train_seconds(steps.get(rollout_id - 1), flags)
+        # A new process's first record waited for its own start, not for the previous process's post-train work.
+        previous = None if native.new_process else steps.get(rollout_id - 1)
+        carried_in = _carried_seconds(metrics) + _post_train_seconds(previous, flags)
         phases["rollout_wait"] = None if train_wait is None else train_wait - carried_in
         step_time = weight_sync = None
         if following is None or "perf/train_wait_time" not in following.metrics:

@@ -1,7 +1,8 @@
 """Miles's optimizer-step metrics (`train/*`) -> per-rollout means, for the learning signals.
 
 The train rank logs one `train/*` dict per optimizer step: `step N: {...}` on stdout (N = the train step; Megatron
-prints every such line twice) and, in the event log, a metric event keyed by `train/step` instead of `rollout/step`.
+prints every such line twice) and, in the event log and the tracking backend's files, a log call keyed by `train/step`
+instead of `rollout/step`.
 The rollout readers (sink.py) skip both. Train step t belongs to rollout t // optimizer_steps_per_step, i.e. schema
 step t // optimizer_steps_per_step + 1 (the same shift as the timers).
 
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from miles.utils.bench_metrics import is_finite_number
+from miles.utils.bench_tracking import FORMAT as TRACKING_FORMAT
 
 MILES_TRAIN_STEP_KEY = "train/step"
 _STDOUT_TRAIN_LINE = re.compile(r"(?<![\w-])step (?P<id>\d+): (?P<d>\{.*\})")
@@ -39,7 +41,9 @@ def _jsonl_train_steps(path: Path) -> dict[int, dict[str, Any]]:
             obj = json.loads(line)
         except json.JSONDecodeError:
             continue  # empty, truncated or corrupt: the rollout reader flags it
-        if not isinstance(obj, dict) or obj.get("type") != "metric" or _is_critic(obj):
+        if not isinstance(obj, dict) or _is_critic(obj):
+            continue
+        if obj.get("type") != "metric" and obj.get("format") != TRACKING_FORMAT:  # event log, tracking backend
             continue
         metrics = obj.get("metrics") or {}
         step = metrics.get(MILES_TRAIN_STEP_KEY)

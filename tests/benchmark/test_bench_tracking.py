@@ -1,0 +1,177 @@
+"""The benchmark tracking backend (miles/utils/bench_tracking.py) driven by Miles's own TrackingManager (inside a
+Miles checkout its own; here the Miles snapshot's miles/utils/tracking_utils/base.py, which imports nothing of
+Miles), with the log calls of a colocated sync run (driver, rollout manager, train rank); the Miles reader reads its
+files into the same records as from Miles's event log of the same calls."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import logging
+import math
+import os
+import sys
+import tarfile
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+import torch
+from scripts.benchmark.frameworks.sinks import build_step_records
+from tests.benchmark.test_miles_reader import CTX, ROLLOUT_MANAGER, Rollout, miles_log_calls, write_event_log
+
+from miles.utils.bench_tracking import BENCH_TRACKING_DIR_ENV, DEVICE_TENSOR, BenchTrackingBackend
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+UPSTREAM = Path(os.environ.get("MILES_BENCH_UPSTREAM", REPO_ROOT.parent / "shared" / "upstream"))
+BASE_MEMBER = "miles/miles/utils/tracking_utils/base.py"
+
+
+@pytest.fixture(scope="module")
+def tracking_base(tmp_path_factory):
+    """Miles's own tracking_utils/base.py: the checkout's inside Miles, else the snapshot's, as a module."""
+    try:
+        return importlib.import_module("miles.utils.tracking_utils.base")
+    except ImportError:
+        pass
+    archive_path = UPSTREAM / "miles-31f1ca9.tar.gz"
+    if not archive_path.is_file():
+        pytest.skip(f"no Miles snapshot {archive_path}")
+    folder = tmp_path_factory.mktemp("miles-tracking")
+    with tarfile.open(archive_path) as archive:
+        (folder / "base.py").write_bytes(archive.extractfile(BASE_MEMBER).read())
+    spec = importlib.util.spec_from_file_location("snapshot_tracking_base", folder / "base.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class Args:
+    use_bench_tracking = True
+
+
+def manager(tracking_base, **init_kwargs):
+    """One process's TrackingManager with the benchmark backend registered, initialised as that process does."""
+    tracking = tracking_base.TrackingManager({"bench": (BenchTrackingBackend, "use_bench_tracking")})
+    tracking.init(Args(), **init_kwargs)
+    return tracking
+
+
+def log(tracking, metrics: dict, step_key: str) -> None:
+    """What miles/utils/tracking_utils/tracking.py log() hands the manager."""
+    tracking.log(metrics, step=metrics.get(step_key), step_key=step_key)
+
+
+def run_processes(tracking_base, folder: Path, monkeypatch, calls) -> None:
+    monkeypatch.setenv(BENCH_TRACKING_DIR_ENV, str(folder))
+    driver = manager(tracking_base, primary=True)
+    rollout_manager = manager(tracking_base, primary=False, router_addr="http://127.0.0.1:30000")
+    train_rank = manager(tracking_base, primary=False)
+    for identity, step_key, metrics in calls:
+        log(rollout_manager if identity is ROLLOUT_MANAGER else train_rank, dict(metrics), step_key)
+    log(driver, {"eval/step": 0, "eval/score": 0.5}, "eval/step")
+    for tracking in (driver, rollout_manager, train_rank):
+        tracking.finish()
+
+
+def comparable(record) -> dict:
+    data = asdict(record)
+    data["flags"] = sorted(data["flags"])
+    return data
+
+
+class TestThroughMilesTrackingManager:
+    def test_one_file_per_process_every_call_with_its_step_key(self, tracking_base, tmp_path, monkeypatch):
+        calls = miles_log_calls(range(3))
+        run_processes(tracking_base, tmp_path / "sink", monkeypatch, calls)
+        files = sorted(tmp_path.joinpath("sink").iterdir())
+        assert sorted(p.name.split("-")[0] for p in files) == ["main", "rollout_manager", "train"]
+        lines = [json.loads(x) for p in files for x in p.read_text().splitlines()]
+        assert len(lines) == len(calls) + 1
+        train = [x for x in lines if x["process"]["role"] == "train"]
+        assert [x["seq"] for x in train] == list(range(1, len(train) + 1))
+        assert {x["step_key"] for x in train} == {"rollout/step", "train/step"}
+
+    def test_the_reader_gets_the_same_records_as_from_the_event_log(self, tracking_base, tmp_path, monkeypatch):
+        calls = miles_log_calls(range(4))
+        run_processes(tracking_base, tmp_path / "sink", monkeypatch, calls)
+        from_backend = build_step_records("miles", [tmp_path / "sink"], CTX)
+        from_events = build_step_records("miles", [write_event_log(tmp_path / "events", calls)], CTX)
+        assert [comparable(r) for r in from_backend] == [comparable(r) for r in from_events]
+        for record in from_backend[:3]:
+            assert record.step_time_s == pytest.approx(Rollout(record.step - 1).truth_step_time())
+
+    def test_a_restarted_process_is_a_new_file_and_the_step_before_says_so(self, tracking_base, tmp_path, monkeypatch):
+        run_processes(tracking_base, tmp_path / "sink", monkeypatch, miles_log_calls(range(3)))
+        run_processes(tracking_base, tmp_path / "sink", monkeypatch, miles_log_calls(range(3, 5)))
+        records = {r.step: r for r in build_step_records("miles", [tmp_path / "sink"], CTX)}
+        assert sorted(records) == [1, 2, 3, 4, 5]
+        assert "miles_shift:next_step_restarted" in records[3].flags and records[3].step_time_s is None
+        assert records[4].step_time_s == pytest.approx(Rollout(3).truth_step_time())
+
+    def test_nonfinite_values_are_kept_and_a_cut_last_line_is_flagged(self, tracking_base, tmp_path, monkeypatch):
+        calls = miles_log_calls(range(3))
+        next(m for i, _k, m in calls if i is ROLLOUT_MANAGER)["perf/rollout_time"] = math.inf
+        run_processes(tracking_base, tmp_path / "sink", monkeypatch, calls)
+        (train_file,) = tmp_path.joinpath("sink").glob("train-*.jsonl")
+        text = train_file.read_text()
+        train_file.write_text(text[: len(text) - 40])  # killed inside its last write
+        records = build_step_records("miles", [tmp_path / "sink"], CTX)
+        assert math.isinf(records[0].phases_s["generate"]) and "nonfinite:perf/rollout_time" in records[0].flags
+        assert any(f.startswith(f"truncated_last_line:{train_file.name}:") for f in records[2].flags)
+
+
+class TestOnlyTheWrite:
+    def test_a_log_call_opens_nothing_logs_nothing_and_reads_no_device_value(
+        self, tracking_base, tmp_path, monkeypatch
+    ):
+        monkeypatch.setenv(BENCH_TRACKING_DIR_ENV, str(tmp_path))
+        tracking = manager(tracking_base, primary=False)
+        seen: list[str] = []
+        watching = [False]
+        sys.addaudithook(lambda event, args: seen.append(event) if watching[0] else None)
+        records: list[logging.LogRecord] = []
+        handler = logging.Handler(level=logging.DEBUG)
+        handler.emit = records.append
+        logging.getLogger().addHandler(handler)
+        previous_level = logging.getLogger().level
+        logging.getLogger().setLevel(logging.DEBUG)
+        on_device = torch.ones((), device="meta")  # .item() on it raises: it would be a device sync on a GPU
+        try:
+            watching[0] = True
+            log(tracking, {"rollout/step": 0, "perf/train_time": 1.5, "train/loss": on_device}, "rollout/step")
+            watching[0] = False
+        finally:
+            watching[0] = False
+            logging.getLogger().removeHandler(handler)
+            logging.getLogger().setLevel(previous_level)
+            tracking.finish()
+        assert seen == [] and records == []
+        (line,) = [json.loads(x) for p in tmp_path.iterdir() for x in p.read_text().splitlines()]
+        assert line["metrics"] == {"rollout/step": 0, "perf/train_time": 1.5, "train/loss": DEVICE_TENSOR}
+
+    def test_without_the_folder_the_backend_is_off(self, tracking_base, tmp_path, monkeypatch):
+        monkeypatch.delenv(BENCH_TRACKING_DIR_ENV, raising=False)
+        monkeypatch.chdir(tmp_path)
+        tracking = manager(tracking_base, primary=True)
+        log(tracking, {"rollout/step": 0, "perf/train_time": 1.5}, "rollout/step")
+        tracking.finish()
+        assert list(tmp_path.iterdir()) == []
+
+
+def test_the_runner_follows_a_tracking_folder_as_the_cells_sink(tracking_base, tmp_path, monkeypatch):
+    """A plan cell whose sink is `miles-tracking`: the runner's follower reads the folder into metrics.jsonl."""
+    from scripts.benchmark.runner.sink_follower import SinkFollower
+
+    from miles.utils.bench_metrics import read_records
+
+    run_processes(tracking_base, tmp_path / "sink", monkeypatch, miles_log_calls(range(3)))
+    context = {"cell": {"gpus": {"train": 8, "rollout": 8}}, "device_name": "NVIDIA H100 80GB HBM3"}
+    metrics = tmp_path / "metrics.jsonl"
+    follower = SinkFollower(format="miles-tracking", path=tmp_path / "sink", metrics_path=metrics, context=context)
+    follower.poll(final=True)
+    written = read_records(metrics)
+    assert [r.step for r in written] == [1, 2, 3]
+    assert written[1].step_time_s == pytest.approx(Rollout(1).truth_step_time())
