@@ -14,7 +14,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scripts.benchmark.analysis.learning import DIFFERENT, SAME, UNSETTLED, equivalence_test, learning_settings
+from scripts.benchmark.analysis.learning import (
+    DIFFERENT,
+    SAME,
+    UNSETTLED,
+    between_repeats,
+    equivalence_test,
+    learning_settings,
+)
 from scripts.benchmark.analysis.settings import AnalysisSettings
 from scripts.benchmark.commands.report import analyse_and_write
 from scripts.benchmark.frameworks import registry
@@ -348,11 +355,57 @@ class TestEquivalenceTest:
             result = equivalence_test(rng.normal(0, 0.1, 24), 0.02, alpha=0.05, family=8)
             assert result["ci_high"] - result["ci_low"] > 2 * 0.02 and result["verdict"] != SAME
             if result["verdict"] == UNSETTLED and result["steps_needed"] is not None:
-                assert result["steps_needed"] > 24 and f"about {result['steps_needed']} would tell" in result["why"]
+                assert (
+                    result["steps_needed"] > 24
+                    and f"about {result['steps_needed']} paired steps would tell" in result["why"]
+                )
                 needed.append(result["steps_needed"])
         steps = int(np.median(needed))
         settled = [equivalence_test(rng.normal(0, 0.1, steps), 0.02, alpha=0.05, family=8) for _ in range(40)]
         assert np.mean([r["verdict"] == SAME for r in settled]) >= 0.5
+
+
+class TestRunToRunVariation:
+    def a_a_pair(self, rng: np.random.Generator, repeats: int = 3, steps: int = 60) -> tuple:
+        """Both sides alike; each repeat has its own persistent offset (sd 0.02) on top of step noise (sd 0.01)."""
+        step_ids = list(range(steps))
+
+        def side() -> list[dict[int, float]]:
+            return [
+                dict(zip(step_ids, 0.5 + rng.normal(0, 0.02) + rng.normal(0, 0.01, steps), strict=True))
+                for _ in range(repeats)
+            ]
+
+        c, r = side(), side()
+        d = np.asarray([np.mean([x[s] for x in c]) - np.mean([x[s] for x in r]) for s in step_ids])
+        return d, between_repeats(c, r, step_ids, "absolute", False)
+
+    def test_repeats_put_run_to_run_variation_in_the_interval(self):
+        """A/A with run-to-run offsets: the 90% interval of the window mean excludes 0 in about 10% of pairs with
+        the repeats as the unit; from the step means alone it is far too narrow."""
+        rng = np.random.default_rng(11)
+        pairs = [self.a_a_pair(rng) for _ in range(150)]
+
+        def excludes_zero(d, between) -> bool:
+            level = equivalence_test(d, 0.02, alpha=0.05, family=1, between=between)["tested"]["level"]
+            return level["ci_low"] > 0 or level["ci_high"] < 0
+
+        with_repeats = np.mean([excludes_zero(d, between) for d, between in pairs])
+        steps_only = np.mean([excludes_zero(d, None) for d, _ in pairs])
+        assert with_repeats <= 0.10 + 1.645 * math.sqrt(0.09 / 150) and steps_only > 0.3, (with_repeats, steps_only)
+
+    def test_not_enough_repeats_names_the_repeats(self):
+        """Two repeats a side that disagree by 0.04 between themselves: the steps cannot settle it, repeats can."""
+        rng = np.random.default_rng(2)
+        steps = list(range(60))
+        c = [dict(zip(steps, 0.5 + offset + rng.normal(0, 0.01, 60), strict=True)) for offset in (0.02, -0.02)]
+        r = [dict(zip(steps, 0.5 + offset + rng.normal(0, 0.01, 60), strict=True)) for offset in (0.01, -0.01)]
+        d = np.asarray([np.mean([x[s] for x in c]) - np.mean([x[s] for x in r]) for s in steps])
+        result = equivalence_test(
+            d, 0.02, alpha=0.05, family=8, between=between_repeats(c, r, steps, "absolute", False)
+        )
+        assert result["verdict"] == UNSETTLED and "repeats a side would tell" in result["why"], result
+        assert equivalence_test(d, 0.02, alpha=0.05, family=8)["verdict"] == SAME  # the step means alone: too sure
 
 
 def report_with_learning(run_dir: Path, *, seed: int, reward: float) -> Path:

@@ -13,8 +13,9 @@ the steady window.
 - Three words (TOST): "same" when every 1 - 2 alpha interval lies inside (-margin, +margin); "different" when one
   1 - 2 alpha/k interval (k: judged signals x quantities, Bonferroni) lies beyond one margin; "not enough steps to
   tell" otherwise, with the paired steps that would tell at the observed noise. "not judged" says why.
-- With repeats, each side's value of a step is the mean over its repeats first (run-to-run offsets are not yet
-  in the interval).
+- With repeats, each side's value of a step is the mean over its repeats first; where both sides have two or more,
+  each quantity's error is also taken from the spread of the per-repeat quantities (pooled t), and the larger one
+  is used: run-to-run variation is in the interval, and "not enough" then names the repeats that would tell.
 - Window: from the later steady-state start of the two cells (the steps whose speed the report compares), or the
   spec's `learning.from_step`.
 - `length_explains`: how much of the generate-time gap longer responses explain (generate seconds per response
@@ -90,6 +91,16 @@ def step_means(cell: Cell, name: str, from_step: int) -> dict[int, float]:
     unique, index = np.unique(steps[keep], return_inverse=True)
     means = np.bincount(index, weights=values[keep], minlength=len(unique)) / np.bincount(index, minlength=len(unique))
     return dict(zip(unique.tolist(), means.tolist(), strict=True))
+
+
+def repeat_series(cell: Cell, name: str, from_step: int) -> list[dict[int, float]]:
+    """Per repeat, step -> the signal's finite value from `from_step` on."""
+    out = []
+    for repeat in cell.repeats:
+        steps, values = _column(repeat, f"learning.{name}")
+        keep = (steps >= from_step) & np.isfinite(values)
+        out.append(dict(zip(steps[keep].astype(int).tolist(), values[keep].astype(float).tolist(), strict=True)))
+    return out
 
 
 def _column(repeat, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -178,10 +189,12 @@ def equivalence_test(
     family: int,
     steps: np.ndarray | None = None,
     drift_only: bool = False,
+    between: dict[str, tuple[float, float, int]] | None = None,
 ) -> dict[str, Any]:
     """The three-way call (module docstring) on every quantity of `quantities`: "same" when each 1 - 2 alpha
     interval lies inside (-bound, bound); "different" when one 1 - 2 alpha/k interval lies beyond it (k: the
-    judged signals times the quantities, Bonferroni); otherwise not enough steps, with the steps that would tell."""
+    judged signals times the quantities, Bonferroni); otherwise not enough steps (or repeats), with how many would
+    tell. `between` (`between_repeats`): a quantity's error from the spread between repeats, used where larger."""
     if len(d) < MIN_PAIRED_STEPS:
         why = f"only {len(d)} paired steps"
         return {"verdict": UNSETTLED, "why": why, "difference": None, "steps_needed": MIN_PAIRED_STEPS}
@@ -190,6 +203,10 @@ def equivalence_test(
     k = max(1, family) * len(tested)
     calls, needed = {}, []
     for name, (estimate, error, df) in tested.items():
+        count, unit = len(d), "paired steps"
+        if between and name in between and between[name][0] > error:
+            error, df, count = between[name]
+            unit = "repeats a side"
         low, high = _interval(estimate, error, df, 1 - 2 * alpha)
         wide_low, wide_high = _interval(estimate, error, df, 1 - 2 * alpha / k)
         calls[name] = {"estimate": estimate, "ci_low": low, "ci_high": high}
@@ -199,11 +216,11 @@ def equivalence_test(
             else DIFFERENT if wide_low > bound or wide_high < -bound else UNSETTLED
         )
         if calls[name]["call"] == UNSETTLED:
-            needed.append(steps_to_tell(len(d), error, df, estimate, bound, alpha / k))
+            needed.append((steps_to_tell(count, error, df, estimate, bound, alpha / k), unit))
     return _combine(calls, needed, len(d))
 
 
-def _combine(calls: dict[str, dict], needed: list[int | None], n: int) -> dict[str, Any]:
+def _combine(calls: dict[str, dict], needed: list[tuple[int | None, str]], n: int) -> dict[str, Any]:
     """One verdict from the quantities' calls: any "different" wins, "same" needs every one."""
     verdicts = {c["call"] for c in calls.values()}
     shown = calls.get("level") or calls["drift"]
@@ -214,11 +231,39 @@ def _combine(calls: dict[str, dict], needed: list[int | None], n: int) -> dict[s
         return {**result, "verdict": DIFFERENT, "why": f"{QUANTITY_WORDS[name]} beyond the margin"}
     if verdicts == {SAME}:
         return {**result, "verdict": SAME, "why": f"every interval inside the margin over {n} steps"}
-    known = [x for x in needed if x is not None]
-    if len(known) < len(needed) or not known:
+    if any(count is None for count, _ in needed):
         return {**result, "verdict": UNSETTLED, "why": "the difference sits on the margin", "steps_needed": None}
-    steps = max(known)
-    return {**result, "verdict": UNSETTLED, "why": f"{n} steps; about {steps} would tell", "steps_needed": steps}
+    count, unit = max(needed)
+    why = f"{n} steps; about {count} {unit} would tell"
+    return {**result, "verdict": UNSETTLED, "why": why, "steps_needed": count if unit == "paired steps" else None}
+
+
+def _repeat_quantities(series: dict[int, float], steps: list[int], kind: str, drift_only: bool) -> dict[str, float]:
+    """One repeat's own level, last third and drift over the paired steps (log scale for relative signals)."""
+    x = np.asarray([series[s] for s in steps if s in series and (kind == "absolute" or series[s] > 0)], dtype=float)
+    x = np.log(x) if kind == "relative" else x
+    third = max(1, len(x) // 3)
+    late, early = float(x[-third:].mean()), float(x[:third].mean())
+    return {"drift": late - early} if drift_only else {"level": float(x.mean()), "late": late}
+
+
+def between_repeats(
+    candidate: list[dict[int, float]], reference: list[dict[int, float]], steps: list[int], kind: str, drift_only: bool
+) -> dict[str, tuple[float, float, int]]:
+    """Name -> (standard error, degrees of freedom, repeats a side) of each quantity from the spread between
+    repeats (pooled over both sides, Student t): run-to-run variation, which the step-paired noise of the repeat
+    means leaves out. Empty unless both sides have at least two repeats with steps."""
+    sides = [[r for r in side if any(s in r for s in steps)] for side in (candidate, reference)]
+    if min(len(side) for side in sides) < 2 or len(steps) < MIN_PAIRED_STEPS:
+        return {}
+    values = [[_repeat_quantities(r, steps, kind, drift_only) for r in side] for side in sides]
+    out = {}
+    for name in values[0][0]:
+        c, r = (np.asarray([q[name] for q in side]) for side in values)
+        df = len(c) + len(r) - 2
+        pooled = (float(np.sum((c - c.mean()) ** 2)) + float(np.sum((r - r.mean()) ** 2))) / df
+        out[name] = (math.sqrt(pooled * (1 / len(c) + 1 / len(r))), float(df), min(len(c), len(r)))
+    return out
 
 
 def _shown(value: float | None, kind: str) -> float | None:
@@ -247,9 +292,11 @@ def signal_row(
     family: int,
     labels: tuple[str, str] = ("candidate", "reference"),
     same_framework: bool = False,
+    repeats: tuple[list[dict[int, float]], list[dict[int, float]]] = ([], []),
 ) -> dict[str, Any]:
     """One signal of one pair: both sides' window means, the paired difference with its interval, the verdict;
-    `labels` name the two sides in the verdict's reason."""
+    `labels` name the two sides in the verdict's reason; `repeats` (each side's per-repeat series) put run-to-run
+    variation in the intervals where both sides have several."""
     spec, settings = LEARNING_SIGNALS[name], learning_settings(plan)
     margin = settings.margin(name)
     steps, d = paired_differences(candidate, reference, spec.margin_kind)
@@ -275,7 +322,8 @@ def signal_row(
     if reason is not None and not drift_only:
         return {**row, "verdict": NOT_JUDGED, "why": reason}
     bound = math.log1p(margin) if spec.margin_kind == "relative" else margin
-    row.update(_judge(d, steps, bound, spec.margin_kind, settings, family, drift_only=drift_only))
+    between = between_repeats(*repeats, steps, spec.margin_kind, drift_only)
+    row.update(_judge(d, steps, bound, spec.margin_kind, settings, family, drift_only=drift_only, between=between))
     if drift_only:
         row["why"] += f" (levels not compared: {reason})"
     return row
@@ -371,6 +419,7 @@ def analyse_learning(
                 family=family,
                 labels=labels,
                 same_framework=same,
+                repeats=(repeat_series(candidate, n, from_step), repeat_series(reference, n, from_step)),
             )
             for n, (m, v) in series.items()
         ]
