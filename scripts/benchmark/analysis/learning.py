@@ -1,5 +1,5 @@
-"""Do the two sides (e.g. Miles and VERL) learn the same? Per pair and learning signal, an equivalence verdict over
-the steady window.
+"""Do the two sides (e.g. Miles and VERL) learn the same? Per pair and learning signal: same, different, or not
+enough steps to tell, over the steady window.
 
 - Paired by step: both sides see the same prompts in the same order, so d_s = candidate_s - reference_s (absolute
   margin) or log(candidate_s / reference_s) (relative margin) cancels prompt difficulty and the common learning
