@@ -171,7 +171,15 @@ def train_flops(arch: ModelArch, seq_len: int) -> float:
 
 
 def batch_train_flops(arch: ModelArch, seq_lens: Iterable[int]) -> float:
-    return sum(train_flops(arch, s) for s in seq_lens)
+    """`train_flops` summed over sequences, from sum(s) and sum(s^2): attention is the one term quadratic in s, every
+    other term is linear, so a 200-step run's tens of thousands of samples cost two integer sums, not a dict each."""
+    lens = list(seq_lens)
+    bad = next((s for s in lens if s <= 0), None)
+    if bad is not None:
+        flops_breakdown(arch, bad)  # raises, naming the length
+    terms = flops_breakdown(arch, 1)
+    quadratic = terms.pop("attention")
+    return 3.0 * (sum(terms.values()) * sum(lens) + quadratic * sum(s * s for s in lens))
 
 
 def miles_native_forward_flops(arch: ModelArch, seq_len: int) -> float:
@@ -191,8 +199,12 @@ def miles_native_forward_flops(arch: ModelArch, seq_len: int) -> float:
 
 
 def miles_native_train_flops(arch: ModelArch, seq_lens: Iterable[int]) -> float:
-    """What Miles's `perf/actor_train_tflops` multiplies out to for a batch: 3 x its forward count."""
-    return sum(3.0 * miles_native_forward_flops(arch, s) for s in seq_lens)
+    """What Miles's `perf/actor_train_tflops` multiplies out to for a batch: 3 x its forward count, from sum(s) and
+    sum(s^2) (its forward count is a s + b s^2: b from the attention products, a the rest at s = 1)."""
+    lens = list(seq_lens)
+    quadratic = 2.0 * arch.num_heads * arch.head_dim * arch.num_layers
+    linear = miles_native_forward_flops(arch, 1) - quadratic
+    return 3.0 * (linear * sum(lens) + quadratic * sum(s * s for s in lens))
 
 
 def verl_native_train_flops(arch: ModelArch, seq_lens: Iterable[int]) -> float:

@@ -245,7 +245,7 @@ class LearningSignal:
     """One learning signal of `StepRecord.learning`: its unit and its default equivalence margin.
 
     margin_kind "absolute" compares miles - verl; "relative" compares log(miles / verl) against log(1 + margin);
-    margin None means the signal is plotted and tabled but never judged.
+    margin None (a spec's `learning.margins: {name: null}`) means the signal is plotted and tabled but never judged.
     """
 
     name: str
@@ -253,6 +253,8 @@ class LearningSignal:
     margin_kind: Literal["absolute", "relative"]
     margin: float | None
     description: str
+    reason: str = ""
+    """Why this margin and kind, in one line (printed in docs/benchmark/analysis.md)."""
 
 
 LEARNING_SIGNALS: dict[str, LearningSignal] = {
@@ -262,15 +264,17 @@ LEARNING_SIGNALS: dict[str, LearningSignal] = {
             name="reward_mean",
             unit="reward",
             margin_kind="absolute",
-            margin=0.05,
+            margin=0.02,
             description="mean raw reward-function score over the step's samples",
+            reason="a 0/1 math score's mean lives on a fixed 0..1 scale; 0.02 is under a 10% drop at means of 0.2-0.8",
         ),
         LearningSignal(
             name="response_length_mean",
             unit="tokens",
             margin_kind="relative",
-            margin=0.10,
+            margin=0.05,
             description="mean response tokens per sample",
+            reason="lengths scale with model and task; 5% moves generate time as much, a quarter of a +20% drift",
         ),
         LearningSignal(
             name="truncation_fraction",
@@ -278,27 +282,31 @@ LEARNING_SIGNALS: dict[str, LearningSignal] = {
             margin_kind="absolute",
             margin=0.02,
             description="share of samples cut at the response-length cap",
+            reason="a share near 0 where a ratio is unstable; 2 samples in 100 cut changes what the reward sees",
         ),
         LearningSignal(
             name="entropy",
             unit="nats/token",
             margin_kind="relative",
-            margin=0.10,
+            margin=0.15,
             description="policy entropy on the step's samples before the update",
+            reason="its level depends on the model; a 15% change is well under the 40% of an entropy collapse",
         ),
         LearningSignal(
             name="clip_fraction",
             unit="fraction",
-            margin_kind="absolute",
-            margin=0.005,
+            margin_kind="relative",
+            margin=0.30,
             description="share of response tokens where the PPO clip is active",
+            reason="its level depends on the learning rate and the off-policy gap; a doubling means far larger steps",
         ),
         LearningSignal(
             name="approx_kl",
             unit="nats/token",
-            margin_kind="absolute",
-            margin=0.001,
+            margin_kind="relative",
+            margin=0.50,
             description="k1 estimate of KL(old policy || updated policy) during the update",
+            reason="a noisy small number whose level depends on the step size; 3x means a different update",
         ),
         LearningSignal(
             name="grad_norm",
@@ -306,13 +314,15 @@ LEARNING_SIGNALS: dict[str, LearningSignal] = {
             margin_kind="relative",
             margin=0.25,
             description="gradient L2 norm before clipping, mean over the step's optimizer steps",
+            reason="its level depends on the model and the batch; a quarter is beyond its step-to-step spread",
         ),
         LearningSignal(
             name="policy_loss",
             unit="loss",
             margin_kind="absolute",
-            margin=None,
+            margin=0.02,
             description="policy-gradient loss (minus the clipped surrogate), mean over optimizer steps",
+            reason="GRPO's group-centred advantages keep it near 0 whatever the model, so its scale does not vary",
         ),
     ]
 }

@@ -4,6 +4,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from miles.utils.bench_flops import (
@@ -12,6 +13,7 @@ from miles.utils.bench_flops import (
     flops_breakdown,
     forward_flops,
     match_device,
+    miles_native_forward_flops,
     miles_native_train_flops,
     peak_tflops_for_device,
     train_flops,
@@ -133,7 +135,21 @@ class TestModelArch:
     def test_train_flops_is_three_forwards_and_batches_add_up(self):
         arch = ModelArch.from_config_path(MODEL_CONFIGS / "qwen3-0.6b.json")
         assert train_flops(arch, 1000) == 3 * forward_flops(arch, 1000)
-        assert batch_train_flops(arch, [1000, 3000]) == train_flops(arch, 1000) + train_flops(arch, 3000)
+        assert batch_train_flops(arch, [1000, 3000]) == pytest.approx(
+            train_flops(arch, 1000) + train_flops(arch, 3000), rel=1e-12
+        )
+
+    @pytest.mark.parametrize("config", ["qwen3-0.6b.json", "qwen3-30b-a3b.json"])
+    def test_batch_sums_equal_the_per_sequence_sums(self, config):
+        """The batch forms (two sums over lengths) against the per-sequence formulas, on jagged lengths."""
+        arch = ModelArch.from_config_path(MODEL_CONFIGS / config)
+        lens = [int(x) for x in np.random.default_rng(0).integers(1, 9000, 300)]
+        assert batch_train_flops(arch, lens) == pytest.approx(sum(train_flops(arch, s) for s in lens), rel=1e-12)
+        per_sequence = sum(3.0 * miles_native_forward_flops(arch, s) for s in lens)
+        assert miles_native_train_flops(arch, lens) == pytest.approx(per_sequence, rel=1e-12)
+        assert batch_train_flops(arch, []) == 0.0 and miles_native_train_flops(arch, []) == 0.0
+        with pytest.raises(ValueError, match="seq_len must be > 0, got 0"):
+            batch_train_flops(arch, [5, 0])
 
 
 class TestNativeFormulas:

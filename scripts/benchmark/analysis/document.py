@@ -33,7 +33,7 @@ from scripts.benchmark.analysis.calibration_view import (
     roofline_model_key,
 )
 from scripts.benchmark.analysis.compare import PairKey, SideSamples, compare_sides, refusal_reason
-from scripts.benchmark.analysis.learning import analyse_learning
+from scripts.benchmark.analysis.learning import analyse_learning, learning_margins
 from scripts.benchmark.analysis.run_folder import (
     RESPONSE_LENGTH_EXTREMES,
     Cell,
@@ -340,4 +340,5 @@ def analyse_run_folder(
         parity=folder.parity,
         parity_error=folder.parity_error,
         learning=learning,
+        learning_margins=learning_margins(folder.plan),
     )

@@ -1,17 +1,23 @@
-"""Do the two sides (e.g. Miles and VERL) learn the same? Per pair and learning signal, an equivalence verdict over
-the steady window.
+"""Do the two sides (e.g. Miles and VERL) learn the same? Per pair and learning signal: same, different, or not
+enough steps to tell, over the steady window.
 
 - Paired by step: both sides see the same prompts in the same order, so d_s = candidate_s - reference_s (absolute
   margin) or log(candidate_s / reference_s) (relative margin) cancels prompt difficulty and the common learning
   trend.
   With repeats, each side's value of a step is the mean over its repeats first.
-- The mean of d gets a circular block bootstrap interval (compare.py's block length and small-sample widening):
-  d is autocorrelated, because two policies drift apart slowly.
-- Three-way call (TOST): "equivalent" when the 1 - 2 alpha interval lies inside (-margin, +margin); "different"
-  when the 1 - 2 alpha/k interval (k judged signals: Bonferroni, so ~k signals give ~alpha false calls in all) lies
-  beyond one margin; "inconclusive" otherwise. "not judged" says why (no margin, not logged, not comparable).
+- A trend (a line bent at the thirds) is fitted to d; the noise is the residual around it, inflated by its
+  autocorrelation time (two policies drift apart slowly), with a t quantile on the effective independent steps. Two
+  quantities are tested: the window mean of d and its mean over the last third, so a divergence that grows is
+  called at its size at the end, not averaged away. A signal whose two levels are not comparable (entropy under
+  different aggregations) is judged on its drift alone: last third minus first third.
+- Three words (TOST): "same" when every 1 - 2 alpha interval lies inside (-margin, +margin); "different" when one
+  1 - 2 alpha/k interval (k: judged signals x quantities, Bonferroni) lies beyond one margin; "not enough steps to
+  tell" otherwise, with the paired steps that would tell at the observed noise. "not judged" says why.
+- With repeats, each side's value of a step is the mean over its repeats first; where both sides have two or more,
+  each quantity's error is also taken from the spread of the per-repeat quantities (pooled t), and the larger one
+  is used: run-to-run variation is in the interval, and "not enough" then names the repeats that would tell.
 - Window: from the later steady-state start of the two cells (the steps whose speed the report compares), or the
-  spec's `learning.from_step`. A verdict on the window's last third is added when it differs (slow divergence).
+  spec's `learning.from_step`.
 - `length_explains`: how much of the generate-time gap longer responses explain (generate seconds per response
   token, candidate/reference, beside the response-length ratio).
 """
@@ -22,18 +28,20 @@ import math
 from typing import Any
 
 import numpy as np
-from scripts.benchmark.analysis.intervals import block_bootstrap_means, block_length, small_sample_factor
+from scipy import special
 from scripts.benchmark.analysis.run_folder import Cell
+from scripts.benchmark.contracts.report import DIFFERENT, NOT_JUDGED, SAME, UNSETTLED
 from scripts.benchmark.contracts.sides import SidePair
 from scripts.benchmark.spec.learning import LearningSpec
 
 from miles.utils.bench_metrics import LEARNING_SIGNALS
 
 MIN_PAIRED_STEPS = 6
-DEFAULT_REPS = 2000
+LEVEL_NOT_COMPARABLE = ("entropy",)
+"""Signals whose two levels may measure different things (not_comparable_reason): then only their drift is judged."""
 MIN_GENERATE_GAP = 0.02
 """Below this generate-time gap (2%) the share longer responses explain is noise over noise: not computed."""
-EQUIVALENT, DIFFERENT, INCONCLUSIVE, NOT_JUDGED = "equivalent", "different", "inconclusive", "not judged"
+QUANTITY_WORDS = {"level": "window mean", "late": "last third", "drift": "change from first to last third"}
 
 
 def _spec_section(plan: dict[str, Any] | None, key: str) -> dict[str, Any]:
@@ -43,6 +51,12 @@ def _spec_section(plan: dict[str, Any] | None, key: str) -> dict[str, Any]:
 
 def learning_settings(plan: dict[str, Any] | None) -> LearningSpec:
     return LearningSpec.model_validate(_spec_section(plan, "learning"))
+
+
+def learning_margins(plan: dict[str, Any] | None) -> dict[str, float | None]:
+    """Per signal, the margin this plan's spec judges with (its `learning.margins`, else the default)."""
+    settings = learning_settings(plan)
+    return {name: settings.margin(name) for name in LEARNING_SIGNALS}
 
 
 def optimizer_steps_per_step(plan: dict[str, Any] | None) -> int | None:
@@ -79,6 +93,16 @@ def step_means(cell: Cell, name: str, from_step: int) -> dict[int, float]:
     return dict(zip(unique.tolist(), means.tolist(), strict=True))
 
 
+def repeat_series(cell: Cell, name: str, from_step: int) -> list[dict[int, float]]:
+    """Per repeat, step -> the signal's finite value from `from_step` on."""
+    out = []
+    for repeat in cell.repeats:
+        steps, values = _column(repeat, f"learning.{name}")
+        keep = (steps >= from_step) & np.isfinite(values)
+        out.append(dict(zip(steps[keep].astype(int).tolist(), values[keep].astype(float).tolist(), strict=True)))
+    return out
+
+
 def _column(repeat, name: str) -> tuple[np.ndarray, np.ndarray]:
     """(steps, values) of one column of a repeat; NaN where the step has no finite value or the column is absent."""
     columns = repeat.columns
@@ -96,31 +120,150 @@ def paired_differences(
     return steps, np.asarray([c[s] - r[s] for s in steps])
 
 
+def _noise_time(residuals: np.ndarray) -> float:
+    """Integrated autocorrelation time of the residuals (1 for white noise): how many steps one independent one
+    is worth. Summed to the first lag under 0.05, at most n/4 lags; each autocorrelation corrected for its
+    small-sample bias ((1 + 3 r) / n low, more after a fitted trend), which makes short windows too confident."""
+    n = len(residuals)
+    denominator = float(np.dot(residuals, residuals))
+    tau = 1.0
+    if denominator <= 0:
+        return tau
+    for lag in range(1, n // 4 + 1):
+        r = float(np.dot(residuals[:-lag], residuals[lag:])) / denominator
+        r = min(0.95, r + (1 + 3 * max(r, 0.0)) / n)
+        if r < 0.05:
+            break
+        tau += 2 * r
+    return tau
+
+
+def quantities(d: np.ndarray, steps: np.ndarray, *, drift_only: bool = False) -> dict[str, tuple[float, float, float]]:
+    """Name -> (estimate, standard error, degrees of freedom) of what the verdict tests.
+
+    The noise is the residual around a trend fitted to d (`_trend_residuals`), inflated by its autocorrelation
+    time: a divergence that grows, taken as noise, would leave few independent blocks and a wide interval. `level`: the
+    window mean of d; `late`: the mean over the last third (where a growing divergence is largest); `drift` (last
+    minus first third): the change of d alone, for signals whose levels are not comparable."""
+    residuals, params = _trend_residuals(d, steps.astype(float))
+    n = len(d)
+    tau = _noise_time(residuals)
+    scale = math.sqrt(float(np.dot(residuals, residuals)) / max(1, n - params) * tau)
+    df = max(1.0, n / tau - params)
+    third = max(1, n // 3)
+    late, early = float(d[-third:].mean()), float(d[:third].mean())
+    if drift_only:
+        return {"drift": (late - early, scale * math.sqrt(2 / third), df)}
+    return {"level": (float(d.mean()), scale / math.sqrt(n), df), "late": (late, scale / math.sqrt(third), df)}
+
+
+def _trend_residuals(d: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, int]:
+    """d around a continuous line bent at the window's thirds (a trend that starts mid-window fits too), and the
+    number of fitted parameters."""
+    knots = np.quantile(t, [1 / 3, 2 / 3]) if len(t) >= 12 else np.zeros(0)
+    design = np.column_stack([np.ones_like(t), t - t.mean(), *[np.maximum(0.0, t - k) for k in knots]])
+    coefficients, *_ = np.linalg.lstsq(design, d, rcond=None)
+    return d - design @ coefficients, design.shape[1]
+
+
+def _interval(estimate: float, error: float, df: float, level: float) -> tuple[float, float]:
+    half = float(special.stdtrit(df, 0.5 + level / 2)) * error
+    return estimate - half, estimate + half
+
+
+def steps_to_tell(n: int, error: float, df: float, estimate: float, bound: float, alpha: float) -> int | None:
+    """Paired steps at which the observed noise would settle the call (the interval's half-width down to the
+    estimate's distance from the margin, shrinking as 1/sqrt(steps)); None when the estimate sits on the margin."""
+    distance = abs(abs(estimate) - bound)
+    half = float(special.stdtrit(df, 1 - alpha)) * error
+    if distance <= 1e-12 * max(1.0, bound):
+        return None
+    return max(n + 1, math.ceil(n * (half / distance) ** 2))
+
+
 def equivalence_test(
-    d: np.ndarray, bound: float, *, alpha: float, family: int, reps: int, seed: int
+    d: np.ndarray,
+    bound: float,
+    *,
+    alpha: float,
+    family: int,
+    steps: np.ndarray | None = None,
+    drift_only: bool = False,
+    between: dict[str, tuple[float, float, int]] | None = None,
 ) -> dict[str, Any]:
-    """The three-way call on the mean of d against +-bound (module docstring), with its 1 - 2 alpha interval."""
+    """The three-way call (module docstring) on every quantity of `quantities`: "same" when each 1 - 2 alpha
+    interval lies inside (-bound, bound); "different" when one 1 - 2 alpha/k interval lies beyond it (k: the
+    judged signals times the quantities, Bonferroni); otherwise not enough steps (or repeats), with how many would
+    tell. `between` (`between_repeats`): a quantity's error from the spread between repeats, used where larger."""
     if len(d) < MIN_PAIRED_STEPS:
-        return {"verdict": INCONCLUSIVE, "why": f"only {len(d)} paired steps", "difference": None}
-    point = float(d.mean())
-    length = block_length(d)
-    rng = np.random.default_rng(seed)
-    means = block_bootstrap_means(d.reshape(-1, 1), np.array([False]), reps, rng, length).ravel()
+        why = f"only {len(d)} paired steps"
+        return {"verdict": UNSETTLED, "why": why, "difference": None, "steps_needed": MIN_PAIRED_STEPS}
+    steps = np.arange(len(d)) if steps is None else np.asarray(steps)
+    tested = quantities(d, steps, drift_only=drift_only)
+    k = max(1, family) * len(tested)
+    calls, needed = {}, []
+    for name, (estimate, error, df) in tested.items():
+        count, unit = len(d), "paired steps"
+        if between and name in between and between[name][0] > error:
+            error, df, count = between[name]
+            unit = "repeats a side"
+        low, high = _interval(estimate, error, df, 1 - 2 * alpha)
+        wide_low, wide_high = _interval(estimate, error, df, 1 - 2 * alpha / k)
+        calls[name] = {"estimate": estimate, "ci_low": low, "ci_high": high}
+        calls[name]["call"] = (
+            SAME
+            if -bound < low and high < bound
+            else DIFFERENT if wide_low > bound or wide_high < -bound else UNSETTLED
+        )
+        if calls[name]["call"] == UNSETTLED:
+            needed.append((steps_to_tell(count, error, df, estimate, bound, alpha / k), unit))
+    return _combine(calls, needed, len(d))
 
-    def interval(level: float) -> tuple[float, float]:
-        low, high = np.percentile(means, [100 * (1 - level) / 2, 100 * (1 + level) / 2])
-        widen = small_sample_factor(len(d) / length, 1, level)
-        return point + widen * (float(low) - point), point + widen * (float(high) - point)
 
-    low, high = interval(1 - 2 * alpha)
-    wide_low, wide_high = interval(1 - 2 * alpha / max(1, family))
-    if -bound < low and high < bound:
-        verdict, why = EQUIVALENT, "interval inside the margin"
-    elif wide_low > bound or wide_high < -bound:
-        verdict, why = DIFFERENT, "interval beyond the margin"
-    else:
-        verdict, why = INCONCLUSIVE, "interval crosses the margin"
-    return {"verdict": verdict, "why": why, "difference": point, "ci_low": low, "ci_high": high, "block": length}
+def _combine(calls: dict[str, dict], needed: list[tuple[int | None, str]], n: int) -> dict[str, Any]:
+    """One verdict from the quantities' calls: any "different" wins, "same" needs every one."""
+    verdicts = {c["call"] for c in calls.values()}
+    shown = calls.get("level") or calls["drift"]
+    result = {"difference": shown["estimate"], "ci_low": shown["ci_low"], "ci_high": shown["ci_high"]}
+    result["tested"] = calls
+    if DIFFERENT in verdicts:
+        name = next(q for q, c in calls.items() if c["call"] == DIFFERENT)
+        return {**result, "verdict": DIFFERENT, "why": f"{QUANTITY_WORDS[name]} beyond the margin"}
+    if verdicts == {SAME}:
+        return {**result, "verdict": SAME, "why": f"every interval inside the margin over {n} steps"}
+    if any(count is None for count, _ in needed):
+        return {**result, "verdict": UNSETTLED, "why": "the difference sits on the margin", "steps_needed": None}
+    count, unit = max(needed)
+    why = f"{n} steps; about {count} {unit} would tell"
+    return {**result, "verdict": UNSETTLED, "why": why, "steps_needed": count if unit == "paired steps" else None}
+
+
+def _repeat_quantities(series: dict[int, float], steps: list[int], kind: str, drift_only: bool) -> dict[str, float]:
+    """One repeat's own level, last third and drift over the paired steps (log scale for relative signals)."""
+    x = np.asarray([series[s] for s in steps if s in series and (kind == "absolute" or series[s] > 0)], dtype=float)
+    x = np.log(x) if kind == "relative" else x
+    third = max(1, len(x) // 3)
+    late, early = float(x[-third:].mean()), float(x[:third].mean())
+    return {"drift": late - early} if drift_only else {"level": float(x.mean()), "late": late}
+
+
+def between_repeats(
+    candidate: list[dict[int, float]], reference: list[dict[int, float]], steps: list[int], kind: str, drift_only: bool
+) -> dict[str, tuple[float, float, int]]:
+    """Name -> (standard error, degrees of freedom, repeats a side) of each quantity from the spread between
+    repeats (pooled over both sides, Student t): run-to-run variation, which the step-paired noise of the repeat
+    means leaves out. Empty unless both sides have at least two repeats with steps."""
+    sides = [[r for r in side if any(s in r for s in steps)] for side in (candidate, reference)]
+    if min(len(side) for side in sides) < 2 or len(steps) < MIN_PAIRED_STEPS:
+        return {}
+    values = [[_repeat_quantities(r, steps, kind, drift_only) for r in side] for side in sides]
+    out = {}
+    for name in values[0][0]:
+        c, r = (np.asarray([q[name] for q in side]) for side in values)
+        df = len(c) + len(r) - 2
+        pooled = (float(np.sum((c - c.mean()) ** 2)) + float(np.sum((r - r.mean()) ** 2))) / df
+        out[name] = (math.sqrt(pooled * (1 / len(c) + 1 / len(r))), float(df), min(len(c), len(r)))
+    return out
 
 
 def _shown(value: float | None, kind: str) -> float | None:
@@ -128,11 +271,15 @@ def _shown(value: float | None, kind: str) -> float | None:
     return None if value is None else (math.expm1(value) if kind == "relative" else value)
 
 
-def _judge(d: np.ndarray, bound: float, kind: str, settings: LearningSpec, family: int, seed: int) -> dict:
-    result = equivalence_test(d, bound, alpha=settings.alpha, family=family, reps=DEFAULT_REPS, seed=seed)
+def _judge(
+    d: np.ndarray, steps: list[int], bound: float, kind: str, settings: LearningSpec, family: int, **kw
+) -> dict:
+    result = equivalence_test(d, bound, alpha=settings.alpha, family=family, steps=np.asarray(steps), **kw)
     for key in ("difference", "ci_low", "ci_high"):
-        if key in result:
-            result[key] = _shown(result[key], kind)
+        result[key] = _shown(result.get(key), kind)
+    for call in result.get("tested", {}).values():
+        for key in ("estimate", "ci_low", "ci_high"):
+            call[key] = _shown(call[key], kind)
     return result
 
 
@@ -143,12 +290,13 @@ def signal_row(
     plan: dict[str, Any] | None,
     *,
     family: int,
-    seed: int,
     labels: tuple[str, str] = ("candidate", "reference"),
     same_framework: bool = False,
+    repeats: tuple[list[dict[int, float]], list[dict[int, float]]] = ([], []),
 ) -> dict[str, Any]:
     """One signal of one pair: both sides' window means, the paired difference with its interval, the verdict;
-    `labels` name the two sides in the verdict's reason."""
+    `labels` name the two sides in the verdict's reason; `repeats` (each side's per-repeat series) put run-to-run
+    variation in the intervals where both sides have several."""
     spec, settings = LEARNING_SIGNALS[name], learning_settings(plan)
     margin = settings.margin(name)
     steps, d = paired_differences(candidate, reference, spec.margin_kind)
@@ -170,15 +318,14 @@ def signal_row(
         return {**row, "verdict": NOT_JUDGED, "why": f"not logged by {' and '.join(missing)}"}
     if margin is None:
         return {**row, "verdict": NOT_JUDGED, "why": "plotted only: no margin"}
-    if reason is not None:
+    drift_only = name in LEVEL_NOT_COMPARABLE and reason is not None
+    if reason is not None and not drift_only:
         return {**row, "verdict": NOT_JUDGED, "why": reason}
     bound = math.log1p(margin) if spec.margin_kind == "relative" else margin
-    row.update(_judge(d, bound, spec.margin_kind, settings, family, seed))
-    tail = d[len(d) - len(d) // 3 :]
-    if len(tail) >= MIN_PAIRED_STEPS:
-        last = _judge(tail, bound, spec.margin_kind, settings, family, seed)
-        if last["verdict"] != row["verdict"]:
-            row["last_third"] = {k: last.get(k) for k in ("verdict", "difference", "ci_low", "ci_high")}
+    between = between_repeats(*repeats, steps, spec.margin_kind, drift_only)
+    row.update(_judge(d, steps, bound, spec.margin_kind, settings, family, drift_only=drift_only, between=between))
+    if drift_only:
+        row["why"] += f" (levels not compared: {reason})"
     return row
 
 
@@ -270,9 +417,9 @@ def analyse_learning(
                 _after(v, from_step),
                 plan,
                 family=family,
-                seed=seed,
                 labels=labels,
                 same_framework=same,
+                repeats=(repeat_series(candidate, n, from_step), repeat_series(reference, n, from_step)),
             )
             for n, (m, v) in series.items()
         ]

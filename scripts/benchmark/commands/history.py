@@ -75,13 +75,14 @@ def check_impl(
     from scripts.benchmark.history.check import exit_code, render_check_markdown
     from scripts.benchmark.history.gate import check_runs
     from scripts.benchmark.history.learning_check import learning_changes
-    from scripts.benchmark.history.report_input import read_report_runs
+    from scripts.benchmark.history.report_input import read_report, read_report_runs
     from scripts.benchmark.history.store import HistoryStore
 
     with HistoryStore(store_url, create=create) as store:
         runs = read_report_runs(run_dir)
         checks, notes = check_runs(store, runs, settings)
-        notes += learning_changes(store, runs, window=settings.window)
+        margins = read_report(run_dir).learning_margins
+        notes += learning_changes(store, runs, window=settings.window, margins=margins)
     markdown = render_check_markdown(checks, title="Performance check", notes=notes)
     output = output or Path(run_dir) / "check.md"
     output.parent.mkdir(parents=True, exist_ok=True)

@@ -198,6 +198,17 @@ class LastThirdModel(_Open):
     ci_high: float | None = None
 
 
+SAME, DIFFERENT, UNSETTLED, NOT_JUDGED = "same", "different", "not enough steps to tell", "not judged"
+"""The learning guard's words per signal (analysis/learning.py)."""
+
+
+class TestedQuantityModel(_Open):
+    estimate: float
+    ci_low: float
+    ci_high: float
+    call: str
+
+
 class LearningSignalModel(_Open):
     signal: str
     unit: str
@@ -213,6 +224,11 @@ class LearningSignalModel(_Open):
     why: str
     block: float | None = None
     last_third: LastThirdModel | None = None
+    """Written by reports before the level and last-third test; kept so they still load."""
+    steps_needed: int | None = None
+    """With "not enough steps to tell": the paired steps that would tell at the observed noise."""
+    tested: dict[str, TestedQuantityModel] = Field(default_factory=dict)
+    """Per quantity tested (level, late, drift): its estimate, 1 - 2 alpha interval and call."""
 
 
 class PointsModel(_Open):
@@ -264,6 +280,9 @@ class ReportDocument(_Open):
     parity_error: str | None = None
     """Why parity.json could not be read (then `parity` is None and no pair is compared)."""
     learning: list[LearningPairModel] = Field(default_factory=list)
+    learning_margins: dict[str, float | None] | None = None
+    """Per learning signal, the margin the report judged with (the spec's, else the default): `check` uses the same.
+    None in reports written before it (then `check` keeps the defaults)."""
 
     def side_pair(self) -> SidePair:
         return SidePair.from_list(self.sides)

@@ -3,9 +3,10 @@
 - `learning_metric_values(cell)`: a report cell's per-signal values (analysis/learning.py::cell_learning) as history
   metric values named `learning.<signal>`, with no better direction: they are never gated as throughput.
 - `learning_changes(store, runs, window)`: per run and signal, the candidate against the median of the last
-  `window` trusted values of its series; a move beyond the signal's margin (bench_metrics.LEARNING_SIGNALS, absolute
-  or relative) gives a "learning changed" note. A PR that changes what the policy learns is named as such, beside
-  (never inside) the speed verdict, and does not change the check's exit code.
+  `window` trusted values of its series; a move beyond the signal's margin (the one the run's report judged with:
+  the spec's `learning.margins`, else bench_metrics.LEARNING_SIGNALS; absolute or relative) gives a "learning
+  changed" note. A PR that changes what the policy learns is named as such, beside (never inside) the speed
+  verdict, and does not change the check's exit code.
 """
 
 from __future__ import annotations
@@ -41,31 +42,34 @@ def learning_metric_values(cell: CellModel) -> list[MetricValue]:
     return values
 
 
-def moved_beyond_margin(name: str, baseline: float, candidate: float) -> float | None:
+def moved_beyond_margin(name: str, baseline: float, candidate: float, margin: float | None) -> float | None:
     """The change (absolute, or relative for relative signals) when it leaves the margin, else None."""
-    spec = LEARNING_SIGNALS[name]
-    if spec.margin is None:
+    if margin is None:
         return None
-    if spec.margin_kind == "relative":
+    if LEARNING_SIGNALS[name].margin_kind == "relative":
         if baseline <= 0 or candidate <= 0:
             return None
         change = candidate / baseline - 1
-        return change if abs(math.log1p(change)) > math.log1p(spec.margin) else None
+        return change if abs(math.log1p(change)) > math.log1p(margin) else None
     change = candidate - baseline
-    return change if abs(change) > spec.margin else None
+    return change if abs(change) > margin else None
 
 
-def _note(cell_id: str, name: str, baseline: float, candidate: float, change: float) -> str:
+def _note(cell_id: str, name: str, baseline: float, candidate: float, change: float, margin: float) -> str:
     spec = LEARNING_SIGNALS[name]
     shown = f"{change * 100:+.1f}%" if spec.margin_kind == "relative" else f"{change:+.4g}"
-    margin = f"±{spec.margin * 100:.0f}%" if spec.margin_kind == "relative" else f"±{spec.margin:g}"
+    margin = f"±{margin * 100:.0f}%" if spec.margin_kind == "relative" else f"±{margin:g}"
     return (
         f"learning changed: `{cell_id}` {name} {baseline:.4g} -> {candidate:.4g} ({shown}, margin {margin}) "
         "against the trusted history: this change alters what the policy learns, not only its speed."
     )
 
 
-def learning_changes(store: HistoryStore, runs: list[RunToRecord], *, window: int = 10) -> list[str]:
+def learning_changes(
+    store: HistoryStore, runs: list[RunToRecord], *, window: int = 10, margins: dict[str, float | None] | None = None
+) -> list[str]:
+    """`margins`: the ones the run's report judged with (report.json `learning_margins`); defaults where absent."""
+    margins = {name: spec.margin for name, spec in LEARNING_SIGNALS.items()} | (margins or {})
     notes = []
     for run in runs:
         trusted = baseline_runs(store.runs(run.series.label()))
@@ -77,7 +81,7 @@ def learning_changes(store: HistoryStore, runs: list[RunToRecord], *, window: in
             if not is_finite_number(value) or not recent:
                 continue
             baseline = statistics.median(recent)
-            change = moved_beyond_margin(name, baseline, value)
+            change = moved_beyond_margin(name, baseline, value, margins.get(name))
             if change is not None:
-                notes.append(_note(run.cell_id, name, baseline, value, change))
+                notes.append(_note(run.cell_id, name, baseline, value, change, margins[name]))
     return notes

@@ -12,7 +12,7 @@
 
 Caveats:
 - Each card carries the learning-signal guard's word on its pair (report/learning.py): learning differs,
-  equivalence not shown, or not compared; nothing when every judged signal is equivalent.
+  same learning not shown, or not compared; nothing when every judged signal is the same.
 """
 
 from __future__ import annotations

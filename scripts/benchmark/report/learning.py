@@ -6,7 +6,7 @@
 - `plot_learning(doc, path)`: one SVG, a panel per signal and pair, both sides' trajectories (coloured by role),
   the judged window shaded.
 - `learning_warning(doc, backend, layout)`: the sentence a pair's throughput verdict must carry when its learning
-  differs or its equivalence is not shown (None when every judged signal is equivalent).
+  differs or its sameness is not shown, with the steps that would tell (None when every judged signal is the same).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from scripts.benchmark.contracts.report import LearningPairModel, LearningSignalModel, ReportDocument
+from scripts.benchmark.contracts.report import SAME, UNSETTLED, LearningPairModel, LearningSignalModel, ReportDocument
 from scripts.benchmark.report.palette import ROLE_COLORS
 from scripts.benchmark.report.render import Heading, Paragraph, Table
 from scripts.benchmark.report.svg import (
@@ -60,10 +60,14 @@ def learning_warning(doc: ReportDocument, backend: str, layout: str) -> str | No
             f"**Warning: learning differs** ({', '.join(by_verdict['different'])}): the two runs do not do the same "
             "learning work, so their speeds are not a like-for-like comparison."
         )
-    if by_verdict.get("inconclusive"):
-        return f"Learning equivalence not shown ({', '.join(by_verdict['inconclusive'])}: inconclusive)."
-    if not by_verdict.get("equivalent"):
-        return "Learning equivalence not judged: no signal both frameworks log comparably."
+    unsettled = [row for row in pair.signals if row.verdict == UNSETTLED]
+    if unsettled:
+        needed = [row.steps_needed for row in unsettled if row.steps_needed is not None]
+        tell = f"; about {max(needed)} paired steps would tell" if len(needed) == len(unsettled) else ""
+        names = ", ".join(row.signal for row in unsettled)
+        return f"Same learning not shown ({names}: not enough steps to tell at {unsettled[0].paired_steps}{tell})."
+    if not by_verdict.get(SAME):
+        return "Learning not judged: no signal both frameworks log comparably."
     return None
 
 
@@ -87,9 +91,10 @@ def _margin(row: LearningSignalModel) -> str:
 
 def _verdict(row: LearningSignalModel) -> str:
     text = f"{row.verdict} ({row.why})"
-    last = row.last_third
-    if last:
-        text += f"; last third: {last.verdict} ({_difference(last.difference, row.margin_kind)})"
+    late = row.tested.get("late")
+    if late is not None:
+        text += f"; last third {_difference(late.estimate, row.margin_kind)}"
+        text += f" [{_difference(late.ci_low, row.margin_kind)} .. {_difference(late.ci_high, row.margin_kind)}]"
     return text
 
 
@@ -136,8 +141,8 @@ def learning_blocks(doc: ReportDocument, images: dict[str, str]) -> list[Any]:
         Heading(2, "Do both learn the same?"),
         Paragraph(
             f"Per signal, the mean over the judged window of the step-paired difference {c} - {r} (relative "
-            f"signals: {c}/{r} - 1), its {pct} circular block-bootstrap interval, and the equivalence verdict "
-            "against the signal's margin (docs/benchmark/analysis.md)."
+            f"signals: {c}/{r} - 1) with its {pct} interval, the same over the last third, and the verdict against "
+            "the signal's margin: same, different, or not enough steps to tell (docs/benchmark/analysis.md)."
         ),
     ]
     header = ["signal", "unit", c, r, f"{c} - {r} [{pct} CI]", "margin", "verdict"]

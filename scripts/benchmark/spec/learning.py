@@ -1,6 +1,7 @@
 """The spec's optional `learning:` section: how the report judges whether Miles and VERL learn the same.
 
-Margins default to `LEARNING_SIGNALS` (miles/utils/bench_metrics.py); docs/benchmark/analysis.md justifies each.
+Margins default to `LEARNING_SIGNALS` (miles/utils/bench_metrics.py, each with its reason); report.json keeps the
+margins a report judged with, and `check` uses them.
 The section sets how a run is judged, not what runs, so it is left out of the spec hash: changing a margin keeps a
 run comparable with its history.
 """
@@ -22,7 +23,7 @@ class LearningSpec(BaseModel):
     from_step: Count | None = Field(None, ge=1)
     """Judge from this step on instead of the throughput steady window's first step."""
     alpha: Number = Field(0.05, gt=0, lt=0.5)
-    """Level of each equivalence test (TOST: the 1 - 2 alpha interval must lie inside the margins)."""
+    """Level of each test (TOST: "same" needs every 1 - 2 alpha interval inside the margin)."""
 
     @field_validator("margins")
     @classmethod
