@@ -72,7 +72,7 @@ CPU_TESTS: dict[str, tuple[str, int]] = {
     "test_verl_writer_code.py": (SLOW, 66),
     "test_miles_release_fsdp.py": (FAST, 50),
     "test_metric_registry.py": (FAST, 8),
-    "test_miles_vs_miles.py": (FAST, 18),
+    "test_miles_vs_miles.py": (FAST, 70),
     "test_report_calibration.py": (FAST, 5),
     "test_third_framework.py": (FAST, 13),
 }
