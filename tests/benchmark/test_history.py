@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from scripts.benchmark.commands.history import _settings, check_impl, record_impl
@@ -181,6 +183,30 @@ class TestCheck:
         write_report(tmp_path / "two-repeats", seed=101, slowdown=1.10, repeats=2)
         code, markdown, data = _check(store_url, tmp_path / "two-repeats", tmp_path)
         assert code == 1, markdown
+
+    def test_record_trusts_a_night_the_check_passes_at_the_nights_level(self, store_url, tmp_path):
+        """Two cells slower at one-sided p = 3%: the night's check (4% split over two cells, 2% each) passes them,
+        so auto-trust must keep them (judged alone at 4% they were left out, biasing the baseline fast)."""
+        from scipy import stats
+
+        from scripts.benchmark.history.check import DEFAULT_GATES, CheckSettings
+
+        both = ("miles", "verl")
+        levels = [1.0 + 0.02 * k for k in (-2, -1, 0, 1, 2, -2, -1, 0, 1, 2)]
+        for i, level in enumerate(levels):
+            write_report(tmp_path / f"n{i}", slowdown=level, noise=0.0, frameworks=both, generated_at=f"2026-11-0{i}")
+            _record(store_url, tmp_path / f"n{i}", commit=f"n{i}", trust="yes")
+        n, sd = len(levels), float(np.std(levels, ddof=1))
+        slowdown = 1.0 + stats.t.ppf(1 - 0.03, n - 1) * sd * math.sqrt(1 + 1 / n)
+        assert slowdown - 1 > DEFAULT_GATES["step_time_s"].threshold  # beyond the practical threshold too
+        assert CheckSettings().test_alpha(2) < 0.03 < CheckSettings().alpha
+        write_report(tmp_path / "night", slowdown=slowdown, noise=0.0, frameworks=both, generated_at="2026-11-20")
+        code, markdown, _ = _check(store_url, tmp_path / "night", tmp_path)
+        assert code == 0, markdown
+        _record(store_url, tmp_path / "night", commit="night")
+        with HistoryStore(store_url) as store:
+            last = [store.runs(label)[-1] for label in store.list_series()]
+        assert [(r.commit, r.trusted) for r in last] == [("night", True), ("night", True)]
 
     def test_an_unreachable_store_is_could_not_judge_never_regression(self, tmp_path):
         """Exit 1 is reserved for a regression; a database that cannot be reached is exit 2."""
