@@ -65,7 +65,7 @@ CPU_TESTS: dict[str, tuple[str, int]] = {
     "test_runner_units.py": (FAST, 6),
     "test_sglang_keys.py": (FAST, 1),
     "test_spec.py": (FAST, 1),
-    "test_statistics_validation.py": (SLOW, 62),
+    "test_statistics_validation.py": (SLOW, 160),
     "test_verl_launch.py": (FAST, 120),
     "test_verl_own_checks.py": (SLOW, 138),
     "test_verl_reader.py": (FAST, 1),

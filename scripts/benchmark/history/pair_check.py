@@ -41,11 +41,12 @@ def judge_pairs(report: ReportDocument) -> list[MetricCheck]:
             row = rows.get(metric)
             if row is None and metric != REQUIRED:
                 continue
-            checks.append(_judge_row(f"{backend}/{layout}", metric, row, repeats))
+            checks.append(judge_comparison(f"{backend}/{layout}", metric, row, repeats))
     return step_time_family(checks)
 
 
-def _judge_row(pair: str, metric: str, row: ComparisonModel | None, repeats: dict[str, int]) -> MetricCheck:
+def judge_comparison(pair: str, metric: str, row: ComparisonModel | None, repeats: dict[str, int]) -> MetricCheck:
+    """One report.json comparison row read by the check's rule (the statistics validation measures this very code)."""
     finite = row is not None and all(
         v is not None and math.isfinite(v) for v in (row.ratio, row.ci_low, row.ci_high, row.candidate, row.reference)
     )
