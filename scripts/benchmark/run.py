@@ -32,6 +32,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "metrics",
     "report",
     "history",
+    "ab",
     "simulate_check",
     "calibrate",
 )

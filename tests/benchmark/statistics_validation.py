@@ -5,6 +5,8 @@
 - `interval_rates` - per-cell median coverage, Miles/VERL step-time ratio coverage (per metric and family-wise),
   the width of the family-wise interval over the per-metric one, false "significant" claims on no-difference pairs
   and detection of a real 5% gap, through the report's own code (cut_to_steady_state, summarise, compare_sides).
+- `paired_check_rates` - `run.py ab`'s false "slower" on equal builds and detection of a 5% slower head, through the
+  report's comparison and the paired check's rule.
 - Run `python -m tests.benchmark.statistics_validation` for the full table (a few minutes on 2 cores); the tests in
   test_statistics_validation.py run smaller, seeded versions and assert the bounds.
 
@@ -26,6 +28,8 @@ from scripts.benchmark.analysis.settings import AnalysisSettings
 from scripts.benchmark.analysis.stats import summarise
 from scripts.benchmark.analysis.steady_state import detect_steady_state
 from scripts.benchmark.analysis.step_columns import StepColumns
+from scripts.benchmark.history.check import Verdict
+from scripts.benchmark.history.pair_check import judge_comparison
 from tests.benchmark.synthetic_runs import pair_key
 from tests.benchmark.validation_generator import PROMPT_TOKENS, GeneratedRuns, generate_runs
 
@@ -72,9 +76,15 @@ class IntervalRates:
     """A real 5% step-time gap called significant at the default settings."""
 
 
-def steady_state_rates(seed: int, runs: int, steps: int, drift: float = 0.0) -> SteadyStateRates:
+def steady_state_rates(
+    seed: int, runs: int, steps: int, drift: float = 0.0, *, checkpoint_every: int | None = None
+) -> SteadyStateRates:
+    """`checkpoint_every`: every that many steps one step is 50% slower (a periodic checkpoint save)."""
     generated = generate_runs(np.random.default_rng(seed), runs, steps=steps, drift=drift)
-    found = [detect_steady_state(generated.step_time[i]) for i in range(runs)]
+    step_time = generated.step_time.copy()
+    if checkpoint_every:
+        step_time[:, (np.arange(steps) + 1) % checkpoint_every == 0] *= 1.5
+    found = [detect_steady_state(step_time[i]) for i in range(runs)]
     offset = np.asarray([f.start_index for f in found]) - generated.warmup
     return SteadyStateRates(
         runs=runs,
@@ -152,6 +162,42 @@ def interval_rates(seed: int, pairs: int, *, repeats: int = 3, steps: int = 24, 
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class PairedCheckRates:
+    pairs: int
+    repeats: int
+    cv: float
+    false_slower: float
+    """Equal builds called REGRESSED by `run.py ab`'s rule."""
+    detection_5pct: float
+    """A head 5% slower called REGRESSED."""
+
+
+def paired_check_rates(seed: int, pairs: int, *, repeats: int = 3, cv: float = 0.02) -> PairedCheckRates:
+    """`run.py ab` on head/base pairs of one build (equal) and of a 5% slower head, through the report's comparison
+    and the check's rule (history/pair_check.py); `cv` is the step-to-step noise of both sides."""
+    rng = np.random.default_rng(seed)
+    settings = AnalysisSettings(reps=200)
+
+    def regressed(gap: float) -> bool:
+        head = generate_runs(rng, repeats, steps=24, gap=gap, cv=cv)
+        base = generate_runs(rng, repeats, steps=24, cv=cv)
+        sides = side_samples(_cell(head, repeats, 0), METRICS), side_samples(_cell(base, repeats, 0), METRICS)
+        rows, _ = compare_sides(*sides, pair=pair_key(), phases=PHASES, settings=settings)
+        row = next(r for r in rows if r.metric == "step_time_s")
+        return judge_comparison("pair", "step_time_s", row, {}).verdict is Verdict.REGRESSED
+
+    equal = [regressed(1.0) for _ in range(pairs)]
+    slower = [regressed(1.05) for _ in range(pairs)]
+    return PairedCheckRates(
+        pairs=pairs,
+        repeats=repeats,
+        cv=cv,
+        false_slower=float(np.mean(equal)),
+        detection_5pct=float(np.mean(slower)),
+    )
+
+
 def _holds(low: float | None, high: float | None, truth: float) -> bool:
     return low is not None and high is not None and low <= truth <= high
 
@@ -168,6 +214,10 @@ def main() -> None:
         runs = args.runs if steps < 1000 else args.runs // 10
         r = steady_state_rates(args.seed, runs, steps, drift)
         print(f"| {steps} | {drift:.0%} | {runs} | {r.within_one:.1%} | {r.keeps_warmup:.2%} | {r.not_reached:.2%} |")
+    r = steady_state_rates(args.seed, args.runs, 24, checkpoint_every=10)
+    print(
+        f"| 24, +50% every 10th | 0% | {args.runs} | {r.within_one:.1%} | {r.keeps_warmup:.2%} | {r.not_reached:.2%} |"
+    )
     print()
     print(
         "| repeats | steps | pairs | per-cell median coverage | step-time ratio coverage | lowest family coverage | "
@@ -181,6 +231,14 @@ def main() -> None:
             f"{r.family_coverage:.1%} | {r.width_family_over_per_metric:.2f} | {r.false_claims:.1%} | "
             f"{r.family_false_claims:.1%} | {r.detection_5pct:.1%} |"
         )
+    print()
+    print(
+        '| `run.py ab`: repeats a side | step CV | pairs | false "slower" (equal builds) | 5% slower head detected |'
+    )
+    print("|---|---|---|---|---|")
+    for repeats, cv in ((3, 0.02), (3, 0.05), (4, 0.02), (5, 0.05)):
+        r = paired_check_rates(args.seed, args.pairs, repeats=repeats, cv=cv)
+        print(f"| {repeats} | {cv:.0%} | {r.pairs} | {r.false_slower:.1%} | {r.detection_5pct:.1%} |")
 
 
 if __name__ == "__main__":

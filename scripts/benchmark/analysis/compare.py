@@ -209,7 +209,7 @@ def compare_sides(
             i,
             average="harmonic means" if harmonic[i] else "means",
             level_text=f"{settings.confidence:.0%} CI"
-            + (" (step-time family, tested in order)" if name in family else ""),
+            + (" per metric (claims: step-time family, tested in order)" if name in family else ""),
         )
         for i, name in enumerate(metrics)
     ]

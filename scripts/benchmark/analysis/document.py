@@ -205,6 +205,16 @@ def _analyse_cell(cell: Cell, settings: AnalysisSettings, skip_first: int = 0) -
     return entry, side_samples(steady, tuple(REPORT_METRICS))
 
 
+def _sink_formats(plan: dict[str, Any]) -> dict[str, str]:
+    """Each planned cell's sink format: how its step times are taken, part of what its values mean (history key)."""
+    formats = {}
+    for cell in plan.get("cells") or []:
+        sink = cell.get("sink") if isinstance(cell, dict) else None
+        if isinstance(sink, dict) and isinstance(sink.get("format"), str):
+            formats[str(cell.get("id"))] = sink["format"]
+    return formats
+
+
 def _nulls(values: np.ndarray) -> list[float | None]:
     """A float column as a JSON list, NaN (missing or non-finite) as null."""
     return [None if not math.isfinite(v) else v for v in values.tolist()]
@@ -300,9 +310,10 @@ def analyse_run_folder(
         _analyse_cell(cell, settings, first_steps_to_cut(folder.parity, cell.backend, cell.layout))
         for cell in folder.cells
     ]
-    cells = [entry for entry, _ in analysed]
-    samples = {entry["id"]: side for entry, side in analysed}
     plan = folder.plan or {}
+    sinks = _sink_formats(plan)
+    cells = [{**entry, "sink": sinks.get(entry["id"])} for entry, _ in analysed]
+    samples = {entry["id"]: side for entry, side in analysed}
     thresholds = practical_thresholds(plan, list(REPORT_METRICS))
     comparisons, attribution, refused = _compare_pairs(
         cells, samples, folder, settings=settings, thresholds=thresholds

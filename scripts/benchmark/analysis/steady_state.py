@@ -1,8 +1,11 @@
 """Warm-up detection for one step series: where the steady state starts, or "not reached" with the steps missing.
 
 - `detect_steady_state(values)` finds the warm-up as the leading block of steps far above the steady level:
-  1. the reference is the last half of the finite steps: level m = their median, scale s = 1.2533 x their mean
-     absolute deviation from m (the SD of a normal sample; steadier than the MAD on 12 autocorrelated steps);
+  1. the reference is the last half of the finite steps: level m = their median, scale s = the smaller of two SD
+     estimates, 1.2533 x their mean absolute deviation from m (steadier than the MAD on 12 autocorrelated steps)
+     and the same mean over all but the largest fifth of the deviations, made consistent for a normal sample: one
+     periodic slow step (a checkpoint every 10 steps) inflated the first about 3.5x and let a warm-up step through
+     in about 60% of such runs; the smaller of the two also keeps the clean runs' kept warm-up steps under 1%;
   2. the warm-up block is the run of steps from the start that are more than `WARMUP_SDS` (3) s above m, a gap of one
      step allowed (a decaying warm-up dips under the line by chance), searched while `MIN_STEADY_STEPS` remain;
   3. the cut is one safety step past the block (its last step's successor is still slower than the steady level
@@ -30,6 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -46,6 +50,23 @@ DRIFT_LARGE_SES = 2.5
 autocorrelated residuals that inflate the SE of a trend nobody would call steady."""
 _MEAN_ABS_TO_SD = 1.2533
 """The mean absolute deviation of a normal sample times this is its standard deviation."""
+TRIM_SHARE = 0.2
+"""The share of the largest absolute deviations of the reference left out of the scale."""
+
+
+def _trimmed_abs_to_sd(kept_share: float) -> float:
+    """The mean of the smallest `kept_share` of a normal sample's absolute deviations times this is its SD."""
+    normal = NormalDist()
+    quantile = normal.inv_cdf(0.5 + kept_share / 2)
+    return kept_share / (2 * (normal.pdf(0.0) - normal.pdf(quantile)))
+
+
+def trimmed_scale(deviations: np.ndarray) -> float:
+    """A standard deviation from the absolute deviations, the largest `TRIM_SHARE` of them left out (rounded down:
+    2 of the 12 steps of a 24-step run's reference), made consistent for the share actually kept."""
+    ordered = np.sort(np.abs(deviations))
+    kept = len(ordered) - int(TRIM_SHARE * len(ordered))
+    return _trimmed_abs_to_sd(kept / len(ordered)) * float(np.mean(ordered[:kept]))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,7 +86,8 @@ def _warmup_cut(finite: np.ndarray) -> tuple[int, float, float]:
     n = len(finite)
     reference = finite[n // 2 :]
     level = float(np.median(reference))
-    scale = max(_MEAN_ABS_TO_SD * float(np.mean(np.abs(reference - level))), 1e-3 * abs(level), 1e-12)
+    robust = min(trimmed_scale(reference - level), _MEAN_ABS_TO_SD * float(np.mean(np.abs(reference - level))))
+    scale = max(robust, 1e-3 * abs(level), 1e-12)
     z = (finite - level) / scale
     last = -1
     for i in range(n - MIN_STEADY_STEPS):

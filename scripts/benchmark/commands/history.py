@@ -109,7 +109,9 @@ def record_impl(
     settings: CheckSettings,
     create: bool = False,
 ) -> list[int]:
-    """Record every cell; trust 'auto' means trusted iff the check passes (0), as in Miles's gate."""
+    """Record every cell; trust 'auto' means trusted iff the cell passes the check (0), as in Miles's gate, judged
+    as `check` judges the run: every cell together, at the night's level split over the cells. Judged alone, each
+    cell got the whole night's level: slow-but-passing nights were left out and the baseline drifted fast."""
     from scripts.benchmark.history.check import exit_code
     from scripts.benchmark.history.gate import check_runs
     from scripts.benchmark.history.report_input import read_report_runs
@@ -118,11 +120,11 @@ def record_impl(
     ids = []
     with HistoryStore(store_url, create=create) as store:
         runs = read_report_runs(run_dir)
+        judged = check_runs(store, runs, settings)[0] if trust == "auto" and not baseline_reset else []
         for run in runs:
             trusted = trust == "yes" or baseline_reset
             if trust == "auto" and not baseline_reset:
-                checks, _ = check_runs(store, [run], settings)
-                trusted = exit_code(checks) == 0
+                trusted = exit_code([c for c in judged if c.cell_id == run.cell_id]) == 0
             run_id = store.record(run, provenance, trusted=trusted, baseline_reset=baseline_reset)
             typer.echo(f"recorded run {run_id}: {run.series.label()} cell {run.cell_id} trusted={trusted}")
             ids.append(run_id)

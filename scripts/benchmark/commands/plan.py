@@ -236,6 +236,11 @@ def _print_summary(plan, written, out, repeats: int) -> None:
             else " (intervals cannot include run-to-run variation; comparisons default to 3)"
         )
     )
+    gpu_steps = repeats * sum(cell["gpus"]["total"] * cell["num_steps"] for cell in data["cells"])
+    typer.echo(
+        f"  GPU cost: {repeats * len(data['cells'])} launches, {gpu_steps} GPU-steps "
+        "(GPU-hours: GPU-steps x step time, plus each launch's start-up)"
+    )
     for step in data["prepare"]:
         typer.echo(f"  prepare {step['name']}: creates {step['creates']}")
     for pair in plan.parity.pairs:

@@ -17,7 +17,10 @@ class _Record(BaseModel):
 
 class SeriesKey(_Record):
     """What makes two runs comparable: same preset, side (its framework, and its name when that differs, as for the
-    two sides of a Miles-vs-Miles pair), backend, layout, hardware and resolved spec."""
+    two sides of a Miles-vs-Miles pair), backend, layout, hardware (node type), resolved spec (steps run and
+    measured) and the run's design: its repeats and sink format. A run-level value is a median of repeat medians, so
+    its spread depends on the repeats; a 1-repeat run judged against a 3-repeat baseline is flagged about three
+    times as often as it should be."""
 
     preset: str | None
     framework: str
@@ -28,10 +31,19 @@ class SeriesKey(_Record):
     side: str | None = None
     """The side's name; a side named after its framework (every side of a Miles-vs-VERL run) keeps the label the
     series had before sides existed."""
+    repeats: int | None = None
+    sink: str | None = None
 
     def label(self) -> str:
         who = self.framework if self.side in (None, self.framework) else f"{self.framework}@{self.side}"
-        return "/".join([self.preset or "-", who, self.backend, self.layout, self.hardware or "-", self.spec_hash])
+        parts = [self.preset or "-", who, self.backend, self.layout, self.hardware or "-", self.spec_hash]
+        return "/".join(parts + self.design())
+
+    def design(self) -> list[str]:
+        """The label's design part: `r<repeats>` and `sink=<format>`, each only when known."""
+        return ([f"r{self.repeats}"] if self.repeats is not None else []) + (
+            [f"sink={self.sink}"] if self.sink else []
+        )
 
 
 class Provenance(_Record):

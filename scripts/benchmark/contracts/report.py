@@ -106,6 +106,8 @@ class CellModel(_Open):
     repeats: int = Field(ge=1)
     interval_policy: str = ""
     hardware: str | None
+    sink: str | None = None
+    """The plan's sink format for this cell (how its step times were taken); None in older reports."""
     environment: dict[str, Any]
     environments: list[dict[str, Any]] = Field(default_factory=list)
     steady_state: SteadyStateModel

@@ -20,7 +20,9 @@ by more than a practical threshold?
 
 Caveats:
 - Fewer than `min_history` trusted runs: INACTIVE (cold start passes with a note), as in Miles's gate.
-- The test assumes the candidate ran with the same repeats and steps as the history (the spec hash guarantees it).
+- The test assumes the candidate ran with the same design as the history: the series key carries the spec hash
+  (steps run and measured), the node type, the repeats and the sink format (contracts/history_record.py), so a run of
+  another design finds another series, never this baseline.
 """
 
 from __future__ import annotations

@@ -56,6 +56,8 @@ def read_report_runs(run_dir: Path) -> list[RunToRecord]:
             layout=cell.layout,
             hardware=cell.hardware,
             spec_hash=report.spec_hash,
+            repeats=cell.repeats,
+            sink=cell.sink,
         )
         runs.append(
             RunToRecord(

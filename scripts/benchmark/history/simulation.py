@@ -14,6 +14,9 @@
   max(rel * |ref|, abs_floor). (b) and (c) are also shown at the threshold that matches (a)'s detection power, so
   false alarms are compared at equal detection.
 
+- `trust_rows`: the history built night by night as `record` builds it (auto trust: a cell is trusted unless the
+  night's check flags it, or, as before, unless a check of the cell alone at the night's level does), then an
+  unchanged night judged against it; the other tables trust every history run.
 - Nights: `cells` independent series judged together; the per-night false-alarm rate is the share of unchanged
   nights where any cell alarms (step time and its throughputs count once per cell: they are one family).
 
@@ -239,6 +242,57 @@ def _night_row(rng: np.random.Generator, settings: SimulationSettings, cv: float
         false_alarms_per_night=float(alarms.reshape(settings.nights, settings.cells).any(axis=1).mean()),
         detection=float(detected.mean()),
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrustRow:
+    """Unchanged nights whose history was built night by night as `record` builds it (auto trust)."""
+
+    cv: float
+    every_run_trusted: float
+    trust_at_night_level: float
+    """`record` now: a cell is trusted unless the night's check (its level split over the cells) flags it."""
+    trust_at_full_level: float
+    """Each cell judged alone at the whole night's level, as `record` judged before."""
+
+
+def trust_rows(s: SimulationSettings, cvs: tuple[float, ...]) -> list[TrustRow]:
+    """Per-night false alarms of an unchanged night after `history` nights recorded with auto trust on top of
+    `window` runs trusted by hand; each night's cells are judged against their own last `window` trusted runs."""
+    rng = np.random.default_rng(s.seed)
+    rows = []
+    for cv in cvs:
+        rates = [[], [], []]
+        for first in range(0, s.nights, _NIGHTS_PER_CHUNK):
+            nights = min(_NIGHTS_PER_CHUNK, s.nights - first)
+            chunk = dataclasses.replace(s, trials=nights * s.cells, history=s.check.window + s.history)
+            values = run_values(simulate_steps(rng, chunk, cv))
+            levels = (s.check.test_alpha(s.cells), s.check.alpha)
+            baselines = [values[:, -1 - s.check.window : -1]] + [_auto_trusted(values, s, a) for a in levels]
+            for out, baseline in zip(rates, baselines, strict=True):
+                alarms = _alarms(baseline, values[:, -1], s)
+                out.append(alarms.reshape(nights, s.cells).any(axis=1))
+        every, night, full = (float(np.concatenate(r).mean()) for r in rates)
+        rows.append(TrustRow(cv=cv, every_run_trusted=every, trust_at_night_level=night, trust_at_full_level=full))
+    return rows
+
+
+def _alarms(baseline: np.ndarray, candidate: np.ndarray, s: SimulationSettings, alpha: float | None = None):
+    gate = s.check.gates["step_time_s"]
+    j = judge(baseline, candidate, direction="lower")
+    return classify(j, threshold=gate.threshold, alpha=s.check.test_alpha(s.cells) if alpha is None else alpha)
+
+
+def _auto_trusted(values: np.ndarray, s: SimulationSettings, trust_alpha: float) -> np.ndarray:
+    """The last `window` trusted runs before the final night, the nights after the hand-trusted first `window`
+    recorded one by one: trusted unless flagged at `trust_alpha`."""
+    window = s.check.window
+    baseline = values[:, :window].copy()
+    for t in range(window, values.shape[1] - 1):
+        trusted = ~_alarms(baseline, values[:, t], s, trust_alpha)
+        shifted = np.concatenate([baseline[:, 1:], values[:, t, None]], axis=1)
+        baseline = np.where(trusted[:, None], shifted, baseline)
+    return baseline
 
 
 def _drift_rows(rng: np.random.Generator, s: SimulationSettings) -> list[DriftRow]:

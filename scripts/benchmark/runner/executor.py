@@ -108,7 +108,9 @@ def plan_sides(plan: dict[str, Any]) -> SidePair:
 def interleaved_order(
     cells: list[dict[str, Any]], repeats: int, sides: SidePair | None = None
 ) -> list[tuple[dict[str, Any], int]]:
-    """Repeat by repeat; inside a repeat, per (backend, layout) in plan order, the candidate then the reference."""
+    """Repeat by repeat; inside a repeat, per (backend, layout) in plan order, the candidate then the reference in
+    even repeats and the reference first in odd ones (ABBA...): a side that always ran first (a warmer or colder
+    node, a fresher page cache) would carry that position's bias into the pair's ratio."""
     groups: list[tuple[str, str]] = []
     for cell in cells:
         if (cell["backend"], cell["layout"]) not in groups:
@@ -119,8 +121,12 @@ def interleaved_order(
     def key(cell: dict[str, Any]) -> tuple[int, int]:
         return groups.index((cell["backend"], cell["layout"])), rank.get(cell.get("side") or cell["framework"], 2)
 
-    ordered = sorted(cells, key=key)
-    return [(cell, repeat) for repeat in range(repeats) for cell in ordered]
+    def flipped(cell: dict[str, Any]) -> tuple[int, int]:
+        group, side = key(cell)
+        return group, -side
+
+    ordered, reversed_sides = sorted(cells, key=key), sorted(cells, key=flipped)
+    return [(cell, repeat) for repeat in range(repeats) for cell in (reversed_sides if repeat % 2 else ordered)]
 
 
 def _needs_rerun(cell_run: CellRun, run_dir: Path) -> bool:
