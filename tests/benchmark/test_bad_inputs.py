@@ -102,6 +102,23 @@ def _spec_file(s: Setup, text: str | bytes) -> list[str]:
     return ["--spec", str(s.file("spec.yaml", text)), "--output-dir", str(s.path("out")), "--dry-run"]
 
 
+def _edit_json(path: Path, change: Callable[[dict], object]) -> None:
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def _more_steps(plan: dict) -> None:
+    plan["spec"]["run"]["num_steps"] += 1
+
+
+def _unproven(s: Setup, damage: Callable[[Path], object]) -> Path:
+    """A comparing plan of the dry run, damaged after planning."""
+    folder = s.planned("cmp", "--compare-verl", "--backend", "fsdp")
+    damage(folder)
+    return folder / "plan.json"
+
+
 OUT = lambda s: s.path("out")  # noqa: E731
 RUN = lambda s: s.path("run")  # noqa: E731
 DATA = lambda s: s.path("data")  # noqa: E731
@@ -178,6 +195,14 @@ CASES = [
          ("ray job submit",), lambda s: s.path("$(touch pwned)")),
     Case("preflight-no-gpu", lambda s: ["execute", str(s.plan()), "--output-dir", str(s.path("run")), "--ray", "none"],
          ("nvidia-smi", "--no-preflight"), RUN, code=4),
+    Case("plan-without-parity-table", lambda s: _execute(s, _unproven(s, lambda d: (d / "parity.json").unlink())),
+         ("plan.json", "parity.json is missing"), RUN),
+    Case("plan-spec-edited", lambda s: _execute(s, _unproven(s, lambda d: _edit_json(d / "plan.json", _more_steps))),
+         ("plan.json", "no longer matches its spec_hash"), RUN),
+    Case("parity-of-another-spec", lambda s: _execute(s, _unproven(s, lambda d: _edit_json(
+        d / "parity.json", lambda p: p.update(spec_hash="ffffffffffff")))), ("parity.json", "ffffffffffff"), RUN),
+    Case("parity-table-corrupt", lambda s: _execute(s, _unproven(s, lambda d: (d / "parity.json").write_text("{"))),
+         ("parity.json",), RUN),
     # convert-data
     Case("convert-empty-slice", lambda s: _convert(s, "10", "5"), ("--start 10 --end 5",), DATA),
     Case("convert-bad-json-row", lambda s: _convert(s, "0", "5", s.file("bad.jsonl", '{"prompt": 1}\n{oops\n')),

@@ -78,18 +78,18 @@ def plan_impl(
     aside = check_plan_folder(out, spec_hash(spec), force=force)
     if aside is not None:
         typer.echo(f"moved the previous contents of {out} to {aside}")
+    from scripts.benchmark.analysis.settings import COMPARISON_REPEATS
+
+    compares = sides.reference is not None
+    repeats = repeats if repeats is not None else (COMPARISON_REPEATS if compares else 1)
     try:
-        plan = build_plan(spec, preset, options)
+        plan = build_plan(spec, preset, options, repeats=repeats)
     except PlanError as exc:
         failed = exc.plan
         if failed is not None:
             write_plan_atomically(out, lambda tmp: write_plan(failed, out, into=tmp))
         _fail(EXIT_PARITY, f"{exc} (see {out / 'parity.md'})")
     written = write_plan_atomically(out, lambda tmp: write_plan(plan, out, into=tmp))
-    from scripts.benchmark.analysis.settings import COMPARISON_REPEATS
-
-    compares = sides.reference is not None
-    repeats = repeats if repeats is not None else (COMPARISON_REPEATS if compares else 1)
     _print_summary(plan, written, out, repeats)
     if compares:
         _plan_stage_checks(plan)

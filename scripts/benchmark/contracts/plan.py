@@ -7,6 +7,7 @@ anything starts. `plan_problems(data, known)` lists every problem as one line na
 
 - `sides` (contracts/sides.py): the candidate and, when the plan compares, the reference; every cell's `side` names
   one of them. Plans written before sides existed have neither (readers rebuild them from the cells' frameworks).
+- `repeats`: what `execute` runs when no --repeats is given (the number the dry run printed); absent: 1.
 - `Known`: the frameworks and sink formats the reader of the plan can handle. Contracts name no framework: the
   runner passes the registry's (frameworks/registry.py); without it, any non-empty name passes.
 """
@@ -121,6 +122,8 @@ class PlanFile(BaseModel):
     prepare: list[PrepareStep] = Field(default_factory=list)
     cells: list[PlanCell] = Field(min_length=1)
     warnings: list[str] = Field(default_factory=list)
+    repeats: int | None = Field(default=None, ge=1)
+    """Interleaved repeats of every cell that the plan was printed with; absent in plans written before it existed."""
 
 
 def _where(data: dict[str, Any], loc: tuple) -> str:

@@ -4,6 +4,8 @@
   can be checked before any process starts (plan well formed and free of secrets, executables present, a Ray CLI
   where a private head is needed, with preflight=True the machine: runner/preflight.py; then the output folder
   writable), then writes DIR/plan.json and DIR/manifest.json. A rejected run leaves no folder it created.
+- A plan runs only what it was proven for (`check_plan_proof`): its spec still matches its `spec_hash`, and a plan
+  that compares two sides has its parity.json beside it, made for the same spec; else exit 2 naming the file.
 - Order: repeat 0 of every cell, then repeat 1, ...; within a repeat the cells of one (backend, layout) run
   candidate then reference, so node drift hits both sides alike.
 - Preparation steps run once, before the first cell, with this interpreter for a bare python (they are harness
@@ -39,6 +41,7 @@ from typing import Any
 
 from scripts.benchmark.common.redaction import Redactor, find_plan_secrets, find_words_secrets
 from scripts.benchmark.contracts.manifest import MANIFEST_NAME, CellRun, Manifest, new_cell_run
+from scripts.benchmark.contracts.parity import read_parity_file
 from scripts.benchmark.contracts.plan import Known, read_plan_json
 from scripts.benchmark.contracts.sides import SidePair, sides_from_cells
 from scripts.benchmark.frameworks import registry
@@ -51,6 +54,7 @@ from scripts.benchmark.runner.process import become_child_subreaper
 from scripts.benchmark.runner.progress import MatrixProgress
 from scripts.benchmark.runner.run_lock import LOCK_NAME, RunLock, hold_run_lock
 from scripts.benchmark.runner.write_errors import describe_write_error, write_error_in
+from scripts.benchmark.spec import spec_json_hash
 
 from miles.utils.bench_metrics import read_records, write_text_atomic
 
@@ -89,6 +93,31 @@ def load_plan(path: Path) -> dict[str, Any]:
     if secrets or refused:
         raise RunError(f"plan {path} cannot be executed:\n  " + "\n  ".join(secrets + refused))
     return plan
+
+
+def check_plan_proof(plan: dict[str, Any], path: Path) -> None:
+    """A plan runs only what it was proven for: its `spec_hash` is the hash of its `spec`, and a plan whose sides
+    compare two launches has the parity table beside it, made for the same spec (plans written before sides existed
+    are not checked for it)."""
+    problems = []
+    if isinstance(plan.get("spec_hash"), str) and spec_json_hash(plan["spec"]) != plan["spec_hash"]:
+        problems.append(f"its spec no longer matches its spec_hash {plan['spec_hash']} (was it edited?)")
+    if plan.get("sides") and plan_sides(plan).reference is not None:
+        problems += _parity_problems(path.parent / "parity.json", plan.get("spec_hash"))
+    if problems:
+        raise RunError(
+            f"plan {path} cannot be executed:\n  " + "\n  ".join(problems) + "\n  plan it again: run.py ... --dry-run"
+        )
+
+
+def _parity_problems(parity: Path, spec_hash: str | None) -> list[str]:
+    if not parity.exists():
+        return [f"it compares two sides but {parity} is missing (the proof that the launches match)"]
+    try:
+        proven = read_parity_file(parity).spec_hash
+    except (OSError, ValueError) as exc:
+        return [str(exc).strip().splitlines()[0]]
+    return [] if proven == spec_hash else [f"{parity} was made for spec {proven}, the plan is for {spec_hash}"]
 
 
 def plan_sides(plan: dict[str, Any]) -> SidePair:
@@ -169,6 +198,7 @@ def _prepare(
         if not manifest_path.exists():
             raise RunError(f"--resume {output_dir}: no {MANIFEST_NAME} there (was it a run folder?)")
         plan = load_plan(output_dir / "plan.json")
+        check_plan_proof(plan, output_dir / "plan.json")
     else:
         if manifest_path.exists():
             raise RunError(
@@ -176,6 +206,7 @@ def _prepare(
             )
         assert plan_path is not None
         plan = load_plan(plan_path)
+        check_plan_proof(plan, plan_path)
     if options.repeats < 1:
         raise RunError(f"--repeats must be >= 1, got {options.repeats}")
     if options.ray == "external" and not options.ray_address:
