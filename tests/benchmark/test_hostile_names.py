@@ -101,7 +101,7 @@ def test_a_folder_name_round_trips_through_plan_scripts_and_execute(tmp_path: Pa
 
     run_dir = tmp_path / name / "run"
     execute = [sys.executable, str(RUN_PY), "execute", str(out / "plan.json"), "--output-dir", str(run_dir)]
-    execute += ["--no-preflight", "--ray", "none", "--poll-interval-s", "0.05"]
+    execute += ["--no-preflight", "--ray", "none", "--poll-interval-s", "0.05", "--repeats", "1"]
     if name == HOSTILE:
         refused = subprocess.run(execute, capture_output=True, text=True, env=env, cwd=tmp_path / "work", timeout=120)
         assert refused.returncode == 2 and "ray job submit" in refused.stderr and not run_dir.exists()
@@ -113,7 +113,7 @@ def test_a_folder_name_round_trips_through_plan_scripts_and_execute(tmp_path: Pa
     assert {(c["state"], c["steps_completed"]) for c in manifest["cells"]} == {("complete", STEPS)}
     executed = _records(tmp_path / "verl-record.jsonl")[-1]
     assert executed["hydra.run.dir"] == f"{run_dir}/cells/verl-fsdp-colocate/rep-0/hydra"
-    assert executed["data.train_files"] == str(parquet)
+    assert executed["data.train_files"] == str(run_dir / "data" / parquet.name)  # the plan's data moves with it
 
     assert not any(path.name == "pwned" for path in tmp_path.rglob("*"))
     assert not (REPO_ROOT / "pwned").exists()

@@ -6,6 +6,8 @@
   writable), then writes DIR/plan.json and DIR/manifest.json. A rejected run leaves no folder it created.
 - A plan runs only what it was proven for (`check_plan_proof`): its spec still matches its `spec_hash`, and a plan
   that compares two sides has its parity.json beside it, made for the same spec; else exit 2 naming the file.
+- A plan planned for another run folder or by another checkout runs with its paths moved to this run folder and this
+  checkout (runner/relocate.py); the run folder's plan.json is the moved plan.
 - Order: repeat 0 of every cell, then repeat 1, ...; within a repeat the cells of one (backend, layout) run
   candidate then reference, so node drift hits both sides alike.
 - Preparation steps run once, before the first cell, with this interpreter for a bare python (they are harness
@@ -32,6 +34,7 @@ Caveats:
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -52,6 +55,7 @@ from scripts.benchmark.runner.options import CannotExecute, ExecuteOptions, RunE
 from scripts.benchmark.runner.preflight import check_can_execute, launch_problems, steps_to_prepare  # noqa: F401
 from scripts.benchmark.runner.process import become_child_subreaper
 from scripts.benchmark.runner.progress import MatrixProgress
+from scripts.benchmark.runner.relocate import relocated
 from scripts.benchmark.runner.run_lock import LOCK_NAME, RunLock, hold_run_lock
 from scripts.benchmark.runner.write_errors import describe_write_error, write_error_in
 from scripts.benchmark.spec import spec_json_hash
@@ -207,6 +211,7 @@ def _prepare(
         assert plan_path is not None
         plan = load_plan(plan_path)
         check_plan_proof(plan, plan_path)
+    plan = relocated(plan, output_dir)
     if options.repeats < 1:
         raise RunError(f"--repeats must be >= 1, got {options.repeats}")
     if options.ray == "external" and not options.ray_address:
@@ -215,7 +220,7 @@ def _prepare(
     _check_prefix_secrets(options)
     sides = plan_sides(plan)
     if not resume:
-        _copy_plan_files(plan_path, output_dir)
+        _copy_plan_files(plan_path, output_dir, plan)
         manifest = Manifest(
             path=manifest_path,
             spec_hash=plan.get("spec_hash"),
@@ -234,16 +239,19 @@ def _prepare(
     return plan, manifest, todo
 
 
-def _copy_plan_files(plan_path: Path | None, output_dir: Path) -> None:
+def _copy_plan_files(plan_path: Path | None, output_dir: Path, plan: dict[str, Any]) -> None:
+    """The plan's files into the run folder; plan.json as it runs here (relocated), so --resume reads what ran."""
     assert plan_path is not None
     for name in ("parity.json", "parity.md"):
         sibling = plan_path.parent / name
         if sibling.exists() and not (output_dir / name).exists():
             shutil.copy2(sibling, output_dir / name)
-    if plan_path.resolve() != (output_dir / "plan.json").resolve():
-        redactor = Redactor.from_environ(os.environ)
-        text = redactor.redact_text(plan_path.read_text(encoding="utf-8"))
-        write_text_atomic(output_dir / "plan.json", text)
+    text = plan_path.read_text(encoding="utf-8")
+    if plan.get("origin") is not None and json.loads(text).get("origin") != plan["origin"]:
+        text = json.dumps(plan, indent=2) + "\n"
+    elif plan_path.resolve() == (output_dir / "plan.json").resolve():
+        return
+    write_text_atomic(output_dir / "plan.json", Redactor.from_environ(os.environ).redact_text(text))
 
 
 def _check_prefix_secrets(options: ExecuteOptions) -> None:
