@@ -124,6 +124,7 @@ RUN = lambda s: s.path("run")  # noqa: E731
 DATA = lambda s: s.path("data")  # noqa: E731
 STORE = lambda s: s.path("missing")  # noqa: E731
 SMOKE_TEXT = SMOKE.read_text()
+VERL_LINE = json.dumps({"step": 1, "data": {"timing_s/step": 1.0}}) + "\n"
 
 CASES = [
     # The main command (plan).
@@ -222,6 +223,13 @@ CASES = [
     Case("ingest-unknown-framework", lambda s: ["ingest", str(s.file("sink.jsonl", "")), "--framework", "slime",
                                                 "--model", "qwen3-0.6b", "--gpus", "1", "-o", str(s.path("m.jsonl"))],
          ("--framework",), lambda s: s.path("m.jsonl")),
+    Case("ingest-over-its-sink", lambda s: ["ingest", str(s.file("sink.jsonl", VERL_LINE)), "--framework", "verl",
+                                            "--model", "qwen3-0.6b", "--gpus", "1", "-o", str(s.path("sink.jsonl"))],
+         ("sink.jsonl", "over the input"), lambda s: s.path("sink.jsonl")),
+    Case("ingest-into-its-sink-folder", lambda s: ["ingest", str(s.file("sk/verl.jsonl", VERL_LINE).parent),
+                                                   "--framework", "verl", "--model", "qwen3-0.6b", "--gpus", "1",
+                                                   "-o", str(s.path("sk/m.jsonl"))],
+         ("sk", "over the input"), lambda s: s.path("sk")),
     # the history store
     Case("check-store-missing", lambda s: ["check", str(s.path("r")), "--store", s.store()], ("history.db",), STORE),
     Case("record-report-v1", lambda s: ["record", str(s.file("v1/report.json", '{"schema_version": 1}').parent),
