@@ -20,6 +20,7 @@ import pytest
 from scripts.benchmark.run import build_app
 from tests.benchmark.read_only import lock_read_only
 from tests.benchmark.standins.plans import REPO_ROOT, RUN_PY, STANDINS, standin_cell, write_plan
+from tests.benchmark.synthetic_runs import gap_pair, write_run_folder
 from typer.testing import CliRunner
 
 SMOKE = REPO_ROOT / "scripts" / "benchmark" / "presets" / "smoke.yaml"
@@ -68,6 +69,12 @@ class Setup:
         self.file(f"{name}/manifest.json", manifest)
         self.file(f"{name}/plan.json", self.plan(f"{name}-plan").read_text())
         return self.tmp / name
+
+    def damaged_run(self, name: str, file: str, content: bytes) -> Path:
+        """A complete run folder of a Miles/VERL pair, one of whose files is then damaged (a half-copied folder)."""
+        folder = write_run_folder(self.tmp / name, gap_pair({}, num_steps=12))
+        (folder / file).write_bytes(content)
+        return folder
 
     def store(self) -> str:
         return f"sqlite:///{self.tmp / 'missing' / 'history.db'}"
@@ -124,6 +131,7 @@ RUN = lambda s: s.path("run")  # noqa: E731
 DATA = lambda s: s.path("data")  # noqa: E731
 STORE = lambda s: s.path("missing")  # noqa: E731
 SMOKE_TEXT = SMOKE.read_text()
+REP0 = "cells/miles-fsdp-colocate/rep-0"
 VERL_LINE = json.dumps({"step": 1, "data": {"timing_s/step": 1.0}}) + "\n"
 
 CASES = [
@@ -215,6 +223,14 @@ CASES = [
          lambda s: s.path("empty")),
     Case("report-truncated-manifest", lambda s: ["report", str(s.run_folder("tm", '{"cells": ['))],
          ("manifest.json",), lambda s: s.path("tm")),
+    Case("report-damaged-environment", lambda s: ["report", str(s.damaged_run("de", f"{REP0}/environment.json",
+                                                                                b'{"gpu": '))],
+         ("de/cells/miles-fsdp-colocate/rep-0/environment.json", "damaged"), lambda s: s.path("de")),
+    Case("report-damaged-plan", lambda s: ["report", str(s.damaged_run("dp", "plan.json", b'{"cells": ['))],
+         ("dp/plan.json", "damaged"), lambda s: s.path("dp")),
+    Case("report-metrics-not-utf8", lambda s: ["report", str(s.damaged_run("dm", f"{REP0}/metrics.jsonl",
+                                                                             b"\xff\xfe\x00junk\n"))],
+         ("dm/cells/miles-fsdp-colocate/rep-0/metrics.jsonl", "not UTF-8"), lambda s: s.path("dm")),
     Case("report-confidence-percent", lambda s: ["report", str(s.path("x")), "--confidence", "95"],
          ("--confidence",), lambda s: s.path("x")),
     Case("ingest-zero-gpus", lambda s: ["ingest", str(s.file("sink.jsonl", "")), "--framework", "verl", "--model",

@@ -293,6 +293,8 @@ class TestRefusals:
         doc = analyse_run_folder(run_dir, AnalysisSettings(reps=REPS))
         refused = {r.backend: r.reason for r in doc.refused}
         assert reason in refused["megatron"]
+        head = "parity table has unexplained differences" if change == "parity_error" else "no parity proof"
+        assert refused["megatron"].startswith(head)
 
     def test_asymmetry_without_note_and_pair_scoped_rows(self):
         def pair(backend, rows):

@@ -336,7 +336,9 @@ def refusal_reason(
 ) -> str | None:
     """Why a candidate/reference pair must not be compared, or None when it may be."""
     if unexplained_parity:
-        return "parity table has unexplained differences: " + "; ".join(unexplained_parity)
+        absent = all(p.startswith(("no parity.json", "parity.json ")) for p in unexplained_parity)
+        head = "no parity proof for this pair" if absent else "parity table has unexplained differences"
+        return f"{head}: " + "; ".join(unexplained_parity)
     if candidate_hardware and reference_hardware and candidate_hardware != reference_hardware:
         return (
             f"cells ran on different hardware: {pair.candidate.name} {candidate_hardware}, "
