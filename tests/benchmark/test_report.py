@@ -440,3 +440,14 @@ class TestCommand:
         result = CliRunner().invoke(self.app(), ["report", str(tmp_path), "--confidence", "95"])
         assert result.exit_code == 2
         assert "--confidence must be in (0, 1), got 95.0" in result.output
+
+
+def test_a_pair_whose_side_lost_its_metrics_is_not_called_one_framework_only(tmp_path):
+    cells = planted_cells()
+    run_dir = write_run_folder(tmp_path, cells)
+    for metrics in run_dir.glob("cells/verl-*/rep-*/metrics.jsonl"):
+        metrics.unlink()
+    report_impl(run_dir, AnalysisSettings(reps=REPS))
+    text = (run_dir / "report.md").read_text()
+    assert "one framework only" not in text
+    assert "No Miles/VERL pair to compare: both ran, but VERL has no complete cell with metrics" in text

@@ -153,9 +153,24 @@ def _notes(doc: ReportDocument) -> list[str]:
     if doc.incomplete:
         notes.append(f"{len(doc.incomplete)} cell repeat(s) did not complete; see Incomplete cells.")
     if not doc.pairs() and not doc.refused:
-        candidate, reference = labels(doc)
-        notes.append(f"No {candidate}/{reference} pair to compare in this run (one framework only).")
+        notes.append(_no_pair_note(doc))
     return notes
+
+
+def _no_pair_note(doc: ReportDocument) -> str:
+    """Why there is no card: one side only in the run, or both ran but a side has no complete cell to compare."""
+    candidate, reference = labels(doc)
+    sides = doc.side_pair()
+    if sides.reference is None:
+        return f"No {candidate}/{reference} pair to compare in this run (one framework only)."
+    measured = {cell.side for cell in doc.cells}
+    missing = [side.label for side in sides.sides() if side.name not in measured]
+    which = " and ".join(missing) + (" has" if len(missing) == 1 else " have") if missing else "the two sides have"
+    shared = "" if missing else " of the same backend and layout"
+    return (
+        f"No {candidate}/{reference} pair to compare: both ran, but {which} no complete cell with metrics{shared} "
+        "(see Incomplete cells)."
+    )
 
 
 def headline_blocks(doc: ReportDocument) -> list[Any]:
