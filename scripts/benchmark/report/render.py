@@ -132,8 +132,9 @@ def _card_html(card: Card) -> str:
     rows = []
     for bar in card.bars:
         total = bar.total_s or sum(s.seconds for s in bar.segments)
+        # Shares of the bar as flex-grow: grow factors summing below 1 would leave part of the track empty.
         segments = "".join(
-            f'<span class="seg" style="flex:{s.seconds:.6g} 0 0;background:{s.color}" '
+            f'<span class="seg" style="flex:{100 * s.seconds / (total or 1):.6g} 0 0;background:{s.color}" '
             f'title="{html.escape(s.name)}: {s.seconds:.2f} s">'
             f"{html.escape(s.name) if s.seconds / scale >= 0.12 else ''}</span>"
             for s in bar.segments
