@@ -76,6 +76,9 @@ class Setup:
         (folder / file).write_bytes(content)
         return folder
 
+    def not_a_database(self) -> str:
+        return f"sqlite:///{self.file('notes.txt', 'x' * 200)}"
+
     def store(self) -> str:
         return f"sqlite:///{self.tmp / 'missing' / 'history.db'}"
 
@@ -167,6 +170,9 @@ CASES = [
          ("another spec", "--force"), lambda s: s.path("p")),
     Case("plan-into-a-full-folder", lambda s: _smoke(s, "home") if s.file("home/notes.txt", "mine") else [],
          ("not empty",), lambda s: s.path("home")),
+    Case("check-miles-root-missing", lambda s: _smoke(s, "out", "--check-miles", "--miles-root",
+                                                      str(s.path("no-miles"))),
+         ("no-miles", "--miles-root", "not a folder"), lambda s: s.path("no-miles"), code=4),
     # execute
     Case("plan-missing", lambda s: _execute(s, s.path("none/plan.json")), ("none/plan.json",), RUN),
     Case("plan-not-json", lambda s: _execute(s, s.file("p/plan.json", "{not json")), ("plan.json", "not valid JSON"),
@@ -256,6 +262,11 @@ CASES = [
          ("history.db",), lambda s: s.path("h")),
     Case("untrust-store-missing", lambda s: ["untrust", "--store", s.store(), "--run-id", "1", "--reason", "x"],
          ("history.db",), STORE),
+    Case("history-store-not-a-database", lambda s: ["history", "--store", s.not_a_database(), "--output-dir",
+                                                     str(s.path("h"))],
+         ("notes.txt", "not a database"), lambda s: s.path("notes.txt")),
+    Case("record-store-not-a-database", lambda s: ["record", str(s.path("r")), "--store", s.not_a_database()],
+         ("notes.txt", "not a database"), lambda s: s.path("notes.txt")),
     Case("mysql-store", lambda s: ["history", "--store", "mysql://u@localhost/db", "--output-dir", str(s.path("h"))],
          ("mysql", "postgresql://"), lambda s: s.path("h")),
     Case("postgres-unreachable", lambda s: ["history", "--store", "postgresql://u:pw@127.0.0.1:9/db", "--output-dir",

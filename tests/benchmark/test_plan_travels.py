@@ -8,15 +8,17 @@ trainer (tests/benchmark/standins/standin_trainer.py).
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
 from scripts.benchmark.contracts.plan import HARNESS_DIR
 from scripts.benchmark.runner.relocate import relocated
-from tests.benchmark.standins.plans import STANDINS
+from tests.benchmark.standins.plans import RUN_PY, STANDINS, harness_argv, standin_cell, write_plan
 from tests.benchmark.test_end_to_end import _run_py, _substitute_standins
 
 
@@ -113,3 +115,13 @@ def test_a_path_inside_a_quoted_override_moves_with_its_escapes():
     plan = {"origin": {"run_dir": old, "harness": str(HARNESS_DIR)}, "prepare": [],
             "cells": [{"launch_argv": ["data.train_files='/w/it\\'s \\${HOME}/data/x'"]}]}  # fmt: skip
     assert relocated(plan, Path(new))["cells"][0]["launch_argv"] == ["data.train_files='/r/b\\'s/data/x'"]
+
+
+def test_resuming_a_finished_run_says_nothing_to_do_without_a_gpu_check(tmp_path: Path):
+    plan = write_plan(tmp_path / "P", [standin_cell("verl", steps=2, step_s=0.02)])
+    assert subprocess.run(harness_argv(str(plan), "--output-dir", str(tmp_path / "R")), timeout=120).returncode == 0
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:/bin"}  # no nvidia-smi: the GPU check would fail
+    argv = [sys.executable, str(RUN_PY), "execute", "--resume", str(tmp_path / "R"), "--ray", "none"]
+    resumed = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "nothing to do" in resumed.stdout + resumed.stderr

@@ -216,6 +216,8 @@ def _prepare(
         raise RunError(f"--repeats must be >= 1, got {options.repeats}")
     if options.ray == "external" and not options.ray_address:
         raise RunError("--ray external needs --ray-address (or RAY_ADDRESS in the environment)")
+    if resume and preflight and _nothing_to_rerun(plan, options, output_dir):
+        preflight = False  # "nothing to do" needs no GPU: a finished run resumed on a laptop says so
     _check_here(plan, options, output_dir, preflight)
     _check_prefix_secrets(options)
     sides = plan_sides(plan)
@@ -237,6 +239,14 @@ def _prepare(
     manifest.save()
     todo = [c for c in manifest.cells if _needs_rerun(c, output_dir)]
     return plan, manifest, todo
+
+
+def _nothing_to_rerun(plan: dict[str, Any], options: ExecuteOptions, output_dir: Path) -> bool:
+    """Every cell repeat the options ask for is already complete with all its steps."""
+    manifest = _load_manifest(output_dir / MANIFEST_NAME)
+    runs = {c.key: c for c in manifest.cells}
+    wanted = [(cell["id"], rep) for cell, rep in interleaved_order(plan["cells"], options.repeats, plan_sides(plan))]
+    return all(key in runs for key in wanted) and not any(_needs_rerun(c, output_dir) for c in manifest.cells)
 
 
 def _copy_plan_files(plan_path: Path | None, output_dir: Path, plan: dict[str, Any]) -> None:
