@@ -76,6 +76,10 @@ class Setup:
         (folder / file).write_bytes(content)
         return folder
 
+    def link(self, name: str, target: str) -> Path:
+        (self.tmp / name).symlink_to(self.tmp / target)
+        return self.tmp / name
+
     def not_a_database(self) -> str:
         return f"sqlite:///{self.file('notes.txt', 'x' * 200)}"
 
@@ -173,6 +177,18 @@ CASES = [
     Case("check-miles-root-missing", lambda s: _smoke(s, "out", "--check-miles", "--miles-root",
                                                       str(s.path("no-miles"))),
          ("no-miles", "--miles-root", "not a folder"), lambda s: s.path("no-miles"), code=4),
+    Case("spec-duplicate-section", lambda s: _spec_file(s, SMOKE_TEXT + "\nrun:\n  num_steps: 3\n"),
+         ("spec.yaml", "run"), OUT),
+    Case("spec-steps-yes", lambda s: _spec_file(s, SMOKE_TEXT.replace("num_steps: 24", "num_steps: yes")),
+         ("num_steps",), OUT),
+    Case("spec-steps-fraction", lambda s: _spec_file(s, SMOKE_TEXT.replace("num_steps: 24", "num_steps: 2.5")),
+         ("num_steps",), OUT),
+    Case("unknown-candidate", lambda s: _smoke(s, "out", "--candidate", "slime"), ("--candidate", "slime"), OUT),
+    Case("reference-root-alone", lambda s: _smoke(s, "out", "--reference-root", "/opt/base"),
+         ("--reference-root", "--reference"), OUT),
+    Case("compare-verl-and-reference", lambda s: _smoke(s, "out", "--compare-verl", "--reference", "verl"),
+         ("--compare-verl", "--reference"), OUT),
+    Case("unknown-miles-version", lambda s: _smoke(s, "out", "--miles-version", "9.9"), ("--miles-version",), OUT),
     # execute
     Case("plan-missing", lambda s: _execute(s, s.path("none/plan.json")), ("none/plan.json",), RUN),
     Case("plan-not-json", lambda s: _execute(s, s.file("p/plan.json", "{not json")), ("plan.json", "not valid JSON"),
@@ -210,6 +226,21 @@ CASES = [
          ("ray job submit",), lambda s: s.path("$(touch pwned)")),
     Case("preflight-no-gpu", lambda s: ["execute", str(s.plan()), "--output-dir", str(s.path("run")), "--ray", "none"],
          ("nvidia-smi", "--no-preflight"), RUN, code=4),
+    Case("plan-repeats-zero", lambda s: _execute(s, s.plan(mutate=lambda d: d.update(repeats=0))), ("repeats",), RUN),
+    Case("plan-repeats-as-text", lambda s: _execute(s, s.plan(mutate=lambda d: d.update(repeats="3"))), ("repeats",),
+         RUN),
+    Case("plan-repeats-boolean", lambda s: _execute(s, s.plan(mutate=lambda d: d.update(repeats=True))),
+         ("repeats",), RUN),
+    Case("plan-origin-not-a-mapping", lambda s: _execute(s, s.plan(mutate=lambda d: d.update(origin="laptop"))),
+         ("origin",), RUN),
+    Case("plan-spec-hash-edited", lambda s: _execute(s, _unproven(s, lambda d: _edit_json(
+        d / "plan.json", lambda p: p.update(spec_hash="ffffffffffff")))), ("plan.json", "spec_hash ffffffffffff"),
+         RUN),
+    Case("grace-negative", lambda s: _execute(s, s.plan(), "--grace-s", "-1"), ("--grace-s",), RUN),
+    Case("first-step-timeout-negative", lambda s: _execute(s, s.plan(), "--first-step-timeout-s", "-1"),
+         ("--first-step-timeout-s",), RUN),
+    Case("gpu-release-timeout-negative", lambda s: _execute(s, s.plan(), "--gpu-release-timeout-s", "-2"),
+         ("--gpu-release-timeout-s",), RUN),
     Case("plan-without-parity-table", lambda s: _execute(s, _unproven(s, lambda d: (d / "parity.json").unlink())),
          ("plan.json", "parity.json is missing"), RUN),
     Case("plan-spec-edited", lambda s: _execute(s, _unproven(s, lambda d: _edit_json(d / "plan.json", _more_steps))),
@@ -248,6 +279,13 @@ CASES = [
     Case("ingest-over-its-sink", lambda s: ["ingest", str(s.file("sink.jsonl", VERL_LINE)), "--framework", "verl",
                                             "--model", "qwen3-0.6b", "--gpus", "1", "-o", str(s.path("sink.jsonl"))],
          ("sink.jsonl", "over the input"), lambda s: s.path("sink.jsonl")),
+    Case("ingest-over-a-link-to-its-sink", lambda s: ["ingest", str(s.file("sink.jsonl", VERL_LINE)), "--framework",
+                                                      "verl", "--model", "qwen3-0.6b", "--gpus", "1", "-o",
+                                                      str(s.link("link.jsonl", "sink.jsonl"))],
+         ("sink.jsonl", "over the input"), lambda s: s.path("sink.jsonl")),
+    Case("ingest-source-missing", lambda s: ["ingest", str(s.path("gone.jsonl")), "--framework", "verl", "--model",
+                                             "qwen3-0.6b", "--gpus", "1", "-o", str(s.path("m.jsonl"))],
+         ("gone.jsonl",), lambda s: s.path("m.jsonl")),
     Case("ingest-into-its-sink-folder", lambda s: ["ingest", str(s.file("sk/verl.jsonl", VERL_LINE).parent),
                                                    "--framework", "verl", "--model", "qwen3-0.6b", "--gpus", "1",
                                                    "-o", str(s.path("sk/m.jsonl"))],
@@ -299,7 +337,7 @@ def read_only_dir(tmp_path: Path):
 
 
 def test_the_table_is_large_enough():
-    assert len(CASES) >= 40 and len({case.id for case in CASES}) == len(CASES)
+    assert len(CASES) >= 86 and len({case.id for case in CASES}) == len(CASES)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])

@@ -126,15 +126,18 @@ def _sides(
         return registry.option_pair(compare_verl, miles_version)
     if compare_verl and reference is not None:
         _fail(EXIT_BAD_INPUT, "give either --compare-verl or --reference, not both")
+    option = "--candidate"
     try:
         legacy = registry.option_pair(compare_verl, miles_version)
         chosen = registry.side_arg("candidate", candidate or legacy.candidate.framework, roots[0])
         if candidate is None:
             chosen = chosen.model_copy(update={"target": legacy.candidate.target})
+        option = "--reference"
         other = registry.side_arg("reference", reference, roots[1]) if reference else legacy.reference
+        option = "--candidate/--reference"
         return registry.make_pair(chosen, other)
     except ValueError as exc:
-        _fail(EXIT_BAD_INPUT, str(exc))
+        _fail(EXIT_BAD_INPUT, f"{option}: {exc}")
 
 
 def _settings(**options):
