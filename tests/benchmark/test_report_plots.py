@@ -223,3 +223,9 @@ def test_a_sub_second_bar_fills_its_track():
     page = render_html([Cards([card])], Path("."))
     grows = [float(g) for g in re.findall(r'class="seg" style="flex:([0-9.e+-]+) 0 0', page)]
     assert len(grows) == 2 and sum(grows) >= 1 and grows[0] == pytest.approx(2 * grows[1], rel=1e-4)
+
+
+def test_seconds_per_1k_tokens_keep_a_20_percent_gap_visible():
+    bars = [CardBar("Miles", [BarSegment("train", 0.2, "#111")], 0.2, 0.0058), CardBar("VERL", [], 0.2, 0.0048)]
+    page = render_html([Cards([Card("fsdp / colocate", "x", "", "#000", bars)])], Path("."))
+    assert "0.0058 s/1k tokens" in page and "0.0048 s/1k tokens" in page

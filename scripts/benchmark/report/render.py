@@ -139,7 +139,8 @@ def _card_html(card: Card) -> str:
             f"{html.escape(s.name) if s.seconds / scale >= 0.12 else ''}</span>"
             for s in bar.segments
         )
-        per_1k = "" if bar.per_1k_tokens_s is None else f" · {bar.per_1k_tokens_s:.3f} s/1k tokens"
+        # Three significant digits: a sub-second step's few milliseconds per 1k tokens keep their difference.
+        per_1k = "" if bar.per_1k_tokens_s is None else f" · {bar.per_1k_tokens_s:.3g} s/1k tokens"
         totals = "n/a" if bar.total_s is None else f"{bar.total_s:.2f} s/step{per_1k}"
         rows.append(
             f'<span class="who">{html.escape(bar.label)}</span><div class="track"><div class="bar" '
