@@ -236,7 +236,10 @@ def _not_compared(pair: PairKey, name: str, m: float, v: float) -> ComparisonMod
     can."""
     reason = None
     if not math.isfinite(m) or not math.isfinite(v):
-        reason = "not reported by " + pair.missing(m, v)
+        # A derived metric (MFU, TFLOP/s, ...) is the harness's own number: missing means its inputs were missing.
+        derived = METRICS[name].source != "record"
+        reason = ("not computed for " if derived else "not reported by ") + pair.missing(m, v)
+        reason += " (an input it is derived from is missing: see the step records' flags)" if derived else ""
     elif v == 0:
         reason = f"the {pair.reference.label} value is 0"
     if reason is None:

@@ -167,9 +167,21 @@ def _notes(doc: ReportDocument) -> list[str]:
         )
     if doc.incomplete:
         notes.append(f"{len(doc.incomplete)} cell repeat(s) did not complete; see Incomplete cells.")
+    over = [(c.id, c.summaries["train_mfu"].median) for c in doc.cells if _above_peak(c)]
+    if over:
+        notes.append(
+            "Train TFLOP/s above the datasheet peak: "
+            + ", ".join(f"`{cell}` MFU {mfu:.2f}" for cell, mfu in over)
+            + " (impossible on that GPU: check the FLOPs model's inputs, the GPU count and the device name)."
+        )
     if not doc.pairs() and not doc.refused:
         notes.append(_no_pair_note(doc))
     return notes
+
+
+def _above_peak(cell: CellModel) -> bool:
+    summary = cell.summaries.get("train_mfu")
+    return summary is not None and summary.median is not None and summary.median > 1.0
 
 
 def _no_pair_note(doc: ReportDocument) -> str:
