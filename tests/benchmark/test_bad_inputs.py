@@ -174,6 +174,8 @@ CASES = [
          ("another spec", "--force"), lambda s: s.path("p")),
     Case("plan-into-a-full-folder", lambda s: _smoke(s, "home") if s.file("home/notes.txt", "mine") else [],
          ("not empty",), lambda s: s.path("home")),
+    Case("dry-run-folder-ray-refuses", lambda s: _smoke(s, "it's $(x)"), ("--output-dir", "ray job submit"),
+         lambda s: s.path("it's $(x)")),
     Case("check-miles-root-missing", lambda s: _smoke(s, "out", "--check-miles", "--miles-root",
                                                       str(s.path("no-miles"))),
          ("no-miles", "--miles-root", "not a folder"), lambda s: s.path("no-miles"), code=4),

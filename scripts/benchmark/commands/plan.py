@@ -89,6 +89,7 @@ def plan_impl(
         if failed is not None:
             write_plan_atomically(out, lambda tmp: write_plan(failed, out, into=tmp))
         _fail(EXIT_PARITY, f"{exc} (see {out / 'parity.md'})")
+    _check_ray_folder(plan, out)
     written = write_plan_atomically(out, lambda tmp: write_plan(plan, out, into=tmp))
     _print_summary(plan, written, out, repeats)
     if compares:
@@ -99,6 +100,19 @@ def plan_impl(
         typer.echo("dry run: nothing executed")
         return
     _execute_plan(plan, out, repeats=repeats, skip_prepare=skip_prepare, preflight=preflight)
+
+
+def _check_ray_folder(plan, out) -> None:
+    """A cell submitted through `ray job submit` can never run in a folder whose name /bin/sh would interpret: refuse
+    the folder now (exit 2) rather than at the first GPU node."""
+    from scripts.benchmark.frameworks.launch import ray_shell_problem, uses_ray_job_submit
+
+    problem = ray_shell_problem(str(out))
+    cells = [cell["id"] for cell in plan.data["cells"] if uses_ray_job_submit(cell["launch_argv"])]
+    if problem and cells:
+        _fail(
+            EXIT_BAD_INPUT, f"--output-dir {out}: {problem} (cells {', '.join(cells)} submit through ray job submit)"
+        )
 
 
 def _check_miles_version(miles_version: str | None) -> None:
