@@ -55,6 +55,7 @@ CPU_TESTS: dict[str, tuple[str, int]] = {
     "test_parity.py": (FAST, 2),
     "test_plan_cli.py": (FAST, 11),
     "test_plan_folder.py": (FAST, 1),
+    "test_plan_travels.py": (FAST, 12),
     "test_reader_restarts.py": (FAST, 1),
     "test_report.py": (FAST, 3),
     "test_report_browser.py": (SLOW, 30),

@@ -20,6 +20,7 @@ import pytest
 from scripts.benchmark.run import build_app
 from tests.benchmark.read_only import lock_read_only
 from tests.benchmark.standins.plans import REPO_ROOT, RUN_PY, STANDINS, standin_cell, write_plan
+from tests.benchmark.synthetic_runs import gap_pair, write_run_folder
 from typer.testing import CliRunner
 
 SMOKE = REPO_ROOT / "scripts" / "benchmark" / "presets" / "smoke.yaml"
@@ -69,6 +70,19 @@ class Setup:
         self.file(f"{name}/plan.json", self.plan(f"{name}-plan").read_text())
         return self.tmp / name
 
+    def damaged_run(self, name: str, file: str, content: bytes) -> Path:
+        """A complete run folder of a Miles/VERL pair, one of whose files is then damaged (a half-copied folder)."""
+        folder = write_run_folder(self.tmp / name, gap_pair({}, num_steps=12))
+        (folder / file).write_bytes(content)
+        return folder
+
+    def link(self, name: str, target: str) -> Path:
+        (self.tmp / name).symlink_to(self.tmp / target)
+        return self.tmp / name
+
+    def not_a_database(self) -> str:
+        return f"sqlite:///{self.file('notes.txt', 'x' * 200)}"
+
     def store(self) -> str:
         return f"sqlite:///{self.tmp / 'missing' / 'history.db'}"
 
@@ -102,11 +116,30 @@ def _spec_file(s: Setup, text: str | bytes) -> list[str]:
     return ["--spec", str(s.file("spec.yaml", text)), "--output-dir", str(s.path("out")), "--dry-run"]
 
 
+def _edit_json(path: Path, change: Callable[[dict], object]) -> None:
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def _more_steps(plan: dict) -> None:
+    plan["spec"]["run"]["num_steps"] += 1
+
+
+def _unproven(s: Setup, damage: Callable[[Path], object]) -> Path:
+    """A comparing plan of the dry run, damaged after planning."""
+    folder = s.planned("cmp", "--compare-verl", "--backend", "fsdp")
+    damage(folder)
+    return folder / "plan.json"
+
+
 OUT = lambda s: s.path("out")  # noqa: E731
 RUN = lambda s: s.path("run")  # noqa: E731
 DATA = lambda s: s.path("data")  # noqa: E731
 STORE = lambda s: s.path("missing")  # noqa: E731
 SMOKE_TEXT = SMOKE.read_text()
+REP0 = "cells/miles-fsdp-colocate/rep-0"
+VERL_LINE = json.dumps({"step": 1, "data": {"timing_s/step": 1.0}}) + "\n"
 
 CASES = [
     # The main command (plan).
@@ -141,6 +174,23 @@ CASES = [
          ("another spec", "--force"), lambda s: s.path("p")),
     Case("plan-into-a-full-folder", lambda s: _smoke(s, "home") if s.file("home/notes.txt", "mine") else [],
          ("not empty",), lambda s: s.path("home")),
+    Case("dry-run-folder-ray-refuses", lambda s: _smoke(s, "it's $(x)"), ("--output-dir", "ray job submit"),
+         lambda s: s.path("it's $(x)")),
+    Case("check-miles-root-missing", lambda s: _smoke(s, "out", "--check-miles", "--miles-root",
+                                                      str(s.path("no-miles"))),
+         ("no-miles", "--miles-root", "not a folder"), lambda s: s.path("no-miles"), code=4),
+    Case("spec-duplicate-section", lambda s: _spec_file(s, SMOKE_TEXT + "\nrun:\n  num_steps: 3\n"),
+         ("spec.yaml", "run"), OUT),
+    Case("spec-steps-yes", lambda s: _spec_file(s, SMOKE_TEXT.replace("num_steps: 24", "num_steps: yes")),
+         ("num_steps",), OUT),
+    Case("spec-steps-fraction", lambda s: _spec_file(s, SMOKE_TEXT.replace("num_steps: 24", "num_steps: 2.5")),
+         ("num_steps",), OUT),
+    Case("unknown-candidate", lambda s: _smoke(s, "out", "--candidate", "slime"), ("--candidate", "slime"), OUT),
+    Case("reference-root-alone", lambda s: _smoke(s, "out", "--reference-root", "/opt/base"),
+         ("--reference-root", "--reference"), OUT),
+    Case("compare-verl-and-reference", lambda s: _smoke(s, "out", "--compare-verl", "--reference", "verl"),
+         ("--compare-verl", "--reference"), OUT),
+    Case("unknown-miles-version", lambda s: _smoke(s, "out", "--miles-version", "9.9"), ("--miles-version",), OUT),
     # execute
     Case("plan-missing", lambda s: _execute(s, s.path("none/plan.json")), ("none/plan.json",), RUN),
     Case("plan-not-json", lambda s: _execute(s, s.file("p/plan.json", "{not json")), ("plan.json", "not valid JSON"),
@@ -178,6 +228,29 @@ CASES = [
          ("ray job submit",), lambda s: s.path("$(touch pwned)")),
     Case("preflight-no-gpu", lambda s: ["execute", str(s.plan()), "--output-dir", str(s.path("run")), "--ray", "none"],
          ("nvidia-smi", "--no-preflight"), RUN, code=4),
+    Case("plan-repeats-zero", lambda s: _execute(s, s.plan(mutate=lambda d: d.update(repeats=0))), ("repeats",), RUN),
+    Case("plan-repeats-as-text", lambda s: _execute(s, s.plan(mutate=lambda d: d.update(repeats="3"))), ("repeats",),
+         RUN),
+    Case("plan-repeats-boolean", lambda s: _execute(s, s.plan(mutate=lambda d: d.update(repeats=True))),
+         ("repeats",), RUN),
+    Case("plan-origin-not-a-mapping", lambda s: _execute(s, s.plan(mutate=lambda d: d.update(origin="laptop"))),
+         ("origin",), RUN),
+    Case("plan-spec-hash-edited", lambda s: _execute(s, _unproven(s, lambda d: _edit_json(
+        d / "plan.json", lambda p: p.update(spec_hash="ffffffffffff")))), ("plan.json", "spec_hash ffffffffffff"),
+         RUN),
+    Case("grace-negative", lambda s: _execute(s, s.plan(), "--grace-s", "-1"), ("--grace-s",), RUN),
+    Case("first-step-timeout-negative", lambda s: _execute(s, s.plan(), "--first-step-timeout-s", "-1"),
+         ("--first-step-timeout-s",), RUN),
+    Case("gpu-release-timeout-negative", lambda s: _execute(s, s.plan(), "--gpu-release-timeout-s", "-2"),
+         ("--gpu-release-timeout-s",), RUN),
+    Case("plan-without-parity-table", lambda s: _execute(s, _unproven(s, lambda d: (d / "parity.json").unlink())),
+         ("plan.json", "parity.json is missing"), RUN),
+    Case("plan-spec-edited", lambda s: _execute(s, _unproven(s, lambda d: _edit_json(d / "plan.json", _more_steps))),
+         ("plan.json", "no longer matches its spec_hash"), RUN),
+    Case("parity-of-another-spec", lambda s: _execute(s, _unproven(s, lambda d: _edit_json(
+        d / "parity.json", lambda p: p.update(spec_hash="ffffffffffff")))), ("parity.json", "ffffffffffff"), RUN),
+    Case("parity-table-corrupt", lambda s: _execute(s, _unproven(s, lambda d: (d / "parity.json").write_text("{"))),
+         ("parity.json",), RUN),
     # convert-data
     Case("convert-empty-slice", lambda s: _convert(s, "10", "5"), ("--start 10 --end 5",), DATA),
     Case("convert-bad-json-row", lambda s: _convert(s, "0", "5", s.file("bad.jsonl", '{"prompt": 1}\n{oops\n')),
@@ -189,6 +262,14 @@ CASES = [
          lambda s: s.path("empty")),
     Case("report-truncated-manifest", lambda s: ["report", str(s.run_folder("tm", '{"cells": ['))],
          ("manifest.json",), lambda s: s.path("tm")),
+    Case("report-damaged-environment", lambda s: ["report", str(s.damaged_run("de", f"{REP0}/environment.json",
+                                                                                b'{"gpu": '))],
+         ("de/cells/miles-fsdp-colocate/rep-0/environment.json", "damaged"), lambda s: s.path("de")),
+    Case("report-damaged-plan", lambda s: ["report", str(s.damaged_run("dp", "plan.json", b'{"cells": ['))],
+         ("dp/plan.json", "damaged"), lambda s: s.path("dp")),
+    Case("report-metrics-not-utf8", lambda s: ["report", str(s.damaged_run("dm", f"{REP0}/metrics.jsonl",
+                                                                             b"\xff\xfe\x00junk\n"))],
+         ("dm/cells/miles-fsdp-colocate/rep-0/metrics.jsonl", "not UTF-8"), lambda s: s.path("dm")),
     Case("report-confidence-percent", lambda s: ["report", str(s.path("x")), "--confidence", "95"],
          ("--confidence",), lambda s: s.path("x")),
     Case("ingest-zero-gpus", lambda s: ["ingest", str(s.file("sink.jsonl", "")), "--framework", "verl", "--model",
@@ -197,6 +278,20 @@ CASES = [
     Case("ingest-unknown-framework", lambda s: ["ingest", str(s.file("sink.jsonl", "")), "--framework", "slime",
                                                 "--model", "qwen3-0.6b", "--gpus", "1", "-o", str(s.path("m.jsonl"))],
          ("--framework",), lambda s: s.path("m.jsonl")),
+    Case("ingest-over-its-sink", lambda s: ["ingest", str(s.file("sink.jsonl", VERL_LINE)), "--framework", "verl",
+                                            "--model", "qwen3-0.6b", "--gpus", "1", "-o", str(s.path("sink.jsonl"))],
+         ("sink.jsonl", "over the input"), lambda s: s.path("sink.jsonl")),
+    Case("ingest-over-a-link-to-its-sink", lambda s: ["ingest", str(s.file("sink.jsonl", VERL_LINE)), "--framework",
+                                                      "verl", "--model", "qwen3-0.6b", "--gpus", "1", "-o",
+                                                      str(s.link("link.jsonl", "sink.jsonl"))],
+         ("sink.jsonl", "over the input"), lambda s: s.path("sink.jsonl")),
+    Case("ingest-source-missing", lambda s: ["ingest", str(s.path("gone.jsonl")), "--framework", "verl", "--model",
+                                             "qwen3-0.6b", "--gpus", "1", "-o", str(s.path("m.jsonl"))],
+         ("gone.jsonl",), lambda s: s.path("m.jsonl")),
+    Case("ingest-into-its-sink-folder", lambda s: ["ingest", str(s.file("sk/verl.jsonl", VERL_LINE).parent),
+                                                   "--framework", "verl", "--model", "qwen3-0.6b", "--gpus", "1",
+                                                   "-o", str(s.path("sk/m.jsonl"))],
+         ("sk", "over the input"), lambda s: s.path("sk")),
     # the history store
     Case("check-store-missing", lambda s: ["check", str(s.path("r")), "--store", s.store()], ("history.db",), STORE),
     Case("record-report-v1", lambda s: ["record", str(s.file("v1/report.json", '{"schema_version": 1}').parent),
@@ -207,6 +302,11 @@ CASES = [
          ("history.db",), lambda s: s.path("h")),
     Case("untrust-store-missing", lambda s: ["untrust", "--store", s.store(), "--run-id", "1", "--reason", "x"],
          ("history.db",), STORE),
+    Case("history-store-not-a-database", lambda s: ["history", "--store", s.not_a_database(), "--output-dir",
+                                                     str(s.path("h"))],
+         ("notes.txt", "not a database"), lambda s: s.path("notes.txt")),
+    Case("record-store-not-a-database", lambda s: ["record", str(s.path("r")), "--store", s.not_a_database()],
+         ("notes.txt", "not a database"), lambda s: s.path("notes.txt")),
     Case("mysql-store", lambda s: ["history", "--store", "mysql://u@localhost/db", "--output-dir", str(s.path("h"))],
          ("mysql", "postgresql://"), lambda s: s.path("h")),
     Case("postgres-unreachable", lambda s: ["history", "--store", "postgresql://u:pw@127.0.0.1:9/db", "--output-dir",
@@ -239,7 +339,7 @@ def read_only_dir(tmp_path: Path):
 
 
 def test_the_table_is_large_enough():
-    assert len(CASES) >= 40 and len({case.id for case in CASES}) == len(CASES)
+    assert len(CASES) >= 86 and len({case.id for case in CASES}) == len(CASES)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])

@@ -55,7 +55,7 @@ def test_dry_run_edit_execute_report_record_check(tmp_path: Path):
     assert [c["id"] for c in plan["cells"]] == ["miles-fsdp-colocate", "verl-fsdp-colocate"]
 
     executed = _run_py("execute", str(plan_dir / "plan.json"), "--output-dir", str(run_dir), "--skip-prepare",
-                       "--no-preflight", "--poll-interval-s", "0.05")  # fmt: skip
+                       "--no-preflight", "--poll-interval-s", "0.05", "--repeats", "1")  # fmt: skip
     assert executed.returncode == 0, executed.stdout + executed.stderr
 
     manifest = json.loads((run_dir / "manifest.json").read_text())

@@ -80,7 +80,7 @@ def test_two_miles_targets_run_and_report_with_the_headline_card(tmp_path):
     assert planned.returncode == 0, planned.stdout + planned.stderr
     plan = _substitute_standins(plan_dir / "plan.json")
     executed = _run_py("execute", str(plan_dir / "plan.json"), "--output-dir", str(run_dir), "--skip-prepare",
-                       "--no-preflight", "--ray", "none", "--poll-interval-s", "0.05")  # fmt: skip
+                       "--no-preflight", "--ray", "none", "--poll-interval-s", "0.05", "--repeats", "1")  # fmt: skip
     steps = plan["spec"]["run"]["num_steps"]
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert [(c["id"], c["side"], c["state"], c["steps_completed"]) for c in manifest["cells"]] == [

@@ -293,6 +293,8 @@ class TestRefusals:
         doc = analyse_run_folder(run_dir, AnalysisSettings(reps=REPS))
         refused = {r.backend: r.reason for r in doc.refused}
         assert reason in refused["megatron"]
+        head = "parity table has unexplained differences" if change == "parity_error" else "no parity proof"
+        assert refused["megatron"].startswith(head)
 
     def test_asymmetry_without_note_and_pair_scoped_rows(self):
         def pair(backend, rows):
@@ -438,3 +440,35 @@ class TestCommand:
         result = CliRunner().invoke(self.app(), ["report", str(tmp_path), "--confidence", "95"])
         assert result.exit_code == 2
         assert "--confidence must be in (0, 1), got 95.0" in result.output
+
+
+def test_a_pair_whose_side_lost_its_metrics_is_not_called_one_framework_only(tmp_path):
+    cells = planted_cells()
+    run_dir = write_run_folder(tmp_path, cells)
+    for metrics in run_dir.glob("cells/verl-*/rep-*/metrics.jsonl"):
+        metrics.unlink()
+    report_impl(run_dir, AnalysisSettings(reps=REPS))
+    text = (run_dir / "report.md").read_text()
+    assert "one framework only" not in text
+    assert "No Miles/VERL pair to compare: both ran, but VERL has no complete cell with metrics" in text
+
+
+def test_a_missing_derived_metric_is_not_computed_rather_than_not_reported(tmp_path):
+    run_dir = write_run_folder(tmp_path, planted_cells())
+    for metrics in run_dir.glob("cells/*/rep-*/metrics.jsonl"):
+        rows = [json.loads(line) | {"train_mfu": None} for line in metrics.read_text().splitlines()]
+        metrics.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    doc = analyse_run_folder(run_dir, AnalysisSettings(reps=REPS))
+    mfu = next(c for c in doc.comparisons if c.metric == "train_mfu")
+    assert "not computed for miles and verl" in mfu.method and "not reported" not in mfu.method
+
+
+def test_train_tflops_above_the_datasheet_peak_are_flagged(tmp_path):
+    run_dir = write_run_folder(tmp_path, planted_cells())
+    for metrics in run_dir.glob("cells/miles-fsdp-*/rep-*/metrics.jsonl"):
+        rows = [json.loads(line) | {"train_mfu": 1.3} for line in metrics.read_text().splitlines()]
+        metrics.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    report_impl(run_dir, AnalysisSettings(reps=REPS))
+    headline = (run_dir / "headline.md").read_text()
+    assert "Train TFLOP/s above the datasheet peak: `miles-fsdp-colocate` MFU 1.30" in headline
+    assert "verl-fsdp-colocate` MFU" not in headline

@@ -4,6 +4,7 @@ prints the same words."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -61,6 +62,23 @@ def test_ten_percent_gap_is_slower_mostly_in_train(gap_runs):
     assert 9 < float(found[1]) <= 10 <= float(found[2]) < 11
     text = (run_dir / "report.md").read_text()
     assert "**Miles 10% slower**" in text.split("\n|", 1)[0]  # the card, before the first table
+
+
+def test_a_component_with_less_than_half_of_the_gap_is_not_called_mostly(tmp_path):
+    spread = {"train": 4.0, "generate": 3.0, "old_logprob": 3.0}  # train carries 40% of a 10 s gap
+    run_dir = write_run_folder(tmp_path, gap_pair(spread, num_steps=600, cv=0.01, seed=3))
+    write_report(analyse_run_folder(run_dir, AnalysisSettings(reps=REPS)), run_dir)
+    line = (run_dir / "headline.md").read_text()
+    assert "largest part in train (+" in line and "mostly in" not in line, line
+
+
+@pytest.mark.parametrize("repeats", [1, 3])
+def test_a_card_measured_in_one_repeat_says_its_interval_is_one_run(tmp_path, repeats):
+    cells = [dataclasses.replace(c, repeats=repeats) for c in gap_pair(TEN_PERCENT, num_steps=60, cv=0.01, seed=5)]
+    run_dir = write_run_folder(tmp_path, cells)
+    write_report(analyse_run_folder(run_dir, AnalysisSettings(reps=REPS)), run_dir)
+    line = (run_dir / "headline.md").read_text()
+    assert ("One repeat: the interval covers this run's steps only" in line) == (repeats == 1), line
 
 
 def test_headline_markdown_is_one_line_per_pair(tmp_path):

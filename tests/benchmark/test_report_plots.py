@@ -18,6 +18,7 @@ from scripts.benchmark.analysis.verdict import Practical
 from scripts.benchmark.report.learning import plot_learning
 from scripts.benchmark.report.palette import VERDICT_COLORS
 from scripts.benchmark.report.plots import phase_bars_svg, ratios_svg, step_times_svg
+from scripts.benchmark.report.render import BarSegment, Card, CardBar, Cards, render_html
 from scripts.benchmark.report.svg import Canvas, nice_ticks, thin_to_columns, tick_label
 from tests.benchmark.headless_chromium import chromium_binary, dump_dom
 from tests.benchmark.synthetic_runs import gap_pair, write_run_folder
@@ -184,6 +185,9 @@ def test_step_times_overlay_a_pair_in_one_panel(matrix_doc):
         (0.93, 1.07, ["0.94", "0.96", "0.98", "1.00", "1.02", "1.04", "1.06"]),
         (-0.021, 0.024, ["-0.02", "-0.01", "0.00", "0.01", "0.02"]),
         (2.2, 14.9, ["4", "6", "8", "10", "12", "14"]),
+        (0.0, 14.0, ["0.0", "2.5", "5.0", "7.5", "10.0", "12.5"]),
+        (0.0, 0.14, ["0.000", "0.025", "0.050", "0.075", "0.100", "0.125"]),
+        (0.0, 140.0, ["0", "25", "50", "75", "100", "125"]),
     ],
 )
 def test_ticks_are_round_numbers_inside_the_range(low, high, labels):
@@ -210,3 +214,18 @@ def test_a_long_trace_keeps_its_spikes_and_gaps_when_thinned():
     assert len(finite) <= 2 * 500 and np.all(np.diff(thin[:, 0]) > 0)  # in step order
     assert finite[:, 1].max() == 9.0 and finite[:, 1].min() == pytest.approx(-1.0, abs=1e-3)
     assert np.isnan(thin[:, 1]).sum() == 100
+
+
+def test_a_sub_second_bar_fills_its_track():
+    """The phase segments' flex-grow factors are shares of the bar: below 1 in total, they would fill that fraction."""
+    segments = [BarSegment("generate", 0.12, "#111"), BarSegment("train", 0.06, "#222")]
+    card = Card("fsdp / colocate", "no practical difference", "", "#000", [CardBar("Miles", segments, 0.18, None)])
+    page = render_html([Cards([card])], Path("."))
+    grows = [float(g) for g in re.findall(r'class="seg" style="flex:([0-9.e+-]+) 0 0', page)]
+    assert len(grows) == 2 and sum(grows) >= 1 and grows[0] == pytest.approx(2 * grows[1], rel=1e-4)
+
+
+def test_seconds_per_1k_tokens_keep_a_20_percent_gap_visible():
+    bars = [CardBar("Miles", [BarSegment("train", 0.2, "#111")], 0.2, 0.0058), CardBar("VERL", [], 0.2, 0.0048)]
+    page = render_html([Cards([Card("fsdp / colocate", "x", "", "#000", bars)])], Path("."))
+    assert "0.0058 s/1k tokens" in page and "0.0048 s/1k tokens" in page

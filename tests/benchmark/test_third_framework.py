@@ -88,7 +88,7 @@ def test_toy_against_toy_plans_runs_reports_records_and_checks(toy_registered, t
 
     result, output = _run(
         "execute", str(plan_dir / "plan.json"), "--output-dir", str(run_dir), "--skip-prepare", "--no-preflight",
-        "--poll-interval-s", "0.05", "--ray", "none",
+        "--poll-interval-s", "0.05", "--ray", "none", "--repeats", "1",
     )  # fmt: skip
     assert result.exit_code == 0, output
     manifest = json.loads((run_dir / "manifest.json").read_text())

@@ -239,7 +239,10 @@ def _not_compared(pair: PairKey, name: str, m: float, v: float) -> ComparisonMod
     can."""
     reason = None
     if not math.isfinite(m) or not math.isfinite(v):
-        reason = "not reported by " + pair.missing(m, v)
+        # A derived metric (MFU, TFLOP/s, ...) is the harness's own number: missing means its inputs were missing.
+        derived = METRICS[name].source != "record"
+        reason = ("not computed for " if derived else "not reported by ") + pair.missing(m, v)
+        reason += " (an input it is derived from is missing: see the step records' flags)" if derived else ""
     elif v == 0:
         reason = f"the {pair.reference.label} value is 0"
     if reason is None:
@@ -346,7 +349,9 @@ def refusal_reason(
 ) -> str | None:
     """Why a candidate/reference pair must not be compared, or None when it may be."""
     if unexplained_parity:
-        return "parity table has unexplained differences: " + "; ".join(unexplained_parity)
+        absent = all(p.startswith(("no parity.json", "parity.json ")) for p in unexplained_parity)
+        head = "no parity proof for this pair" if absent else "parity table has unexplained differences"
+        return f"{head}: " + "; ".join(unexplained_parity)
     if candidate_hardware and reference_hardware and candidate_hardware != reference_hardware:
         return (
             f"cells ran on different hardware: {pair.candidate.name} {candidate_hardware}, "

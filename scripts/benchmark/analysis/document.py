@@ -131,7 +131,7 @@ def interval_policy(repeats: int) -> str:
         return f"{repeats} repeats: intervals over the repeats, run-to-run variation included"
     return (
         "1 repeat: intervals from this run's steps only, run-to-run variation NOT included (they cover this run, "
-        "not the next one); run 3 or more repeats (--repeats, the default 3) for intervals that do"
+        "not the next one); run 3 or more repeats (--repeats 3, what a comparing plan carries) for intervals that do"
     )
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 from scripts.benchmark.analysis.sides import cell_side, run_sides
-from scripts.benchmark.analysis.step_columns import StepColumns, read_step_columns
+from scripts.benchmark.analysis.step_columns import DamagedFile, StepColumns, read_step_columns, read_utf8
 from scripts.benchmark.contracts.manifest import MANIFEST_NAME, read_manifest_json
 from scripts.benchmark.contracts.parity import ParityFile, read_parity_file
 from scripts.benchmark.contracts.sides import SidePair
@@ -85,7 +85,10 @@ def _read_json(path: Path, *, required: bool) -> Any:
         if required:
             raise FileNotFoundError(f"{path} does not exist: is this a benchmark run folder?")
         return None
-    return decode_nonfinite(json.loads(path.read_text(encoding="utf-8")))
+    try:
+        return decode_nonfinite(json.loads(read_utf8(path)))
+    except json.JSONDecodeError as exc:
+        raise DamagedFile(f"{path} is damaged: not valid JSON ({exc}); was the folder fully copied?") from exc
 
 
 def read_run_folder(run_dir: Path) -> RunFolder:

@@ -53,8 +53,22 @@ class StepColumns:
         )
 
 
+class DamagedFile(ValueError):
+    """A run-folder file that cannot be read at all (not UTF-8, not JSON): a half-copied or corrupted folder."""
+
+
+def read_utf8(path: Path) -> str:
+    """The text of a run-folder file, or DamagedFile naming it."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise DamagedFile(
+            f"{path} is damaged: not UTF-8 text (byte {exc.start}); was the folder fully copied?"
+        ) from exc
+
+
 def _parse_lines(path: Path) -> list[dict[str, Any]]:
-    text = Path(path).read_text(encoding="utf-8")
+    text = read_utf8(path)
     lines = [line for line in text.split("\n") if line.strip()]
     try:
         # One parse of all lines as a JSON array: a tenth of the time of a json.loads call per line.

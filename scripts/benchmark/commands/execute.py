@@ -1,7 +1,8 @@
 """`run.py execute PLAN.json --output-dir DIR` / `run.py execute --resume DIR`: run a plan's matrix.
 
 - Options are the fields of `runner.options.ExecuteOptions`; every option left unset on the command line of `--resume`
-  keeps the value the run was started with (stored in manifest.json), else its default.
+  keeps the value the run was started with (stored in manifest.json), else its default. Without --repeats, a new run
+  runs the repeats its plan.json carries (what the dry run printed), else 1.
 - `--emit-sbatch FILE` writes a Slurm batch script that starts Ray across the allocation and runs this same command,
   then exits without running anything.
 - Before anything starts: the plan is validated against its typed definition (contracts/plan.py), and the
@@ -46,7 +47,7 @@ def execute_impl(
         typer.echo(f"error: --resume {output_dir}: {MANIFEST_NAME} cannot be read: {_first_line(exc)}", err=True)
         return 2
     explicit = {k: v for k, v in overrides.items() if v is not None}
-    merged = {**stored, **explicit}
+    merged = {**_planned(plan_path, resume), **stored, **explicit}
     for key in ("pythons", "prefixes"):  # per framework: an option given now replaces only that framework's
         merged[key] = {**stored.get(key, {}), **explicit.get(key, {})}
     options = ExecuteOptions(**merged)
@@ -57,6 +58,20 @@ def execute_impl(
     except RunError as exc:
         typer.echo(f"error: {exc}", err=True)
         return exc.exit_code
+
+
+def _planned(plan_path: Path | None, resume: bool) -> dict[str, Any]:
+    """What the plan asks for when the command line is silent: the repeats its dry run printed. A plan that cannot
+    be read is left to the executor, which refuses it naming the file."""
+    import json
+
+    if resume or plan_path is None:
+        return {}
+    try:
+        repeats = json.loads(plan_path.read_text(encoding="utf-8")).get("repeats")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {"repeats": repeats} if isinstance(repeats, int) and not isinstance(repeats, bool) and repeats >= 1 else {}
 
 
 def end_of_run_report(run_dir: Path) -> tuple[str, dict[str, Path]]:
@@ -111,7 +126,8 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option("--resume", help="run folder to resume: reruns every cell not complete")
         ] = None,
         repeats: Annotated[
-            int | None, typer.Option("--repeats", help="repeats of every cell, interleaved", show_default="1")
+            int | None,
+            typer.Option("--repeats", help="repeats of every cell, interleaved", show_default="the plan's, else 1"),
         ] = None,
         fail_fast: Annotated[
             bool | None,

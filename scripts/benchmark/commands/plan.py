@@ -78,18 +78,19 @@ def plan_impl(
     aside = check_plan_folder(out, spec_hash(spec), force=force)
     if aside is not None:
         typer.echo(f"moved the previous contents of {out} to {aside}")
+    from scripts.benchmark.analysis.settings import COMPARISON_REPEATS
+
+    compares = sides.reference is not None
+    repeats = repeats if repeats is not None else (COMPARISON_REPEATS if compares else 1)
     try:
-        plan = build_plan(spec, preset, options)
+        plan = build_plan(spec, preset, options, repeats=repeats)
     except PlanError as exc:
         failed = exc.plan
         if failed is not None:
             write_plan_atomically(out, lambda tmp: write_plan(failed, out, into=tmp))
         _fail(EXIT_PARITY, f"{exc} (see {out / 'parity.md'})")
+    _check_ray_folder(plan, out)
     written = write_plan_atomically(out, lambda tmp: write_plan(plan, out, into=tmp))
-    from scripts.benchmark.analysis.settings import COMPARISON_REPEATS
-
-    compares = sides.reference is not None
-    repeats = repeats if repeats is not None else (COMPARISON_REPEATS if compares else 1)
     _print_summary(plan, written, out, repeats)
     if compares:
         _plan_stage_checks(plan)
@@ -99,6 +100,19 @@ def plan_impl(
         typer.echo("dry run: nothing executed")
         return
     _execute_plan(plan, out, repeats=repeats, skip_prepare=skip_prepare, preflight=preflight)
+
+
+def _check_ray_folder(plan, out) -> None:
+    """A cell submitted through `ray job submit` can never run in a folder whose name /bin/sh would interpret: refuse
+    the folder now (exit 2) rather than at the first GPU node."""
+    from scripts.benchmark.frameworks.launch import ray_shell_problem, uses_ray_job_submit
+
+    problem = ray_shell_problem(str(out))
+    cells = [cell["id"] for cell in plan.data["cells"] if uses_ray_job_submit(cell["launch_argv"])]
+    if problem and cells:
+        _fail(
+            EXIT_BAD_INPUT, f"--output-dir {out}: {problem} (cells {', '.join(cells)} submit through ray job submit)"
+        )
 
 
 def _check_miles_version(miles_version: str | None) -> None:
@@ -126,15 +140,18 @@ def _sides(
         return registry.option_pair(compare_verl, miles_version)
     if compare_verl and reference is not None:
         _fail(EXIT_BAD_INPUT, "give either --compare-verl or --reference, not both")
+    option = "--candidate"
     try:
         legacy = registry.option_pair(compare_verl, miles_version)
         chosen = registry.side_arg("candidate", candidate or legacy.candidate.framework, roots[0])
         if candidate is None:
             chosen = chosen.model_copy(update={"target": legacy.candidate.target})
+        option = "--reference"
         other = registry.side_arg("reference", reference, roots[1]) if reference else legacy.reference
+        option = "--candidate/--reference"
         return registry.make_pair(chosen, other)
     except ValueError as exc:
-        _fail(EXIT_BAD_INPUT, str(exc))
+        _fail(EXIT_BAD_INPUT, f"{option}: {exc}")
 
 
 def _settings(**options):

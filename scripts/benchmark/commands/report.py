@@ -114,7 +114,12 @@ def register(app: typer.Typer) -> None:
         from scripts.benchmark.analysis.settings import AnalysisSettings
 
         settings = AnalysisSettings(confidence=confidence, reps=reps, seed=seed, family_wise=family_wise)
-        doc, written = report_impl(run_dir, settings, calibration=calibration)
+        from scripts.benchmark.analysis.step_columns import DamagedFile
+
+        try:
+            doc, written = report_impl(run_dir, settings, calibration=calibration)
+        except DamagedFile as exc:
+            raise UserError(str(exc)) from exc
         if not quiet:
             typer.echo(verdict_markdown(doc))
         typer.echo("wrote:\n" + "\n".join(f"  {p}" for p in written.values()))

@@ -7,6 +7,9 @@ anything starts. `plan_problems(data, known)` lists every problem as one line na
 
 - `sides` (contracts/sides.py): the candidate and, when the plan compares, the reference; every cell's `side` names
   one of them. Plans written before sides existed have neither (readers rebuild them from the cells' frameworks).
+- `origin`: the run folder the plan was written for and the harness folder of the checkout that wrote it (`execute`
+  moves paths under either to its own run folder and checkout: runner/relocate.py); absent in older plans.
+- `repeats`: what `execute` runs when no --repeats is given (the number the dry run printed); absent: 1.
 - `Known`: the frameworks and sink formats the reader of the plan can handle. Contracts name no framework: the
   runner passes the registry's (frameworks/registry.py); without it, any non-empty name passes.
 """
@@ -23,6 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from scripts.benchmark.contracts.sides import Side, SidePair
 
 SCHEMA_VERSION = 1
+HARNESS_DIR = Path(__file__).resolve().parents[1]
+"""This checkout's scripts/benchmark: the run.py and model configs a plan names."""
 _Argv = list[str]
 
 
@@ -121,6 +126,9 @@ class PlanFile(BaseModel):
     prepare: list[PrepareStep] = Field(default_factory=list)
     cells: list[PlanCell] = Field(min_length=1)
     warnings: list[str] = Field(default_factory=list)
+    origin: dict[str, str] | None = None
+    repeats: int | None = Field(default=None, ge=1)
+    """Interleaved repeats of every cell that the plan was printed with; absent in plans written before it existed."""
 
 
 def _where(data: dict[str, Any], loc: tuple) -> str:
@@ -210,6 +218,11 @@ def read_plan_json(path: Path, known: Known | None = None) -> dict[str, Any]:
     if problems:
         raise ValueError(f"plan {path} cannot be executed:\n  " + "\n  ".join(problems))
     return data
+
+
+def plan_origin(run_dir: Path) -> dict[str, str]:
+    """What a plan written for `run_dir` by this checkout records as its origin."""
+    return {"run_dir": str(run_dir), "harness": str(HARNESS_DIR)}
 
 
 def plan_json_text(data: dict[str, Any]) -> str:

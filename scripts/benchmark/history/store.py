@@ -105,7 +105,7 @@ class HistoryStore:
                 _metadata.create_all(self.engine)
             elif not sa.inspect(self.engine).has_table(RUNS.name):
                 raise StoreMissing(f"--store {shown}: holds no benchmark history (pass --create to make one)")
-        except sa.exc.OperationalError as exc:
+        except sa.exc.DatabaseError as exc:  # unreachable server, or a file that is not a database
             self.engine.dispose()
             reason = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
             raise StoreMissing(f"--store {shown}: cannot open the database: {reason}") from exc

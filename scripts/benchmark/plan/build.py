@@ -3,11 +3,13 @@
 - `PlanOptions`: backends, layout, output_dir, the `sides` (a candidate and optionally a reference, each a
   registered framework at a target: contracts/sides.py), the per-framework command-line settings (by adapter name,
   e.g. checkout paths) and the run.py path the prepare steps call.
-- `build_plan(spec, preset, options) -> Plan`: plan.json content (shared contract: schema_version, spec, spec_hash,
-  preset, sides, targets {side name: target}, prepare, cells, each with its `side` and the launch its side's adapter
-  built) and the parity pairs. Every launch is checked by its adapter (flags it would refuse); parity
-  rows come from the emitted launches parsed back. A parity, flag or target error raises PlanError, but the Plan
-  (with the failing parity rows) is attached so it can still be written for review.
+- `build_plan(spec, preset, options, repeats) -> Plan`: plan.json content (shared contract: schema_version, spec,
+  spec_hash, preset, sides, targets {side name: target}, prepare, cells, each with its `side` and the launch its side's
+  adapter built, `repeats`: what `execute` runs unless told otherwise, and `origin`: the run folder and harness
+  folder its paths name, which `execute` moves to its own: runner/relocate.py) and the parity pairs. Every launch is
+  checked by its adapter (flags it would refuse); parity rows come from the emitted launches parsed back. A parity,
+  flag or target error raises PlanError, but the Plan (with the failing parity rows) is attached so it can still be
+  written for review.
 - `prepare` (in order): `download-model` and `download-dataset` (`hf download`; only when the spec names
   `model.hf_repo` / `data.hf_repo`), then each side's adapter's own steps (e.g. a data conversion). Each step has
   `creates` + `skip_if_exists` (a present model or dataset is not fetched again) and `needed_by` (the frameworks
@@ -31,7 +33,7 @@ from typing import Any
 
 from scripts.benchmark.common.redaction import find_plan_secrets
 from scripts.benchmark.contracts.parity import ParityFile, ParityPair, parity_text
-from scripts.benchmark.contracts.plan import plan_json_text
+from scripts.benchmark.contracts.plan import plan_json_text, plan_origin
 from scripts.benchmark.contracts.sides import Side, SidePair
 from scripts.benchmark.frameworks import registry
 from scripts.benchmark.frameworks.adapter import LaunchContext
@@ -184,7 +186,7 @@ def _parity_pair(launches, options: PlanOptions, prepare, errors) -> ParityPair:
     )
 
 
-def build_plan(spec: BenchmarkSpec, preset: str | None, options: PlanOptions) -> Plan:
+def build_plan(spec: BenchmarkSpec, preset: str | None, options: PlanOptions, repeats: int = 1) -> Plan:
     prepare = prepare_steps(spec, options)
     launches: list[FrameworkLaunch] = []
     pairs: list[ParityPair] = []
@@ -208,6 +210,8 @@ def build_plan(spec: BenchmarkSpec, preset: str | None, options: PlanOptions) ->
         "prepare": prepare,
         "cells": [_plan_cell(spec, launch) for launch in launches],
         "warnings": steady_state_warnings(spec),
+        "repeats": repeats,
+        "origin": plan_origin(options.output_dir),
     }
     _assert_no_secrets(data)
     title = f"{preset or spec.name} ({options.layout})"

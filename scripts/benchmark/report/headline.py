@@ -5,7 +5,8 @@
   (CI +9.4% to +11%), mostly in train", "no practical difference", or "inconclusive". Side names are the sides'
   labels.
 - "mostly in <phase>": the component (a phase, or the unattributed rest) carrying the largest share of the gap in
-  the gap's direction, from the additive attribution of means.
+  the gap's direction, from the additive attribution of means; "largest part in <phase>" when that share is half
+  of the gap or less.
 - The bar: each side's mean step time split into its phases, both sides on the same scale; the totals are given in
   seconds per step and per 1k trained tokens.
 - `headline_markdown(doc)`: the same cards, one line per pair, for the GitHub step summary and the PR comment.
@@ -61,7 +62,8 @@ def _ci_text(step: ComparisonModel) -> str:
 
 
 def main_component(doc: ReportDocument, backend: str, layout: str) -> str | None:
-    """'train (+5.9 s of +6.0 s per step)': the component with the largest part of the gap, in its direction."""
+    """'mostly in train (+5.9 s of +6.0 s per step)': the component with the largest part of the gap, in its
+    direction; "mostly" only when it carries more than half of the gap, else "largest part in"."""
     rows = _attribution(doc, backend, layout)
     step = next((a for a in rows if a.component == "step_time_s"), None)
     if step is None or step.gap_s is None or step.gap_s == 0:
@@ -75,7 +77,8 @@ def main_component(doc: ReportDocument, backend: str, layout: str) -> str | None
     top = max(parts, key=lambda a: a.gap_s * sign)
     name = top.component.removeprefix("phases_s.")
     where = "unattributed time" if name == "unattributed" else name
-    return f"{where} ({top.gap_s:+.2f} s of {step.gap_s:+.2f} s per step)"
+    words = "mostly in" if top.gap_s / step.gap_s > 0.5 else "largest part in"
+    return f"{words} {where} ({top.gap_s:+.2f} s of {step.gap_s:+.2f} s per step)"
 
 
 def pair_sentence(doc: ReportDocument, backend: str, layout: str) -> tuple[Practical, str, str]:
@@ -96,7 +99,7 @@ def pair_sentence(doc: ReportDocument, backend: str, layout: str) -> tuple[Pract
         return (
             verdict,
             f"{candidate} {percent(change)} {word}",
-            f"({_ci_text(step)})" + (f", mostly in {where}" if where else ""),
+            f"({_ci_text(step)})" + (f", {where}" if where else ""),
         )
     measured = f"({candidate}/{reference} step time {signed_percent(change)}, {_ci_text(step)}"
     if verdict is Practical.NO_PRACTICAL_DIFFERENCE:
@@ -131,14 +134,26 @@ def pair_card(doc: ReportDocument, backend: str, layout: str) -> Card:
             cell = cells.get(getattr(step, f"{role}_cell"))
             bars.append(_bar(label, phases, getattr(step, f"{role}_s"), cell))
     learning = learning_warning(doc, backend, layout)
+    paired = [cells.get(getattr(step, f"{r}_cell")) for r in ("candidate", "reference")] if step else []
+    single = _single_repeat_warning(paired)
     return Card(
         title=f"{backend} / {layout}",
         verdict=short,
         text=evidence,
         color=VERDICT_COLORS[verdict],
         bars=bars,
-        warnings=[learning] if learning else [],
+        warnings=[w for w in (learning, single) if w],
     )
+
+
+def _single_repeat_warning(cells: list[CellModel | None]) -> str | None:
+    """A side measured in one repeat: its interval is this run's step noise only, however tight it looks."""
+    if any(cell is not None and cell.repeats < 2 for cell in cells):
+        return (
+            "One repeat: the interval covers this run's steps only, not run-to-run variation; "
+            "run 3 repeats (--repeats 3) before acting on it."
+        )
+    return None
 
 
 def _notes(doc: ReportDocument) -> list[str]:
@@ -154,10 +169,37 @@ def _notes(doc: ReportDocument) -> list[str]:
         )
     if doc.incomplete:
         notes.append(f"{len(doc.incomplete)} cell repeat(s) did not complete; see Incomplete cells.")
+    over = [(c.id, c.summaries["train_mfu"].median) for c in doc.cells if _above_peak(c)]
+    if over:
+        notes.append(
+            "Train TFLOP/s above the datasheet peak: "
+            + ", ".join(f"`{cell}` MFU {mfu:.2f}" for cell, mfu in over)
+            + " (impossible on that GPU: check the FLOPs model's inputs, the GPU count and the device name)."
+        )
     if not doc.pairs() and not doc.refused:
-        candidate, reference = labels(doc)
-        notes.append(f"No {candidate}/{reference} pair to compare in this run (one framework only).")
+        notes.append(_no_pair_note(doc))
     return notes
+
+
+def _above_peak(cell: CellModel) -> bool:
+    summary = cell.summaries.get("train_mfu")
+    return summary is not None and summary.median is not None and summary.median > 1.0
+
+
+def _no_pair_note(doc: ReportDocument) -> str:
+    """Why there is no card: one side only in the run, or both ran but a side has no complete cell to compare."""
+    candidate, reference = labels(doc)
+    sides = doc.side_pair()
+    if sides.reference is None:
+        return f"No {candidate}/{reference} pair to compare in this run (one framework only)."
+    measured = {cell.side for cell in doc.cells}
+    missing = [side.label for side in sides.sides() if side.name not in measured]
+    which = " and ".join(missing) + (" has" if len(missing) == 1 else " have") if missing else "the two sides have"
+    shared = "" if missing else " of the same backend and layout"
+    return (
+        f"No {candidate}/{reference} pair to compare: both ran, but {which} no complete cell with metrics{shared} "
+        "(see Incomplete cells)."
+    )
 
 
 def headline_blocks(doc: ReportDocument) -> list[Any]:

@@ -132,13 +132,15 @@ def _card_html(card: Card) -> str:
     rows = []
     for bar in card.bars:
         total = bar.total_s or sum(s.seconds for s in bar.segments)
+        # Shares of the bar as flex-grow: grow factors summing below 1 would leave part of the track empty.
         segments = "".join(
-            f'<span class="seg" style="flex:{s.seconds:.6g} 0 0;background:{s.color}" '
+            f'<span class="seg" style="flex:{100 * s.seconds / (total or 1):.6g} 0 0;background:{s.color}" '
             f'title="{html.escape(s.name)}: {s.seconds:.2f} s">'
             f"{html.escape(s.name) if s.seconds / scale >= 0.12 else ''}</span>"
             for s in bar.segments
         )
-        per_1k = "" if bar.per_1k_tokens_s is None else f" · {bar.per_1k_tokens_s:.3f} s/1k tokens"
+        # Three significant digits: a sub-second step's few milliseconds per 1k tokens keep their difference.
+        per_1k = "" if bar.per_1k_tokens_s is None else f" · {bar.per_1k_tokens_s:.3g} s/1k tokens"
         totals = "n/a" if bar.total_s is None else f"{bar.total_s:.2f} s/step{per_1k}"
         rows.append(
             f'<span class="who">{html.escape(bar.label)}</span><div class="track"><div class="bar" '

@@ -54,7 +54,8 @@ def tick_label(value: float, ticks: Sequence[float]) -> str:
     """A tick's number with as many decimals as the tick spacing needs."""
     step = min((b - a for a, b in zip(ticks, ticks[1:], strict=False)), default=abs(value) or 1.0)
     decimals = max(0, -math.floor(math.log10(step) + 1e-9)) if step > 0 else 0
-    if step > 0 and round(step * 10**decimals) % 1:  # 2.5 x 10^k needs one decimal more
+    scaled = step * 10**decimals
+    if step > 0 and abs(scaled - round(scaled)) > 1e-9 * max(1.0, scaled):  # 2.5 x 10^k needs one decimal more
         decimals += 1
     return f"{value:.{decimals}f}"
 

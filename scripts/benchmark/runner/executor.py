@@ -4,6 +4,10 @@
   can be checked before any process starts (plan well formed and free of secrets, executables present, a Ray CLI
   where a private head is needed, with preflight=True the machine: runner/preflight.py; then the output folder
   writable), then writes DIR/plan.json and DIR/manifest.json. A rejected run leaves no folder it created.
+- A plan runs only what it was proven for (`check_plan_proof`): its spec still matches its `spec_hash`, and a plan
+  that compares two sides has its parity.json beside it, made for the same spec; else exit 2 naming the file.
+- A plan planned for another run folder or by another checkout runs with its paths moved to this run folder and this
+  checkout (runner/relocate.py); the run folder's plan.json is the moved plan.
 - Order: repeat 0 of every cell, then repeat 1, ...; within a repeat the cells of one (backend, layout) run
   candidate then reference, so node drift hits both sides alike.
 - Preparation steps run once, before the first cell, with this interpreter for a bare python (they are harness
@@ -30,6 +34,7 @@ Caveats:
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -39,6 +44,7 @@ from typing import Any
 
 from scripts.benchmark.common.redaction import Redactor, find_plan_secrets, find_words_secrets
 from scripts.benchmark.contracts.manifest import MANIFEST_NAME, CellRun, Manifest, new_cell_run
+from scripts.benchmark.contracts.parity import read_parity_file
 from scripts.benchmark.contracts.plan import Known, read_plan_json
 from scripts.benchmark.contracts.sides import SidePair, sides_from_cells
 from scripts.benchmark.frameworks import registry
@@ -49,6 +55,7 @@ from scripts.benchmark.runner.options import CannotExecute, ExecuteOptions, RunE
 from scripts.benchmark.runner.preflight import check_can_execute, launch_problems, steps_to_prepare  # noqa: F401
 from scripts.benchmark.runner.process import become_child_subreaper
 from scripts.benchmark.runner.progress import MatrixProgress
+from scripts.benchmark.runner.relocate import relocated
 from scripts.benchmark.runner.run_lock import (
     LOCK_NAME,
     RunLock,
@@ -57,6 +64,7 @@ from scripts.benchmark.runner.run_lock import (
     release_run_lock,
 )
 from scripts.benchmark.runner.write_errors import describe_write_error, write_error_in
+from scripts.benchmark.spec import spec_json_hash
 
 from miles.utils.bench_metrics import read_records, write_text_atomic
 
@@ -95,6 +103,31 @@ def load_plan(path: Path) -> dict[str, Any]:
     if secrets or refused:
         raise RunError(f"plan {path} cannot be executed:\n  " + "\n  ".join(secrets + refused))
     return plan
+
+
+def check_plan_proof(plan: dict[str, Any], path: Path) -> None:
+    """A plan runs only what it was proven for: its `spec_hash` is the hash of its `spec`, and a plan whose sides
+    compare two launches has the parity table beside it, made for the same spec (plans written before sides existed
+    are not checked for it)."""
+    problems = []
+    if isinstance(plan.get("spec_hash"), str) and spec_json_hash(plan["spec"]) != plan["spec_hash"]:
+        problems.append(f"its spec no longer matches its spec_hash {plan['spec_hash']} (was it edited?)")
+    if plan.get("sides") and plan_sides(plan).reference is not None:
+        problems += _parity_problems(path.parent / "parity.json", plan.get("spec_hash"))
+    if problems:
+        raise RunError(
+            f"plan {path} cannot be executed:\n  " + "\n  ".join(problems) + "\n  plan it again: run.py ... --dry-run"
+        )
+
+
+def _parity_problems(parity: Path, spec_hash: str | None) -> list[str]:
+    if not parity.exists():
+        return [f"it compares two sides but {parity} is missing (the proof that the launches match)"]
+    try:
+        proven = read_parity_file(parity).spec_hash
+    except (OSError, ValueError) as exc:
+        return [str(exc).strip().splitlines()[0]]
+    return [] if proven == spec_hash else [f"{parity} was made for spec {proven}, the plan is for {spec_hash}"]
 
 
 def plan_sides(plan: dict[str, Any]) -> SidePair:
@@ -181,6 +214,7 @@ def _prepare(
         if not manifest_path.exists():
             raise RunError(f"--resume {output_dir}: no {MANIFEST_NAME} there (was it a run folder?)")
         plan = load_plan(output_dir / "plan.json")
+        check_plan_proof(plan, output_dir / "plan.json")
     else:
         if manifest_path.exists():
             raise RunError(
@@ -188,15 +222,19 @@ def _prepare(
             )
         assert plan_path is not None
         plan = load_plan(plan_path)
+        check_plan_proof(plan, plan_path)
+    plan = relocated(plan, output_dir)
     if options.repeats < 1:
         raise RunError(f"--repeats must be >= 1, got {options.repeats}")
     if options.ray == "external" and not options.ray_address:
         raise RunError("--ray external needs --ray-address (or RAY_ADDRESS in the environment)")
+    if resume and preflight and _nothing_to_rerun(plan, options, output_dir):
+        preflight = False  # "nothing to do" needs no GPU: a finished run resumed on a laptop says so
     _check_here(plan, options, output_dir, preflight)
     _check_prefix_secrets(options)
     sides = plan_sides(plan)
     if not resume:
-        _copy_plan_files(plan_path, output_dir)
+        _copy_plan_files(plan_path, output_dir, plan)
         manifest = Manifest(
             path=manifest_path,
             spec_hash=plan.get("spec_hash"),
@@ -216,16 +254,27 @@ def _prepare(
     return plan, manifest, todo
 
 
-def _copy_plan_files(plan_path: Path | None, output_dir: Path) -> None:
+def _nothing_to_rerun(plan: dict[str, Any], options: ExecuteOptions, output_dir: Path) -> bool:
+    """Every cell repeat the options ask for is already complete with all its steps."""
+    manifest = _load_manifest(output_dir / MANIFEST_NAME)
+    runs = {c.key: c for c in manifest.cells}
+    wanted = [(cell["id"], rep) for cell, rep in interleaved_order(plan["cells"], options.repeats, plan_sides(plan))]
+    return all(key in runs for key in wanted) and not any(_needs_rerun(c, output_dir) for c in manifest.cells)
+
+
+def _copy_plan_files(plan_path: Path | None, output_dir: Path, plan: dict[str, Any]) -> None:
+    """The plan's files into the run folder; plan.json as it runs here (relocated), so --resume reads what ran."""
     assert plan_path is not None
     for name in ("parity.json", "parity.md"):
         sibling = plan_path.parent / name
         if sibling.exists() and not (output_dir / name).exists():
             shutil.copy2(sibling, output_dir / name)
-    if plan_path.resolve() != (output_dir / "plan.json").resolve():
-        redactor = Redactor.from_environ(os.environ)
-        text = redactor.redact_text(plan_path.read_text(encoding="utf-8"))
-        write_text_atomic(output_dir / "plan.json", text)
+    text = plan_path.read_text(encoding="utf-8")
+    if plan.get("origin") is not None and json.loads(text).get("origin") != plan["origin"]:
+        text = json.dumps(plan, indent=2) + "\n"
+    elif plan_path.resolve() == (output_dir / "plan.json").resolve():
+        return
+    write_text_atomic(output_dir / "plan.json", Redactor.from_environ(os.environ).redact_text(text))
 
 
 def _check_prefix_secrets(options: ExecuteOptions) -> None:

@@ -23,6 +23,7 @@ from scripts.benchmark.spec.benchmark import (
     load_spec_file,
     spec_hash,
     spec_json,
+    spec_json_hash,
     steady_state_warnings,
     with_overrides,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "read_yaml_mapping",
     "resolve_model_config",
     "spec_hash",
+    "spec_json_hash",
     "spec_json",
     "steady_state_warnings",
     "with_overrides",

@@ -266,7 +266,12 @@ def spec_json(spec: BenchmarkSpec) -> dict[str, Any]:
 def spec_hash(spec: BenchmarkSpec) -> str:
     """How the report reads results (`report`) and how learning is judged (`learning`) do not change what is
     measured, so they stay out of the hash."""
-    measured = {k: v for k, v in spec_json(spec).items() if k not in ("report", "learning")}
+    return spec_json_hash(spec_json(spec))
+
+
+def spec_json_hash(resolved: dict[str, Any]) -> str:
+    """`spec_hash` of a resolved spec as plan.json stores it (what `execute` checks a plan's `spec_hash` against)."""
+    measured = {k: v for k, v in resolved.items() if k not in ("report", "learning")}
     canonical = json.dumps(measured, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 

@@ -10,6 +10,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from scripts.benchmark.spec import spec_json_hash
+
 REPO_ROOT = Path(__file__).resolve().parents[3]
 STANDINS = Path(__file__).resolve().parent
 RUN_PY = REPO_ROOT / "scripts" / "benchmark" / "run.py"
@@ -61,10 +63,11 @@ def standin_cell(
 
 def write_plan(folder: Path, cells: list[dict], prepare: list[dict] | None = None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
+    spec = {"test": "standin"}
     plan = {
         "schema_version": 1,
-        "spec": {"test": "standin"},
-        "spec_hash": "0123456789ab",
+        "spec": spec,
+        "spec_hash": spec_json_hash(spec),
         "preset": None,
         "prepare": prepare or [],
         "cells": cells,

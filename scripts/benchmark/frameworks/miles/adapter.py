@@ -172,9 +172,14 @@ def parser_rejections(cells: list[dict[str, Any]], python: str | None = None) ->
     python = python or shutil.which("python3")
     if python is None:
         raise MilesParserUnavailable("python3 not found on PATH to run Miles's parser")
+    miles_path = _miles_path(cells[0])
+    if miles_path and not Path(miles_path[0]).is_dir():
+        raise MilesParserUnavailable(
+            f"the Miles checkout {miles_path[0]} (--miles-root) is not a folder on this machine"
+        )
     with tempfile.TemporaryDirectory(prefix="miles-preflight-") as tmp:
         launches = parser_launches(cells, Path(tmp))
-        verdicts = run_miles_parser(launches, _miles_path(cells[0]), python)
+        verdicts = run_miles_parser(launches, miles_path, python)
     return {
         cell["id"]: [] if verdict["accepted"] else [verdict["error"]]
         for cell, verdict in zip(cells, verdicts, strict=True)
