@@ -265,8 +265,12 @@ def spec_json(spec: BenchmarkSpec) -> dict[str, Any]:
 
 def spec_hash(spec: BenchmarkSpec) -> str:
     """How the report reads results (`report`) and how learning is judged (`learning`) do not change what is
-    measured, so they stay out of the hash."""
+    measured, so they stay out of the hash. The loop's default `schedule` (drain) is left out too, so specs written
+    before the knob existed keep their hash."""
     measured = {k: v for k, v in spec_json(spec).items() if k not in ("report", "learning")}
+    loop = measured["placement"]["async_loop"]
+    if loop.get("schedule") == "drain":
+        del loop["schedule"]
     canonical = json.dumps(measured, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
