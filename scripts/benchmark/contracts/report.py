@@ -166,6 +166,16 @@ class RefusedModel(_Open):
     reason: str
 
 
+class PolicyLagModel(_Open):
+    backend: str
+    layout: str
+    bound: dict[str, Any]
+    """Side name -> the launch's max_policy_lag (parity row), None without parity."""
+    observed: dict[str, dict[str, Any] | None]
+    """Side name -> {mean, max, steps} over the side's steps, None where the framework logged no staleness."""
+    flags: list[str] = Field(default_factory=list)
+
+
 class IncompleteModel(_Open):
     cell_id: str
     repeat: int
@@ -264,6 +274,8 @@ class ReportDocument(_Open):
     parity_error: str | None = None
     """Why parity.json could not be read (then `parity` is None and no pair is compared)."""
     learning: list[LearningPairModel] = Field(default_factory=list)
+    policy_lag: list[PolicyLagModel] = Field(default_factory=list)
+    """Per pair, the policy lag each side logged against the bound its launch set (analysis/staleness.py)."""
 
     def side_pair(self) -> SidePair:
         return SidePair.from_list(self.sides)
