@@ -86,6 +86,9 @@ class StepRecord:
     """The framework's own metrics for this step, verbatim."""
     learning: dict[str, float | None] = field(default_factory=dict)
     """The step's learning signals (`LEARNING_SIGNALS`, normalised units); empty in records written before them."""
+    policy_lag: dict[str, float | None] = field(default_factory=dict)
+    """Weight versions between the oldest weights that generated the step's trajectories and the policy that trains
+    them, as the framework logs it: {"mean", "max"} over the step's groups; empty where the framework logs none."""
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:

@@ -34,7 +34,7 @@ from scripts.benchmark.frameworks import registry
 from scripts.benchmark.frameworks.miles.parser_check import CAPABILITY_WITHOUT_GPU, RUN_WORKER, parser_launches
 from scripts.benchmark.frameworks.miles.versions import DEFAULT_MILES_TARGET
 from scripts.benchmark.plan.build import PlanOptions, build_plan
-from scripts.benchmark.spec import LAYOUTS, load_preset, preset_names, with_overrides
+from scripts.benchmark.spec import LAYOUTS, BenchmarkSpec, load_preset, preset_names, with_overrides
 
 from tests.benchmark.test_miles_reader import CTX as READER_CTX
 
@@ -163,6 +163,7 @@ def test_run_suite_lists_the_fast_tier_on_every_pr_and_the_slow_tier_nightly(ove
         assert other.returncode == 0 and not any(f.startswith("tests/benchmark/") for f in listed(other.stdout))
 
 
+@pytest.mark.timeout(1800)  # the whole fast tier, run by Miles's runner: minutes on a 2-core machine
 def test_run_suite_runs_the_fast_tier_green_under_miles_pytest_settings(overlay):
     done = run_suite(overlay, "--hw", "cpu", "--suite", registration.SUITE_CPU, "--continue-on-error", timeout=1800)
     failed = [line.split()[0] for line in done.stdout.splitlines() if line.endswith("]") and " FAILED " in line]
@@ -198,9 +199,21 @@ def default_target_cells() -> list[dict]:
         for layout in LAYOUTS:
             sides = registry.option_pair(compare_verl=False, miles_version=DEFAULT_MILES_TARGET)
             options = PlanOptions(backends=BACKENDS, layout=layout, output_dir=Path("/nonexistent"), sides=sides)
-            plan = build_plan(with_overrides(load_preset(preset), layout=layout), preset, options)
-            cells += [dict(cell, preset=preset) for cell in plan.data["cells"] if cell["framework"] == "miles"]
+            for spec in schedules(with_overrides(load_preset(preset), layout=layout)):
+                plan = build_plan(spec, preset, options)
+                loop = spec.placement.async_loop.schedule if layout == "disaggregated" else ""
+                name = f"{preset}/{loop}" if loop == "continuous" else preset
+                cells += [dict(cell, preset=name) for cell in plan.data["cells"] if cell["framework"] == "miles"]
     return cells
+
+
+def schedules(spec: BenchmarkSpec) -> list[BenchmarkSpec]:
+    """The spec, and for a disaggregated one also its continuous schedule (train_async.py --fully-async)."""
+    if spec.placement.layout != "disaggregated":
+        return [spec]
+    data = spec.model_dump()
+    data["placement"]["async_loop"]["schedule"] = "continuous"
+    return [spec, BenchmarkSpec.model_validate(data)]
 
 
 def entry_of(cell: dict) -> str:
@@ -303,7 +316,8 @@ def verdicts(overlay, tmp_path_factory) -> dict[str, dict]:
 
 def test_miles_own_parser_and_entry_checks_accept_every_launch_of_the_target(verdicts):
     launches = {name: v for name, v in verdicts.items() if not name.startswith("planted/")}
-    assert len(launches) == len(preset_names()) * len(LAYOUTS) * len(BACKENDS)
+    assert len(launches) == len(preset_names()) * (len(LAYOUTS) + 1) * len(BACKENDS)
+    assert sum("/continuous/" in name for name in launches) == len(preset_names()) * len(BACKENDS)
     refused = {
         name: v["error"] for name, v in launches.items() if v != {"accepted": True, "stage": None, "error": None}
     }

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from scripts.benchmark.frameworks import registry
 from scripts.benchmark.frameworks.miles.launch import MilesPaths
 from scripts.benchmark.frameworks.miles.parser_check import entry_flags, job_env, parser_launches, run_miles_parser
@@ -60,6 +61,11 @@ PLANTED = {
         [("--num-steps-per-rollout", "3")],
         "global_batch_size 16 is not equal to rollout_batch_size 4 * n_samples_per_prompt 4 "
         "// num_steps_per_rollout 3",
+    ),
+    "fully-async (no such flag in the release)": (
+        ("smoke", "disaggregated"),
+        [("--fully-async", None)],
+        "unrecognized arguments: --fully-async",
     ),
     "TP not dividing the world size": (
         ("smoke", "colocate"),
@@ -233,3 +239,22 @@ class TestPreflight:
             build_app(), ["--preset", "smoke", "--output-dir", str(tmp_path), "--dry-run", "--miles-version", "9.9"]
         )
         assert result.exit_code == 2 and "--miles-version must be one of 31f1ca9, 0.0.2, got '9.9'" in result.output
+
+
+def test_the_continuous_schedule_is_not_planned_for_the_release(tmp_path):
+    """miles-rl 0.0.2 has no --fully-async (planted above: its parser refuses it), so a continuous-schedule plan
+    targeting it stops at planning with exit 2, naming the spec key; the default target plans it."""
+    data = with_overrides(load_preset("smoke"), layout="disaggregated").model_dump(mode="json")
+    data["placement"]["async_loop"]["schedule"] = "continuous"
+    spec = tmp_path / "continuous.yaml"
+    spec.write_text(yaml.safe_dump(data))
+    argv = ["--backend", "megatron", "--spec", str(spec), "--layout", "disaggregated", "--dry-run"]
+    result = CliRunner().invoke(
+        build_app(), [*argv, "--output-dir", str(tmp_path / "out"), "--miles-version", "0.0.2"]
+    )
+    assert result.exit_code == 2, result.output
+    assert "placement.async_loop.schedule=continuous: Miles 0.0.2 has no --fully-async" in result.output
+    assert "Traceback" not in result.output
+    result = CliRunner().invoke(build_app(), [*argv, "--output-dir", str(tmp_path / "ok")])
+    assert result.exit_code == 0, result.output
+    assert "--fully-async" in (tmp_path / "ok" / "cells" / "miles-megatron-disaggregated.sh").read_text()

@@ -23,7 +23,8 @@ from scripts.benchmark.frameworks.verl.launch import VerlData, build_verl_launch
 from scripts.benchmark.frameworks.verl.parity_knobs import parse_verl
 from scripts.benchmark.plan.parity import ParityError, ParitySide, build_parity, parity_file
 from scripts.benchmark.report.headline import main_component
-from scripts.benchmark.spec import BACKENDS, LAYOUTS, load_preset, preset_names, with_overrides
+from scripts.benchmark.spec import BACKENDS, LAYOUTS, BenchmarkSpec, load_preset, preset_names, with_overrides
+from scripts.benchmark.spec.benchmark import spec_hash, spec_json
 from tests.benchmark.synthetic_runs import gap_pair, write_run_folder
 
 AR = "actor_rollout_ref"
@@ -204,4 +205,62 @@ class TestFirstSteps:
 def test_the_policy_lag_row_says_it_is_the_launch_bound():
     row = _rows("qwen3-4b", "megatron")["max_policy_lag"]
     assert row.status == "matched" and row.candidate == row.reference == 1
-    assert row.note == "the bound the launches set; the lag the runs observe is not read back"
+    assert row.note == "the bound the launches set; the lag the runs log is in the report's policy_lag"
+
+
+def _continuous(preset: str = "smoke"):
+    data = with_overrides(load_preset(preset), layout="disaggregated").model_dump()
+    data["placement"]["async_loop"]["schedule"] = "continuous"
+    return BenchmarkSpec.model_validate(data)
+
+
+def _continuous_rows(preset: str, backend: str):
+    spec = _continuous(preset)
+    train, val = converted_paths(spec, "/out/data")
+    miles = build_miles_launch(spec, backend, "disaggregated").argv
+    verl = build_verl_launch(spec, backend, "disaggregated", VerlData(train, val)).argv
+    prepare = prepare_step(spec, "/out/data", "run.py")["argv"]
+    candidate, reference = ParitySide(registry.get("miles"), miles), ParitySide(registry.get("verl"), verl, prepare)
+    return miles, verl, {r.knob: r for r in build_parity(candidate, reference, backend, "disaggregated")}
+
+
+class TestContinuousSchedule:
+    """placement.async_loop.schedule: continuous runs Miles's fully-async loop against the same VERL launch."""
+
+    @pytest.mark.parametrize("backend", BACKENDS)
+    def test_miles_runs_fully_async_with_retract_and_the_lag_bound(self, backend):
+        miles, verl, _ = _continuous_rows("qwen3-4b", backend)
+        drain_miles, drain_verl, _ = _launches("qwen3-4b", backend, "disaggregated")
+        tail = ["--fully-async", "--pause-generation-mode", "retract", "--max-weight-staleness", "1"]
+        assert miles[-len(tail) :] == tail and miles[: -len(tail)] == list(drain_miles)
+        assert miles[1].endswith("/train_async.py") and verl == list(drain_verl)
+        assert not {t for t in tail if t.startswith("--")} & set(drain_miles)
+
+    @pytest.mark.parametrize("backend", BACKENDS)
+    def test_parity_matches_the_loop_and_names_what_still_differs(self, backend):
+        _, _, rows = _continuous_rows("qwen3-4b", backend)
+        assert not [r.knob for r in rows.values() if r.status == "MISMATCH"]
+        for knob in ("rollout_loop", "max_policy_lag", "weight_sync_cadence"):
+            assert rows[knob].status == "matched", knob
+        assert rows["max_policy_lag"].candidate == rows["max_policy_lag"].reference == 1
+        shape, partial = rows["loop_shape"], rows["partial_rollout"]
+        assert shape.status == "asymmetry" and "refilled one group at a time" in shape.candidate
+        assert "in flight through the update" in shape.candidate and "in flight through the update" in shape.reference
+        assert "drops groups staler than the bound" in shape.note and "nothing dropped" in shape.note
+        assert partial.status == "asymmetry" and "retracted" in partial.candidate and "abort" in partial.reference
+        first = rows["first_steps_composition"]
+        assert first.status == "asymmetry" and "first prompt groups to finish" in first.candidate
+
+    def test_the_drain_default_keeps_the_hash_and_continuous_changes_it(self):
+        spec = with_overrides(load_preset("smoke"), layout="disaggregated")
+        data = spec.model_dump()
+        data["placement"]["async_loop"].pop("schedule")
+        assert spec_hash(BenchmarkSpec.model_validate(data)) == spec_hash(spec)
+        assert spec_json(spec)["placement"]["async_loop"]["schedule"] == "drain"
+        assert spec_hash(_continuous()) != spec_hash(spec)
+
+    def test_a_schedule_neither_framework_runs_is_refused(self):
+        data = load_preset("smoke").model_dump()
+        data["placement"]["async_loop"]["schedule"] = "fully-async"
+        with pytest.raises(ValueError, match="schedule"):
+            BenchmarkSpec.model_validate(data)

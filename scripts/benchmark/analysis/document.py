@@ -43,6 +43,7 @@ from scripts.benchmark.analysis.run_folder import (
     stat_column,
 )
 from scripts.benchmark.analysis.settings import AnalysisSettings
+from scripts.benchmark.analysis.staleness import lag_pairs, observed_lag
 from scripts.benchmark.analysis.stats import summarise
 from scripts.benchmark.analysis.steady_state import detect_steady_state
 from scripts.benchmark.analysis.step_columns import StepColumns
@@ -197,6 +198,7 @@ def _analyse_cell(cell: Cell, settings: AnalysisSettings, skip_first: int = 0) -
         "samples": samples,
         "response_length": _response_length(steady),
         "tokens_per_step": tokens_per_step(steady),
+        "policy_lag": observed_lag(columns),
         "step_time_series": [
             {"repeat": rep.repeat, "steps": c.steps.tolist(), "step_time_s": _nulls(c.values["step_time_s"])}
             for rep, c in zip(cell.repeats, columns, strict=True)
@@ -330,6 +332,8 @@ def analyse_run_folder(
             roofline_spread=roofline_spread,
         )
     learning = analyse_learning(folder.cells, cells, folder.plan, folder.sides, seed=settings.seed)
+    reference = folder.sides.reference
+    lags = lag_pairs(cells, folder.parity, folder.sides.candidate.name, reference.name) if reference else []
     return ReportDocument(
         schema_version=REPORT_SCHEMA_VERSION,
         run_dir=str(folder.run_dir),
@@ -352,4 +356,5 @@ def analyse_run_folder(
         parity_error=folder.parity_error,
         learning=learning,
         learning_margins=learning_margins(folder.plan),
+        policy_lag=lags,
     )

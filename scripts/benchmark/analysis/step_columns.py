@@ -176,7 +176,7 @@ def read_step_columns(path: Path, raw_keys: dict[str, tuple[str, ...]]) -> StepC
     for name, spec in METRICS.items():  # every field the registry declares, read where the record keeps it
         if spec.source != "columns" and "." not in name:
             col[name] = _column([r.get(name) for r in rows])
-    for section in sorted({name.split(".")[0] for name in METRICS if "." in name} | {"learning"}):
+    for section in sorted({name.split(".")[0] for name in METRICS if "." in name} | {"learning", "policy_lag"}):
         dicts = [r.get(section) or {} for r in rows]
         for key in sorted({k for d in dicts for k in d}):
             col[f"{section}.{key}"] = _column([d.get(key) for d in dicts])

@@ -168,6 +168,16 @@ class RefusedModel(_Open):
     reason: str
 
 
+class PolicyLagModel(_Open):
+    backend: str
+    layout: str
+    bound: dict[str, Any]
+    """Side name -> the launch's max_policy_lag (parity row), None without parity."""
+    observed: dict[str, dict[str, Any] | None]
+    """Side name -> {mean, max, steps} over the side's steps, None where the framework logged no staleness."""
+    flags: list[str] = Field(default_factory=list)
+
+
 class IncompleteModel(_Open):
     cell_id: str
     repeat: int
@@ -285,6 +295,8 @@ class ReportDocument(_Open):
     learning_margins: dict[str, float | None] | None = None
     """Per learning signal, the margin the report judged with (the spec's, else the default): `check` uses the same.
     None in reports written before it (then `check` keeps the defaults)."""
+    policy_lag: list[PolicyLagModel] = Field(default_factory=list)
+    """Per pair, the policy lag each side logged against the bound its launch set (analysis/staleness.py)."""
 
     def side_pair(self) -> SidePair:
         return SidePair.from_list(self.sides)

@@ -270,3 +270,18 @@ def reconcile_samples(from_sink: int | None, ctx: RunContext, flags: list[str]) 
     if ctx.samples_per_step is not None and from_sink != ctx.samples_per_step:
         flags.append(f"samples_mismatch:sink={from_sink},spec={ctx.samples_per_step}")
     return from_sink
+
+
+def policy_lag(metrics: dict[str, Any], mean_key: str, max_key: str) -> dict[str, float | None]:
+    """The step's logged staleness as StepRecord.policy_lag ({} when the framework logged neither key)."""
+    if mean_key not in metrics and max_key not in metrics:
+        return {}
+    return {name: _finite(metrics.get(key)) for name, key in (("mean", mean_key), ("max", max_key))}
+
+
+def _finite(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None

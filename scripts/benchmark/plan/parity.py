@@ -100,7 +100,7 @@ KNOBS: list[tuple[str, str]] = [
 # Notes of matched knobs whose matched value still costs time (the same cost on both sides).
 _MATCHED_COST = {
     "tracking": "wandb adds a network logger (background upload) to both runs; equal cost, never the metric sink",
-    "max_policy_lag": "the bound the launches set; the lag the runs observe is not read back",
+    "max_policy_lag": "the bound the launches set; the lag the runs log is in the report's policy_lag",
 }
 
 

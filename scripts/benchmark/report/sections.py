@@ -386,6 +386,30 @@ def _context_blocks(doc: ReportDocument, *, environment_json: bool) -> list[Any]
     return blocks
 
 
+def _lag_text(lag: dict[str, Any] | None) -> str:
+    if lag is None:
+        return "not logged"
+    return f"mean {format_number(lag.get('mean'))}, max {format_number(lag.get('max'))} ({lag.get('steps')} steps)"
+
+
+def _policy_lag_blocks(doc: ReportDocument) -> list[Any]:
+    """Each pair's policy lag as the runs logged it, against the bound each launch set; flagged rows say why."""
+    if not doc.policy_lag:
+        return []
+    rows = []
+    for row in doc.policy_lag:
+        for side, lag in row.observed.items():
+            bound = row.bound.get(side)
+            flags = [f.split(":", 1)[1] for f in row.flags if f.startswith(f"{side}:")]
+            rows.append([f"{row.backend}/{row.layout}", side, _lag_text(lag), str(bound), ", ".join(flags)])
+        if "observed_lag_differs" in row.flags:
+            rows.append(
+                [f"{row.backend}/{row.layout}", "both", "the observed maxima differ", "", "observed_lag_differs"]
+            )
+    note = "Weight versions between a trajectory's oldest weights and the policy, as each framework logs them."
+    return [Heading(2, "Policy lag"), Paragraph(note), Table(["pair", "side", "observed", "bound", "flags"], rows)]
+
+
 def report_title(doc: ReportDocument) -> str:
     cand, ref = labels(doc)
     return f"{cand} vs {ref} throughput report"
@@ -403,6 +427,7 @@ def build_blocks(doc: ReportDocument, images: dict[str, str], *, environment_jso
     blocks += learning_blocks(doc, images)
     blocks += _cell_blocks(doc)
     blocks += _steady_blocks(doc)
+    blocks += _policy_lag_blocks(doc)
     blocks += _calibration_blocks(doc)
     if doc.incomplete:
         rows = [[f"`{r.cell_id}`", str(r.repeat), r.state, r.reason or ""] for r in doc.incomplete]

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -265,13 +266,17 @@ def spec_json(spec: BenchmarkSpec) -> dict[str, Any]:
 
 def spec_hash(spec: BenchmarkSpec) -> str:
     """How the report reads results (`report`) and how learning is judged (`learning`) do not change what is
-    measured, so they stay out of the hash."""
+    measured, so they stay out of the hash. The loop's default `schedule` (drain) is left out too, so specs written
+    before the knob existed keep their hash."""
     return spec_json_hash(spec_json(spec))
 
 
 def spec_json_hash(resolved: dict[str, Any]) -> str:
     """`spec_hash` of a resolved spec as plan.json stores it (what `execute` checks a plan's `spec_hash` against)."""
-    measured = {k: v for k, v in resolved.items() if k not in ("report", "learning")}
+    measured = copy.deepcopy({k: v for k, v in resolved.items() if k not in ("report", "learning")})
+    loop = measured.get("placement", {}).get("async_loop", {})
+    if loop.get("schedule") == "drain":
+        del loop["schedule"]
     canonical = json.dumps(measured, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 

@@ -4,7 +4,11 @@ each one speaks (part of BenchmarkSpec: placement.async_loop, rollout.sglang_ver
 - `AsyncLoopSpec`: the disaggregated layout is one-step off-policy on both sides (generation of step N+1 overlaps
   training of N). Miles: train_async.py with --update-weights-interval = weight_sync_every_steps; VERL:
   separate_async with num_warmup_batches = max_policy_lag, max_off_policy_threshold = max_policy_lag + 1, strategy
-  wait. Only values both frameworks can express alike are accepted.
+  wait. Only values both frameworks can express alike are accepted. `schedule` picks the candidate's loop where it
+  has two: `drain` (Miles train_async.py: the update waits for the batch in flight, nothing generates through it)
+  or `continuous` (Miles train_async.py --fully-async --pause-generation-mode retract --max-weight-staleness
+  max_policy_lag: a persistent producer, requests retracted and resumed through the update, as VERL's
+  separate_async keeps them in flight). VERL has the one loop, separate_async, for both.
 - `SglangVersions`: per framework adapter name, the SGLang version its launch spells SGLang's own keys for;
   preflight compares it with the SGLang installed in that framework's interpreter.
 """
@@ -33,6 +37,9 @@ class AsyncLoopSpec(BaseModel):
     """Weight versions between the policy that generated a batch and the one that trains on it, at most."""
     weight_sync_every_steps: Literal[1] = 1
     """Rollout weights are updated after every RL step (Miles --update-weights-interval; VERL once per step)."""
+    schedule: Literal["drain", "continuous"] = "drain"
+    """drain: the weight update waits for the batch in flight (no request generates through it); continuous: a
+    persistent producer keeps requests in flight through the update, groups older than max_policy_lag not trained."""
 
 
 def _not_a_bool(value: Any) -> Any:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from scripts.benchmark.contracts.sides import Side
+from scripts.benchmark.errors import UserError
 from scripts.benchmark.frameworks.adapter import AdapterDefaults, CheckStage, LaunchContext, OwnCheck
 from scripts.benchmark.frameworks.launch import FrameworkLaunch
 from scripts.benchmark.frameworks.miles.flags import flag_problems, load_inventory
@@ -35,6 +36,7 @@ from scripts.benchmark.frameworks.miles.versions import (
     DEFAULT_MILES_TARGET,
     MILES_TARGETS,
     miles_target,
+    schedule_problems,
     target_problems,
 )
 from scripts.benchmark.frameworks.native_events import NoStepsError, SinkIssue, merge_native_events
@@ -100,6 +102,8 @@ class MilesAdapter(AdapterDefaults):
 
     def build_launch(self, spec: BenchmarkSpec, backend: str, layout: str, ctx: LaunchContext) -> FrameworkLaunch:
         target = miles_target(ctx.side.target or DEFAULT_MILES_TARGET)
+        if layout == "disaggregated" and (problems := schedule_problems(target, spec.placement.async_loop.schedule)):
+            raise UserError(problems[0])
         paths = ctx.own_settings(self.name) or MilesPaths()
         if ctx.side.root is not None:
             paths = dataclasses.replace(paths, miles_root=ctx.side.root)

@@ -1,4 +1,5 @@
-"""The Miles launch of one benchmark cell: train.py (colocate) or train_async.py (disaggregated) argv per backend,
+"""The Miles launch of one benchmark cell: train.py (colocate) or train_async.py (disaggregated; with --fully-async
+when spec.placement.async_loop.schedule is continuous) argv per backend,
 wrapped in `ray job submit` like Miles's own launchers (miles/utils/external_utils/command_utils.py::execute_train),
 built from named blocks.
 
@@ -253,8 +254,18 @@ def _placement(spec: BenchmarkSpec, layout: Layout) -> list[str]:
     argv += ["--num-gpus-per-node", flag_value(spec.gpus_per_node(layout))]
     if layout == "colocate":
         return argv + ["--colocate"]
+    loop = spec.placement.async_loop
     argv += ["--rollout-num-gpus", flag_value(spec.rollout_gpus(layout))]
-    return argv + ["--update-weights-interval", flag_value(spec.placement.async_loop.weight_sync_every_steps)]
+    argv += ["--update-weights-interval", flag_value(loop.weight_sync_every_steps)]
+    return argv + (continuous_loop_args(loop.max_policy_lag) if loop.schedule == "continuous" else [])
+
+
+def continuous_loop_args(max_policy_lag: int) -> list[str]:
+    """train_async.py's fully-async loop (FullyAsyncRolloutFn): a persistent producer; SGLang retracts the running
+    requests to its waiting queue at a weight update and re-prefills them after it (retract is Miles's default,
+    passed so the launch says it); groups staler than the spec's lag bound are not trained."""
+    argv = ["--fully-async", "--pause-generation-mode", "retract"]
+    return argv + ["--max-weight-staleness", flag_value(max_policy_lag)]
 
 
 def _tracking(spec: BenchmarkSpec, backend: Backend, layout: Layout, side: str) -> list[str]:

@@ -66,14 +66,14 @@ PREFILL_DEFAULT = "sglang 0.5.16 default backend"
 
 def _miles_loop(m: _Miles) -> dict[str, Any]:
     """train.py: generate, train, update, in turn. train_async.py: the next rollout starts before training and the
-    weight update waits for it (`train_async.py`), so every sample is exactly --update-weights-interval stale."""
+    weight update waits for it (`train_async.py`), so every sample is exactly --update-weights-interval stale.
+    --fully-async: FullyAsyncRolloutFn's persistent producer (`_fully_async_loop`)."""
     interval = m.get("--update-weights-interval", int) or 1
     shape = "one batch generated, then trained; nothing in flight at an update"
     if m.entry != "train_async.py":
         loop, lag = "synchronous", 0
     elif m.has("--fully-async"):
-        loop, lag = "fully async (persistent producer)", m.get("--max-weight-staleness") or "unbounded"
-        shape = "persistent producer keeps generating; requests in flight through the update"
+        return _fully_async_loop(m, interval)
     else:
         loop, lag = (ONE_STEP_OFF_POLICY if interval == 1 else f"off-policy by {interval} steps"), interval
         shape = "one batch in flight, drained to the last sample; rollout GPUs idle through the tail and the update"
@@ -84,6 +84,36 @@ def _miles_loop(m: _Miles) -> dict[str, Any]:
         "weight_sync_cadence": "every step" if interval == 1 or m.entry == "train.py" else f"every {interval} steps",
         "partial_rollout": "none: no request in flight at a weight update",
         "first_steps_composition": "file batches in order",
+    }
+
+
+FULLY_ASYNC_SHAPE = (
+    "persistent producer: up to 1 batch of prompt groups generating, refilled one group at a time; requests in "
+    "flight through the update; groups staler than the bound dropped"
+)
+PAUSE_WORDS = {
+    "retract": "in-flight requests retracted to SGLang's waiting queue at each weight update and re-prefilled with "
+    "the new weights",
+    "in_place": "in-flight requests frozen at each weight update and resumed on their old KV cache",
+    "abort": "in-flight requests aborted at each weight update",
+}
+
+
+def _fully_async_loop(m: _Miles, interval: int) -> dict[str, Any]:
+    """The producer keeps --async-max-concurrent-samples (default one batch) generating, backfilled per group
+    (`fully_async_rollout.py`); the data buffer drops a group whose oldest weight version is more than
+    --max-weight-staleness behind the engine's (`fully_async_data_buffer.py`, --async-unused-samples-handler drop);
+    the weight update pauses the engines with --pause-generation-mode."""
+    bound = m.get("--max-weight-staleness", int)
+    lag = "unbounded" if bound is None else bound
+    one_step = bound == 1 and interval == 1
+    return {
+        "rollout_loop": ONE_STEP_OFF_POLICY if one_step else f"fully async (staleness bound {lag})",
+        "loop_shape": FULLY_ASYNC_SHAPE,
+        "max_policy_lag": lag,
+        "weight_sync_cadence": "every step" if interval == 1 else f"every {interval} steps",
+        "partial_rollout": PAUSE_WORDS.get(m.get("--pause-generation-mode") or "retract", "unknown pause mode"),
+        "first_steps_composition": "by completion: the first prompt groups to finish (first step: fastest prompts)",
     }
 
 

@@ -34,6 +34,7 @@ from scripts.benchmark.frameworks.native_events import (
     SinkIssue,
     files_in_time_order,
     metric_value,
+    policy_lag,
     read_json_lines,
     reconcile_samples,
     residual_other,
@@ -61,6 +62,9 @@ MILES_REQUIRED_KEYS: tuple[str, ...] = (
     "rollout/total_lengths",
     "rollout/response_lengths",
 )
+MILES_LAG_KEYS = ("rollout/fully_async/avg_staleness", "rollout/fully_async/max_staleness")
+"""--fully-async only (fully_async_data_buffer.py): the engine's weight version when the batch is drained minus each
+consumed group's oldest; the drain loop logs none."""
 POST_TRAIN_KEY = "stdout/post_train_time"
 """Seconds from the train rank's `Timer train end` line to its `perf N:` line (stdout timestamps, ms): work after the
 train timer that Miles books into the next record's train_wait. Only in stdout sinks."""
@@ -414,6 +418,7 @@ def normalize_miles_steps(steps: dict[int, NativeStep], ctx: RunContext) -> list
                 samples=samples,
                 flags=list(dict.fromkeys(flags)),
                 raw=metrics,
+                policy_lag=policy_lag(metrics, *MILES_LAG_KEYS),
             )
         )
     return records

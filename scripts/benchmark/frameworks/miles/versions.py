@@ -10,6 +10,8 @@ What differs (each read in the release's own code, and held by tests/benchmark/t
   its cells are planned without it and record no sink, so they can be checked but not measured.
 - miles-rl 0.0.2 refuses `--train-backend fsdp` outside its own CI tests (parse_args raises unless --ci-test, which
   turns on per-step checks a benchmark must not time): FSDP cells are not planned for it.
+- miles-rl 0.0.2 has no `--fully-async` (nor miles/rollout/fully_async_rollout.py; it knows --max-weight-staleness and
+  --pause-generation-mode): the continuous schedule (spec.placement.async_loop.schedule) is not planned for it.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ class MilesTarget:
     """The SGLang the target bundles (its --sglang-* flag spellings), or None: the spec's rollout.sglang_versions."""
     fsdp: bool
     """`--train-backend fsdp` is accepted outside Miles's CI tests."""
+    fully_async: bool = True
+    """train_async.py --fully-async exists (the continuous schedule)."""
 
 
 MILES_RELEASE = "0.0.2"
@@ -41,6 +45,7 @@ MILES_TARGETS = {
         source="miles-rl 0.0.2 from PyPI (2026-05)",
         sglang_version="0.5.12",  # its bundled SGLang predates the 0.5.14 rename (no cuda_graph_max_bs_decode)
         fsdp=False,
+        fully_async=False,
     ),
 }
 
@@ -56,5 +61,14 @@ def target_problems(target: MilesTarget, backend: str) -> list[str]:
         return [
             f"Miles {target.name} refuses --train-backend fsdp outside its CI tests (its parse_args raises unless "
             "--ci-test, which adds per-step checks); plan megatron, or target a newer Miles"
+        ]
+    return []
+
+
+def schedule_problems(target: MilesTarget, schedule: str) -> list[str]:
+    if schedule == "continuous" and not target.fully_async:
+        return [
+            f"placement.async_loop.schedule=continuous: Miles {target.name} has no --fully-async (its parser "
+            "refuses it); use schedule drain, or target a newer Miles"
         ]
     return []

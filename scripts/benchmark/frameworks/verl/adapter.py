@@ -37,14 +37,18 @@ _ALWAYS = {
 }
 _DISAGGREGATED = {
     "partial_rollout": "cannot be matched: VERL's separate_async always aborts the in-flight requests at the weight "
-    "update and re-prefills them (prompt and tokens so far) under the new weights after the radix-cache flush; "
-    "Miles's train_async.py has nothing in flight at the update. Same lag bound (1 step)",
-    "loop_shape": "cannot be matched with train_async.py: Miles drains each batch (its rollout GPUs idle through the "
-    "long tail and the update), VERL keeps the pool busy with the next batch; the fully-async Miles loop is the "
-    "closer schedule",
+    "update and re-prefills them (prompt and tokens so far) under the new weights after the radix-cache flush. "
+    "Miles's drain loop (train_async.py) has nothing in flight at the update; its continuous loop (--fully-async, "
+    "retract) re-prefills its in-flight requests too, inside SGLang (back to the waiting queue) rather than by abort "
+    "and resubmission from the client. Same lag bound (1 step)",
+    "loop_shape": "cannot be matched: Miles's drain loop (train_async.py) drains each batch (its rollout GPUs idle "
+    "through the long tail and the update) while VERL keeps the pool busy with the next batch. Miles's continuous "
+    "loop (--fully-async) keeps its pool busy too, but refills one prompt group at a time up to one batch in flight "
+    "(VERL submits a whole batch per step, up to two in flight) and drops groups staler than the bound, where VERL's "
+    "sampler waits for them (nothing dropped)",
     "first_steps_composition": "VERL's first two steps train the fastest then the slowest prompts of two batches "
-    "and it generates one batch more than it trains; Miles trains the file's batches in order. The report cuts "
-    "those steps from the steady state",
+    "and it generates one batch more than it trains; Miles's drain loop trains the file's batches in order, its "
+    "continuous loop the first prompt groups to finish. The report cuts those steps from the steady state",
     "weight_cpu_backup": "VERL's decoupled PPO (bypass_mode=False) swaps the training model through CPU to give "
     "every mini-batch the step's first weights for old log-probs (in VERL's old_logprob phase); Miles recomputes "
     "old log-probs once, with no copy. Avoiding it means rollout log-probs on both sides (another algorithm)",
@@ -58,7 +62,8 @@ _DISAGGREGATED_PHASES = {
     "PPO) and fetching the batch; Miles's is the log-prob forward alone",
     "rollout_wait": "Miles's includes handing the batch over and preprocessing it; VERL's fetch lands in its "
     "old_logprob and train phases",
-    "weight_sync": "VERL's includes aborting the in-flight requests and resuming them; Miles has nothing in flight",
+    "weight_sync": "VERL's includes aborting the in-flight requests and resuming them; Miles's drain loop has nothing "
+    "in flight, its continuous loop pauses them inside SGLang (retract)",
 }
 
 

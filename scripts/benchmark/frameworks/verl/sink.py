@@ -23,6 +23,7 @@ from scripts.benchmark.frameworks.native_events import (
     SinkIssue,
     files_in_time_order,
     metric_value,
+    policy_lag,
     read_json_lines,
     reconcile_samples,
     residual_other,
@@ -109,6 +110,14 @@ def _rollout_side_generate(wait: float | None, ctx: RunContext, flags: list[str]
     return None
 
 
+VERL_LAG_KEYS = (
+    "training/off_policy/trajectory_staleness_worst/mean",
+    "training/off_policy/trajectory_staleness_worst/max",
+)
+"""V1 trainer_base.py: (global_steps - 1) - the oldest version a trajectory was generated with, every step; the
+`_worst` variant because the replay buffer's threshold bounds the oldest version (the plain one uses the newest)."""
+
+
 def verl_record(native: NativeStep, ctx: RunContext) -> StepRecord:
     metrics, flags = native.metrics, [*native.flags, *scan_values(native.metrics)]
     step_time = metric_value(metrics, VERL_STEP_TIME_KEY, flags, required=True)
@@ -128,4 +137,5 @@ def verl_record(native: NativeStep, ctx: RunContext) -> StepRecord:
         samples=samples,
         flags=list(dict.fromkeys(flags)),
         raw=metrics,
+        policy_lag=policy_lag(metrics, *VERL_LAG_KEYS),
     )

@@ -1,0 +1,118 @@
+"""Staleness read from the runs: each reader takes the framework's own staleness records into
+StepRecord.policy_lag (VERL: the trajectory_staleness_worst metrics its V1 trainer logs every step, written by VERL
+0.9.1's real FileLogger; Miles: the fully-async data buffer's avg/max staleness on the RolloutManager's `perf N:`
+line), and the report compares the two sides and flags a lag above the launch's bound or differing between sides."""
+
+import json
+
+import numpy as np
+
+from scripts.benchmark.analysis.document import analyse_run_folder
+from scripts.benchmark.analysis.settings import AnalysisSettings
+from scripts.benchmark.contracts.parity import ParityPair, parity_text
+from scripts.benchmark.frameworks.miles.sink import MILES_LAG_KEYS
+from scripts.benchmark.frameworks.sinks import build_step_records
+from scripts.benchmark.frameworks.verl.sink import VERL_LAG_KEYS
+from scripts.benchmark.plan.parity import parity_file
+from scripts.benchmark.report.render import render_markdown
+from scripts.benchmark.report.sections import build_blocks
+from tests.benchmark.synthetic_runs import gap_pair, write_run_folder
+from tests.benchmark.test_miles_reader import CTX as MILES_CTX
+from tests.benchmark.test_miles_reader import ROLLOUT_MANAGER, miles_log_calls, stdout_text
+from tests.benchmark.test_schedule_parity import _rows
+from tests.benchmark.test_verl_reader import ASYNC_CTX, load_file_logger_class, verl_step_metrics
+
+from miles.utils.bench_metrics import read_records, write_records
+
+VERL_LAGS = {1: (0.0, 0), 2: (0.75, 1), 3: (0.5, 1)}
+"""Step -> (mean, max) of (global_steps - 1) - min_global_steps, as trainer_base.py computes them (numpy scalars)."""
+
+
+def test_verl_logs_the_keys_the_reader_reads(verl_root):
+    source = (verl_root / "verl" / "trainer" / "ppo" / "v1" / "trainer_base.py").read_text(encoding="utf-8")
+    assert "trajectory_staleness_worst = (global_steps - 1) - min_global_steps" in source
+    for key in VERL_LAG_KEYS:
+        assert f'"{key}": trajectory_staleness_worst.{key.rsplit("/", 1)[1]}()' in source
+
+
+def test_verl_staleness_from_a_real_file_logger(verl_root, tmp_path, monkeypatch):
+    path = tmp_path / "verl.jsonl"
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(path))
+    logger = load_file_logger_class(verl_root)("bench", "verl-fsdp-disaggregated")
+    for step, (mean, top) in VERL_LAGS.items():
+        data = verl_step_metrics(step, gen=30.0, update_actor=20.0, prompt_mean=180.5, response_mean=1450.25)
+        data |= {VERL_LAG_KEYS[0]: np.float64(mean), VERL_LAG_KEYS[1]: np.int64(top)}
+        logger.log(data=data, step=step)
+    logger.finish()
+    records = build_step_records("verl", [path], ASYNC_CTX)
+    assert {r.step: r.policy_lag for r in records} == {s: {"mean": m, "max": x} for s, (m, x) in VERL_LAGS.items()}
+    write_records(tmp_path / "metrics.jsonl", records)
+    assert [r.policy_lag for r in read_records(tmp_path / "metrics.jsonl")] == [r.policy_lag for r in records]
+
+
+def test_miles_fully_async_staleness_from_its_perf_lines(tmp_path):
+    calls = miles_log_calls(range(3))
+    for identity, _, metrics in calls:
+        if identity is ROLLOUT_MANAGER:
+            k = metrics["rollout/step"]
+            metrics |= {MILES_LAG_KEYS[0]: 0.5 * k, MILES_LAG_KEYS[1]: k, "rollout/fully_async/queue_size": 3}
+    log = tmp_path / "log.txt"
+    log.write_text(stdout_text(calls))
+    records = build_step_records("miles", [log], MILES_CTX)
+    assert [r.policy_lag for r in records] == [{"mean": 0.5 * k, "max": float(k)} for k in range(3)]
+
+
+def test_the_drain_loop_logs_no_staleness(tmp_path):
+    log = tmp_path / "log.txt"
+    log.write_text(stdout_text(miles_log_calls(range(3))))
+    assert [r.policy_lag for r in build_step_records("miles", [log], MILES_CTX)] == [{}, {}, {}]
+
+
+def _run_with_lags(tmp_path, lags: dict[str, tuple[float, float] | None]):
+    cells = gap_pair({}, layout="disaggregated", num_steps=30)
+    pair = ParityPair(
+        backend="fsdp",
+        layout="disaggregated",
+        candidate_cell="miles-fsdp-disaggregated",
+        reference_cell="verl-fsdp-disaggregated",
+        rows=list(_rows("smoke", "fsdp", "disaggregated").values()),
+    )
+    parity = json.loads(parity_text(parity_file("0123456789ab", [pair])))
+    run_dir = write_run_folder(tmp_path, cells, parity=parity)
+    for cell in cells:
+        path = run_dir / "cells" / cell.id / "rep-0" / "metrics.jsonl"
+        records = read_records(path)
+        for record in records:
+            lag = lags[cell.framework]
+            record.policy_lag = {} if lag is None else {"mean": lag[0], "max": lag[1]}
+        write_records(path, records)
+    return analyse_run_folder(run_dir, AnalysisSettings(reps=100))
+
+
+def test_equal_lags_within_the_bound_are_not_flagged(tmp_path):
+    doc = _run_with_lags(tmp_path, {"miles": (0.5, 1), "verl": (0.5, 1)})
+    (row,) = doc.policy_lag
+    assert row.bound == {"miles": 1, "verl": 1} and row.flags == []
+    assert row.observed["miles"] == {"mean": 0.5, "max": 1.0, "steps": 30}
+
+
+def test_a_lag_above_the_bound_and_a_differing_lag_are_flagged_in_the_report(tmp_path):
+    doc = _run_with_lags(tmp_path, {"miles": (1.5, 2), "verl": (0.75, 1)})
+    (row,) = doc.policy_lag
+    assert row.flags == ["miles:exceeds_bound", "observed_lag_differs"]
+    text = render_markdown(build_blocks(doc, {}))
+    assert "## Policy lag" in text and "exceeds_bound" in text and "observed_lag_differs" in text
+    assert json.loads(doc.model_dump_json())["policy_lag"][0]["flags"] == row.flags
+
+
+def test_a_side_that_logs_no_staleness_is_named(tmp_path):
+    doc = _run_with_lags(tmp_path, {"miles": None, "verl": (0.5, 1)})
+    (row,) = doc.policy_lag
+    assert row.observed["miles"] is None and row.flags == ["miles:not_logged"]
+
+
+def test_runs_without_staleness_records_say_so_on_both_sides(tmp_path):
+    run_dir = write_run_folder(tmp_path, gap_pair({}, layout="colocate", num_steps=20))
+    doc = analyse_run_folder(run_dir, AnalysisSettings(reps=100))
+    assert all(cell.model_extra.get("policy_lag") is None for cell in doc.cells)
+    assert [row.flags for row in doc.policy_lag] == [["miles:not_logged", "verl:not_logged"]]
