@@ -188,6 +188,18 @@ class TestCheck:
         assert "**REGRESSED**" in rate_row and "-9." in rate_row  # higher-is-better metric fell
         assert summary.read_text().count("### Performance check") == 2
 
+    @pytest.mark.parametrize("command", ["history", "record", "check", "untrust"])
+    @pytest.mark.parametrize("url", ["postgresql://bench:pw@127.0.0.1:port/db", "nosuchdb://x/y"])
+    def test_a_store_url_that_is_no_database_url_is_one_line_exit_2(self, tmp_path, command, url):
+        """A mistyped --store (a port that is no number, an unknown kind) is bad input: no traceback, no password."""
+        write_report(tmp_path / "cand")
+        argv = {"history": [], "untrust": ["--run-id", "1", "--reason", "x"]}.get(command, [str(tmp_path / "cand")])
+        done = subprocess.run([sys.executable, str(RUN_PY), command, *argv, "--store", url],
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert "Traceback" not in done.stderr and "pw" not in done.stderr
+        assert done.stderr.startswith("error: ") and "--store " in done.stderr and len(done.stderr.splitlines()) == 1
+
     def test_an_unreachable_store_is_could_not_judge_never_regression(self, tmp_path):
         """Exit 1 is reserved for a regression; a database that cannot be reached is exit 2."""
         import socket

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -95,13 +96,20 @@ class HistoryStore:
 
     def __init__(self, url: str, *, create: bool = True) -> None:
         self.url = normalize_url(url)
-        shown = sa.engine.make_url(self.url).render_as_string(hide_password=True)
+        try:
+            shown = sa.engine.make_url(self.url).render_as_string(hide_password=True)
+        except (sa.exc.ArgumentError, ValueError) as exc:  # a port that is no number, a URL that is no URL
+            hidden = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", self.url)
+            raise StoreMissing(f"--store {hidden}: not a database URL ({exc})") from exc
         if self.url.startswith("sqlite:///"):
             path = Path(self.url.removeprefix("sqlite:///"))
             if not create and not path.is_file():
                 raise StoreMissing(f"--store {shown}: no history database at {path} (pass --create to make one)")
             path.parent.mkdir(parents=True, exist_ok=True)
-        self.engine = sa.create_engine(self.url, future=True)
+        try:
+            self.engine = sa.create_engine(self.url, future=True)
+        except (sa.exc.ArgumentError, ValueError) as exc:  # sa.exc.NoSuchModuleError: an unknown database kind
+            raise StoreMissing(f"--store {shown}: not a database this history can use ({exc})") from exc
         try:
             if create:
                 _metadata.create_all(self.engine)
