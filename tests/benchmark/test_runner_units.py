@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from scripts.benchmark.common.redaction import REDACTED, Redactor, find_plan_secrets, is_secret_name
+from scripts.benchmark.common.redaction import (
+    REDACTED,
+    Redactor,
+    find_plan_secrets,
+    find_words_secrets,
+    is_secret_name,
+)
 from scripts.benchmark.contracts.manifest import Manifest, new_cell_run
 from scripts.benchmark.contracts.plan import Known, plan_problems
 from scripts.benchmark.frameworks import registry
@@ -57,6 +63,23 @@ class TestRedaction:
             "train.py", "--wandb-key", REDACTED, f"--hf-token={REDACTED}", f"HF_TOKEN={REDACTED}",
             f"+trainer.api_key={REDACTED}", "--lr", "1",
         ]  # fmt: skip
+
+    def test_secret_and_access_key_names_are_secrets_in_every_spelling(self):
+        """The value is not in the environment, so only the name can tell: refused in a plan, redacted in text."""
+        argv = ["train.py", "aws_secret_access_key=V1", "--aws-secret-access-key", "V2",
+                "+trainer.s3.secret_access_key=V3", "--s3-accessKey=V4", "--lr", "1"]  # fmt: skip
+        assert Redactor().redact_argv(argv) == [
+            "train.py", f"aws_secret_access_key={REDACTED}", "--aws-secret-access-key", REDACTED,
+            f"+trainer.s3.secret_access_key={REDACTED}", f"--s3-accessKey={REDACTED}", "--lr", "1",
+        ]  # fmt: skip
+        assert Redactor().redact_text(" ".join(argv)) == " ".join(Redactor().redact_argv(argv))
+        assert find_words_secrets(argv, "argv") == [
+            "argv: aws_secret_access_key",
+            "argv: --aws-secret-access-key",
+            "argv: +trainer.s3.secret_access_key",
+            "argv: --s3-accessKey",
+        ]
+        assert is_secret_name("AWS_SECRET_ACCESS_KEY") and is_secret_name("minio_access_key_id")
 
     def test_a_plan_with_a_literal_secret_is_reported_by_location(self):
         cell = standin_cell("miles")
