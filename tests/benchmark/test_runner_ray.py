@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-
+from scripts.benchmark.runner.process import is_alive, read_proc_info, read_proc_table
 from tests.benchmark.process_marks import MARK_VAR, marked_processes, new_mark, stop_marked, wait_until_none
 from tests.benchmark.ray_cells import (
     RAY,
@@ -31,7 +31,7 @@ from tests.benchmark.ray_cells import (
     wait_for,
     wait_for_step,
 )
-from tests.benchmark.standins.plans import read_manifest, read_metric_steps, write_plan
+from tests.benchmark.standins.plans import read_manifest, read_metric_steps, read_pid_file, write_plan
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(420)]
 
@@ -115,6 +115,57 @@ class TestPrivateHead:
             for ray_json in run_dir.glob("cells/*/rep-*/ray.json"):  # the heads' temp dirs (logs) outside tmp_path
                 shutil.rmtree(json.loads(ray_json.read_text())["temp_dir"], ignore_errors=True)
         assert wait_until_none(mark[MARK_VAR], 10) == {}
+
+
+class TestKilledHarness:
+    def test_resume_stops_the_ray_job_and_the_private_head_a_sigkilled_harness_left_before_the_rerun(
+        self, tmp_path: Path
+    ):
+        """The harness is SIGKILLed while its cell's Ray job holds after step 2: the head and the job outlive it. The
+        resume stops the job (`ray job stop`: its entrypoint sees SIGTERM) and the old head before rerunning."""
+        require_ray()
+        mark, hold = new_mark(), tmp_path / "hold"
+        hold.touch()
+        cell = ray_cell("fsdp", tmp_path, steps=4, extra=["--hold-after", "2", "--hold-file", str(hold)])
+        plan = write_plan(tmp_path / "plan", [cell])
+        run_dir, log = tmp_path / "run", tmp_path / "harness.log"
+        try:
+            with open(log, "w") as out:
+                popen = subprocess.Popen(
+                    harness(str(plan), "--output-dir", str(run_dir), "--ray", "auto"),
+                    env=marked_env(mark), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                )  # fmt: skip
+                wait_for_step(run_dir, "miles-fsdp-colocate", still_running=lambda: popen.poll() is None)
+                popen.kill()
+                popen.wait(timeout=60)
+            (left,) = read_manifest(run_dir)["cells"]
+            leader = json.loads((run_dir / "cells/miles-fsdp-colocate/rep-0/ray.json").read_text())["pid"]
+            old_head = [(pid, info.start_time) for pid, info in read_proc_table().items() if info.sid == leader]
+            assert len(old_head) >= 3 and (leader, read_proc_info(leader).start_time) in old_head, log.read_text()
+            (driver,) = read_pid_file(tmp_path / "fsdp.pids")
+            assert is_alive(*driver)
+
+            resume = subprocess.Popen(
+                harness("--resume", str(run_dir)), env=marked_env(mark), stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+            )  # fmt: skip
+            try:  # the rerun holds too, until the old job and head are gone
+                wait_for(lambda: not any(is_alive(*p) for p in [driver, *old_head]), 180, "the old job and head")
+                assert (tmp_path / "fsdp.sigterm").read_text().split()[1] == str(driver[0])
+            finally:
+                hold.unlink()
+            out, _ = resume.communicate(timeout=300)
+            assert resume.returncode == 0, out
+            assert f"stopping Ray job {left['ray']['submission_id']} left by the previous harness" in out
+            assert left["ray"]["head"]["leader"]["pid"] == leader
+            (rerun,) = read_manifest(run_dir)["cells"]
+            assert rerun["state"] == "complete" and rerun["ray"] is None
+            assert read_metric_steps(run_dir, rerun) == [1, 2, 3, 4]
+            assert wait_until_none(mark[MARK_VAR], 10) == {}, "the resume left processes behind"
+        finally:
+            stop_marked(marked_processes(mark[MARK_VAR]), grace_s=10)
+            for ray_json in run_dir.glob("cells/*/rep-*/ray.json"):
+                shutil.rmtree(json.loads(ray_json.read_text())["temp_dir"], ignore_errors=True)
 
 
 class _LocalCluster:

@@ -404,3 +404,32 @@ def capture_output(argv: Sequence[str], *, timeout_s: float, env: Mapping[str, s
     finally:
         _LAUNCHED_LEADERS.discard(popen.pid)
     return out.decode("utf-8", errors="replace") if popen.returncode == 0 else None
+
+
+def run_capturing(argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str] | None = None) -> tuple[int, str]:
+    """(exit status, stdout and stderr) of a short command whose output matters when it fails (`ray job stop`);
+    -1 with the reason when it cannot run or times out (then its group is killed)."""
+    try:
+        popen = subprocess.Popen(
+            list(argv),
+            env=None if env is None else dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        return -1, f"cannot run {argv[0]}: {exc.strerror or exc}"
+    _LAUNCHED_LEADERS.add(popen.pid)
+    try:
+        out, _ = popen.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(popen.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        popen.wait()
+        return -1, f"timed out after {timeout_s:.0f} s"
+    finally:
+        _LAUNCHED_LEADERS.discard(popen.pid)
+    return popen.returncode, out.decode("utf-8", errors="replace")

@@ -12,6 +12,7 @@
   e.g. "--num-cpus=2 --object-store-memory=200000000" on a small machine; the private head and the --emit-sbatch
   script's head and workers take them.
 - `external_target(address, dashboard_url)` joins an existing cluster (RAY_ADDRESS, e.g. under Slurm).
+- `stop_ray_job(...)`: `ray job stop` of one job; what Ray answered when it failed (kept in the manifest's warnings).
 
 Caveats:
 - Ray's unix socket paths must stay under ~107 characters, so the temp dir is a short folder under the system temp
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scripts.benchmark.common.redaction import Redactor
-from scripts.benchmark.runner.process import ManagedProcess, StopOutcome, is_alive
+from scripts.benchmark.runner.process import ManagedProcess, StopOutcome, is_alive, run_capturing
 
 _READY_TIMEOUT_S = 180.0
 START_ARGS_ENV = "BENCH_RAY_START_ARGS"
@@ -184,3 +185,16 @@ def start_private_head(
             raise RuntimeError(f"the private Ray head did not open ports {ports[:2]} within {ready_timeout_s:.0f} s")
         time.sleep(0.2)
     return head
+
+
+def stop_ray_job(
+    ray_argv0: Sequence[str], dashboard_url: str, submission_id: str, *, timeout_s: float, env: Mapping[str, str]
+) -> str | None:
+    """`ray job stop` of one job (waits until it stopped); None when it did, else one line with Ray's own answer."""
+    code, output = run_capturing(
+        [*ray_argv0, "job", "stop", f"--address={dashboard_url}", submission_id], timeout_s=timeout_s, env=env
+    )
+    if code == 0:
+        return None
+    tail = " | ".join(line.strip() for line in output.strip().splitlines()[-3:] if line.strip())
+    return f"ray job stop {submission_id} at {dashboard_url}: exit {code}: {tail or 'no output'}"
