@@ -73,6 +73,8 @@ class CellProcesses(BaseModel):
     pgid: int
     sid: int
     members: list[ProcessRecord] = Field(default_factory=list)
+    token: str | None = None
+    """The value of BENCH_PROCESS_TOKEN in the command's environment, inherited by all it started (None: older)."""
 
 
 class RayRecord(BaseModel):

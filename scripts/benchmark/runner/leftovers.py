@@ -1,9 +1,12 @@
 """What a killed harness left running: found from the manifest's per-cell process records, stopped before --resume.
 
 - `find_leftovers(record)`: the live processes of one recorded cell, pid -> start time. A process belongs to it when
-  its (pid, start time) was recorded; or it is in the recorded process group or session, started no earlier than the
-  recorded leader, and the leader's pid is not now held by another process; or it descends (by parent pid) from
-  one of those. Never by name. Nothing is found on another host or after a reboot (start times do not compare).
+  its (pid, start time) was recorded; or it carries the record's token in its environment (BENCH_PROCESS_TOKEN,
+  inherited from the cell's command: found even when it escaped before any poll recorded it); or it is in the
+  recorded process group or session, started no earlier than the recorded leader, while that leader still runs (a
+  record without a token, from an older harness: or while its pid is free); or it descends (by parent pid) from
+  one of those. Never by name: a dead leader's pid reused as another session's id is not the cell's. Nothing is
+  found on another host or after a reboot (start times do not compare).
 - `stop_leftovers(manifest, grace_s)`: for every cell with a process record (a cell the dead harness was running)
   or earlier survivors: first `ray job stop` of the Ray job it recorded (on a private head or an external cluster:
   only the run's own job, never the cluster), then `stop_until_gone` on what `find_leftovers` finds in its own
@@ -20,7 +23,14 @@ import socket
 from collections.abc import Callable
 
 from scripts.benchmark.contracts.manifest import CellProcesses, CellRun, Manifest, ProcessRecord
-from scripts.benchmark.runner.process import ProcInfo, boot_id, is_alive, read_proc_table, stop_until_gone
+from scripts.benchmark.runner.process import (
+    ProcInfo,
+    boot_id,
+    carries_token,
+    is_alive,
+    read_proc_table,
+    stop_until_gone,
+)
 from scripts.benchmark.runner.ray_head import stop_ray_job
 
 
@@ -40,10 +50,16 @@ def find_leftovers(record: CellProcesses, table: dict[int, ProcInfo] | None = No
         if p.pid in live and live[p.pid].start_time == p.start_time
     }
     leader_now = live.get(record.leader.pid)
-    if leader_now is None or leader_now.start_time == record.leader.start_time:
-        for pid, info in live.items():
-            if (info.pgid == record.pgid or info.sid == record.sid) and info.start_time >= record.leader.start_time:
-                found[pid] = info.start_time
+    leader_alive = leader_now is not None and leader_now.start_time == record.leader.start_time
+    for pid, info in live.items():
+        if info.start_time < record.leader.start_time:
+            continue
+        if record.token is not None and carries_token(pid, record.token):
+            found[pid] = info.start_time  # escaped before a poll saw it: its inherited token tells
+        elif (info.pgid == record.pgid or info.sid == record.sid) and (
+            leader_alive or (leader_now is None and record.token is None)
+        ):
+            found[pid] = info.start_time  # with the leader dead, a group or session of that id may be another's
     grew = True
     while grew:
         children = {
