@@ -159,6 +159,13 @@ class TestWatchdog:
         short = Watchdog(limits=self.limits, started_at=0.0, num_steps=3)
         short.on_step(1.0, 1)
         assert short.check(2.0, 0).reason == "exited with code 0 after only 1 of 3 steps"
+        far = Watchdog(limits=self.limits, started_at=0.0, num_steps=3)
+        far.on_step(1.0, 4)  # one more is Miles's way of logging its last rollout: still complete
+        assert far.check(2.0, 0).state == "complete"
+        far.on_step(1.5, 40)
+        assert far.check(2.0, 0).reason == (
+            "exited with code 0 after 40 steps, more than the plan's 3: the trainer did not run the planned workload"
+        )
 
     def test_zero_disables_a_limit(self):
         dog = Watchdog(
@@ -250,6 +257,32 @@ class TestManifest:
         assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]
 
 
+RAY_STATUS_TWO_NODES = """======== Autoscaler status: 2026-12-04 03:00:00.000000 ========
+Node status
+---------------------------------------------------------------
+Active:
+ 1 node_2c4f5e0f1d2a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f80
+ 1 node_9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d
+Pending:
+ (no pending nodes)
+Recent failures:
+ (no failures)
+
+Resources
+---------------------------------------------------------------
+Usage:
+ 0.0/2.0 CPU
+ 0.0/1.0 node_a
+ 0.0/1.0 node_b
+ 0B/190.73MiB memory
+ 0B/190.73MiB object_store_memory
+
+Demands:
+ (no resource demands)
+"""
+"""What `ray status` (Ray 2.x) prints for two nodes that carry custom resources node_a and node_b."""
+
+
 class TestSlurmAndProgress:
     def test_the_sbatch_script_sizes_the_allocation_from_the_plan_and_parses(self, tmp_path: Path, monkeypatch):
         monkeypatch.setenv("WANDB_API_KEY", "sekrit-123")
@@ -265,10 +298,25 @@ class TestSlurmAndProgress:
         assert "--ray none" not in text and "--ray external --ray-address" in text
         assert "sekrit-123" not in text
         assert "pkill" not in text and "killall" not in text and "ray stop" not in text
-        assert text.count('"${start_args[@]}"') == 2  # BENCH_RAY_START_ARGS reaches the head and every worker
+        assert text.count('"${start_args[@]}"') == 1  # one start_node for the head and every worker
+        assert "--gres" not in text and text.count("--gpus-per-node=8") == 1  # GPUs requested one way, for the job
+        assert "0.0.0.0" not in text and '--dashboard-host="$head_ip"' in text
         script = tmp_path / "job.sbatch"
         script.write_text(text)
         assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+
+    def test_the_sbatch_script_counts_ray_nodes_not_node_resources(self, tmp_path: Path):
+        """Two nodes that also carry custom resources named node_a and node_b: the script's count is 2, not 4."""
+        text = build_sbatch(
+            {"cells": [standin_cell("miles")]}, ["execute", "p.json"], python="python3", workdir=tmp_path
+        )
+        function = text[text.index("alive_nodes() {") : text.index("\n}\n", text.index("alive_nodes() {")) + 3]
+        status = tmp_path / "ray"
+        status.write_text(f"#!/bin/sh\ncat <<'EOF'\n{RAY_STATUS_TWO_NODES}EOF\n")
+        status.chmod(0o755)
+        script = f"RAY={status}\nhead_ip=127.0.0.1\nRAY_PORT=6379\n{function}alive_nodes\n"
+        done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+        assert done.stdout.strip() == "2", done.stdout + done.stderr
 
     def test_plain_progress_lines_when_not_a_terminal(self):
         stream = io.StringIO()
