@@ -200,6 +200,7 @@ class TestKilledHarness:
         assert any(
             w.startswith(f"took over the stale lock of harness pid {harness.pid}") for w in manifest["warnings"]
         )
+        assert f"warning: took over the stale lock of harness pid {harness.pid}" in result.stderr
         sink_lines = (run_dir / cell_run["dir"] / "sink/verl.jsonl").read_text().splitlines()
         assert [json.loads(line)["step"] for line in sink_lines] == list(range(21))  # no late writer in it
 
