@@ -255,6 +255,22 @@ class TestKilledHarness:
         assert find_leftovers(record) == {}
         assert is_alive(daemon, start)
 
+    def test_resume_remembers_no_preflight(self, tmp_path: Path):
+        """A run started with --no-preflight (stand-ins, no GPUs here) is resumed without repeating the option."""
+        pid_file = tmp_path / "pids"
+        cell = standin_cell("verl", steps=3, step_s=0.05, extra=["--pid-file", str(pid_file), "--crash-after", "1"])
+        run_dir = tmp_path / "run"
+        first = run_harness(str(write_plan(tmp_path / "plan", [cell])), "--output-dir", str(run_dir))
+        assert first.returncode == 1, first.stderr
+        bare = [sys.executable, str(REPO_ROOT / "scripts/benchmark/run.py"), "execute", "--resume", str(run_dir)]
+        resumed = subprocess.run(bare, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+        assert "cannot execute the plan on this machine" not in resumed.stderr
+        assert (
+            resumed.returncode == 1
+            and "standin crash on demand" in (run_dir / "cells/verl-fsdp-colocate/rep-0/log.txt").read_text()
+        )
+        assert read_manifest(run_dir)["options"]["preflight"] is False
+
 
 def _wait_until(predicate, harness: subprocess.Popen, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
