@@ -3,7 +3,9 @@
 - `RayTarget`: where a cell's Ray clients connect: `gcs_address` ("host:port", what `ray.init` takes; VERL) and
   `dashboard_url` ("http://host:port", what `ray job submit` takes; Miles).
 - `start_private_head(ray_argv0, ...)` runs `ray start --head --block` with its own temp dir and free ports in its own
-  process group (via `ManagedProcess`), waits until the GCS and dashboard ports accept connections, and returns a
+  process group (via `ManagedProcess`), waits until the GCS and dashboard ports and the dashboard agent's HTTP port
+  accept connections (the job server hands a submitted job to that agent: with the first two alone, `ray job
+  submit` now and then failed with "No available agent to submit job"), and returns a
   `PrivateRayHead`; `PrivateRayHead.stop(grace_s)` sends SIGTERM to the `ray start` process alone first, so that it
   shuts its node down in order (it stops its own GCS, raylet and dashboard within a few seconds), then stops whatever
   is left of that group. (SIGTERM to the whole group at once kills the GCS under `ray start`, whose shutdown then
@@ -170,7 +172,8 @@ def start_private_head(
     target = RayTarget(gcs_address=f"127.0.0.1:{ports[0]}", dashboard_url=f"http://127.0.0.1:{ports[1]}", private=True)
     head = PrivateRayHead(process=process, target=target, temp_dir=temp_dir, argv=argv)
     deadline = time.monotonic() + ready_timeout_s
-    while not (_port_open(ports[0]) and _port_open(ports[1])):
+    needed = [ports[0], ports[1], ports[4]]  # GCS, dashboard (job server), dashboard agent (runs the jobs)
+    while not all(_port_open(port) for port in needed):
         process.track()
         if process.poll() is not None:
             head.stop(grace_s=1.0)
@@ -182,7 +185,7 @@ def start_private_head(
             raise RuntimeError("interrupted while the private Ray head was starting")
         if time.monotonic() > deadline:
             head.stop(grace_s=10.0)
-            raise RuntimeError(f"the private Ray head did not open ports {ports[:2]} within {ready_timeout_s:.0f} s")
+            raise RuntimeError(f"the private Ray head did not open ports {needed} within {ready_timeout_s:.0f} s")
         time.sleep(0.2)
     return head
 
