@@ -32,6 +32,8 @@ from typing import Any
 
 from scripts.benchmark.common.redaction import Redactor
 
+from miles.utils.bench_metrics import write_text_atomic
+
 _RAY_OPTIONS = ("--ray", "--ray-address", "--ray-dashboard-url")
 _RUN_PY = Path(__file__).resolve().parents[1] / "run.py"
 
@@ -175,6 +177,5 @@ def write_sbatch(path: Path, *, plan_path: Path, run_argv: Sequence[str]) -> Non
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"--emit-sbatch needs a readable plan at {plan_path}: {exc}") from exc
     text = build_sbatch(plan, run_argv, python=sys.executable, workdir=Path.cwd())
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    write_text_atomic(path, text)  # a full disk leaves no torn script to submit
     path.chmod(0o755)
