@@ -318,6 +318,19 @@ class TestSlurmAndProgress:
         done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
         assert done.stdout.strip() == "2", done.stdout + done.stderr
 
+    def test_a_failed_ray_job_stop_says_what_ray_answered(self):
+        """`ray job stop` that fails (a stand-in CLI printing Ray's error): its answer is kept, not thrown away."""
+        from scripts.benchmark.runner.ray_head import stop_ray_job
+
+        cli = [sys.executable, "-c", "import sys; print('ConnectionError: Failed to connect to Ray'); sys.exit(1)"]
+        problem = stop_ray_job(cli, "http://127.0.0.1:9", "bench-x", timeout_s=30, env=os.environ)
+        assert (
+            problem == "ray job stop bench-x at http://127.0.0.1:9: exit 1: ConnectionError: Failed to connect to Ray"
+        )
+        assert (
+            stop_ray_job([sys.executable, "-c", "pass"], "http://h:1", "bench-y", timeout_s=30, env=os.environ) is None
+        )
+
     def test_plain_progress_lines_when_not_a_terminal(self):
         stream = io.StringIO()
         progress = MatrixProgress(total_cells=2, stream=stream)
