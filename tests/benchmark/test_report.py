@@ -444,8 +444,9 @@ class TestCommand:
         """Two writers of one report are kept apart by the run folder's lock, held here by another process."""
         run_dir = write_run_folder(tmp_path / "run", planted_cells()[:2])
         holder = subprocess.Popen(
-            [sys.executable, "-c", HOLD_LOCK, str(run_dir)], stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True
-        )
+            [sys.executable, "-c", HOLD_LOCK, str(run_dir)], stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True,
+            cwd=RUN_PY.parents[2],
+        )  # fmt: skip
         try:
             assert holder.stdout.readline().strip() == "locked"
             result = CliRunner().invoke(self.app(), ["report", str(run_dir), "--reps", "200"])
