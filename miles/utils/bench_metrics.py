@@ -148,19 +148,27 @@ _UMASK = _read_umask()  # read once, at import: setting it later could race a fi
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Replace a file's content all at once (tmp file + fsync + rename): a reader never sees half of it."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """`write_text_atomic` for bytes. A failed write (a full disk) names `path` in its OSError, leaves the old file
+    whole and no tmp file behind."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     # A name of its own per write: two writers of one file never share (and tear) one tmp file.
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with open(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with open(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_UMASK)  # what open() would have given; mkstemp makes 0600
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)  # a full disk leaves neither a torn file nor a stray tmp
+        if isinstance(exc, OSError) and exc.filename is None:  # a write's ENOSPC names no file: name the target
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
         raise
 
 

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import importlib
 from collections.abc import Callable
@@ -62,9 +63,13 @@ def missing_module_error(exc: ModuleNotFoundError) -> UserError | None:
     return None
 
 
+FULL_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO})
+
+
 def os_error_message(exc: OSError) -> str:
     where = exc.filename if exc.filename is not None else "a file"
-    return f"{where}: {exc.strerror or exc}"
+    fix = "; free space (or make the file system writable) and run the command again"
+    return f"{where}: {exc.strerror or exc}" + (fix if exc.errno in FULL_DISK_ERRNOS else "")
 
 
 def user_errors(callback: Callable[..., Any]) -> Callable[..., Any]:

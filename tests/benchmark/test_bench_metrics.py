@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from miles.utils.bench_flops import ModelArch, batch_train_flops
-from miles.utils.bench_metrics import RunContext, StepRecord, derive_step_fields, write_text_atomic
+from miles.utils.bench_metrics import RunContext, StepRecord, derive_step_fields, write_bytes_atomic, write_text_atomic
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ARCH = ModelArch.from_config_path(REPO_ROOT / "scripts" / "benchmark" / "model_configs" / "qwen3-30b-a3b.json")
@@ -110,6 +110,6 @@ class TestAtomicWrite:
         path = tmp_path / "report.json"
         path.write_text("whole")
         with pytest.raises(TypeError):
-            write_text_atomic(path, None)  # type: ignore[arg-type]  # fails half-way, after the tmp file exists
+            write_bytes_atomic(path, None)  # type: ignore[arg-type]  # fails half-way, after the tmp file exists
         assert path.read_text() == "whole"
         assert [p.name for p in tmp_path.iterdir()] == ["report.json"]

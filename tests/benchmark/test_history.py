@@ -108,12 +108,30 @@ class TestHistoryStore:
             value = store.values([run.id], "step_time_s")[run.id]
             assert value == pytest.approx(60.0, rel=0.02)
 
-    def test_recording_the_same_report_twice_is_refused(self, store_url, tmp_path):
-        """A re-run of the nightly step must not double-count a run in the baseline."""
+    def test_recording_the_same_report_twice_records_nothing_twice(self, store_url, tmp_path):
+        """A re-run of the nightly step must not double-count a run in the baseline; the store itself refuses."""
         write_report(tmp_path / "run")
-        _record(store_url, tmp_path / "run", commit="c1")
-        with pytest.raises(ValueError, match="already recorded as run"):
-            _record(store_url, tmp_path / "run", commit="c1")
+        (first,) = _record(store_url, tmp_path / "run", commit="c1")
+        assert _record(store_url, tmp_path / "run", commit="c1") == []
+        with HistoryStore(store_url) as store:
+            assert [r.id for r in store.runs(store.list_series()[0])] == [first]
+            with pytest.raises(ValueError, match=f"already recorded as run {first}"):
+                store.record(read_report_runs(tmp_path / "run")[0], Provenance(),
+                             trusted=True, baseline_reset=False)  # fmt: skip
+
+    def test_a_rerun_completes_an_interrupted_record_and_names_the_cells_it_skips(self, store_url, tmp_path):
+        """An interrupted record (1 of 2 cells stored) is completed by running the real CLI again, exit 0."""
+        run_dir = write_report(tmp_path / "run", frameworks=("miles", "verl")).parent
+        first, second = read_report_runs(run_dir)
+        with HistoryStore(store_url, create=True) as store:
+            kept = store.record(first, Provenance(commit="c1"), trusted=True, baseline_reset=False)
+        cli = [sys.executable, str(RUN_PY), "record", str(run_dir), "--store", store_url, "--commit", "c1"]
+        done = subprocess.run(cli, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert f"skipped {first.series.label()} cell {first.cell_id}: already recorded as run {kept}" in done.stdout
+        with HistoryStore(store_url) as store:
+            assert store.recorded_run_id(first) == kept
+            assert store.recorded_run_id(second) not in (None, kept)
 
     def test_untrust_flips_the_flag_and_keeps_the_row_and_restore_undoes_it(self, store_url, tmp_path):
         """Trust is revocable without deleting anything, through the real CLI."""
@@ -207,6 +225,18 @@ class TestCheck:
         with HistoryStore(store_url) as store:
             last = [store.runs(label)[-1] for label in store.list_series()]
         assert [(r.commit, r.trusted) for r in last] == [("night", True), ("night", True)]
+
+    @pytest.mark.parametrize("command", ["history", "record", "check", "untrust"])
+    @pytest.mark.parametrize("url", ["postgresql://bench:pw@127.0.0.1:port/db", "nosuchdb://x/y"])
+    def test_a_store_url_that_is_no_database_url_is_one_line_exit_2(self, tmp_path, command, url):
+        """A mistyped --store (a port that is no number, an unknown kind) is bad input: no traceback, no password."""
+        write_report(tmp_path / "cand")
+        argv = {"history": [], "untrust": ["--run-id", "1", "--reason", "x"]}.get(command, [str(tmp_path / "cand")])
+        done = subprocess.run([sys.executable, str(RUN_PY), command, *argv, "--store", url],
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert "Traceback" not in done.stderr and "pw" not in done.stderr
+        assert done.stderr.startswith("error: ") and "--store " in done.stderr and len(done.stderr.splitlines()) == 1
 
     def test_an_unreachable_store_is_could_not_judge_never_regression(self, tmp_path):
         """Exit 1 is reserved for a regression; a database that cannot be reached is exit 2."""

@@ -384,12 +384,13 @@ def megatron_colocate_job_log(
     perf_process: str = "actor_cell0_rank0",
     clock: float = 1_796_000_000.0,
     edit_perf: Callable[[int, dict], None] = lambda k, perf: None,
+    clock_back: dict[int, float] | None = None,
 ) -> str:
     """One process life: the train actor's init starts its `train_wait` timer (timer.py, global rank 0); per
     rollout: RolloutManager perf (ray/rollout/metrics.py), the train rank's rollout dict (log_utils.py),
     `Timer train end` and `Timer train_wait start` (inverse_timer), then after the CPU weight backup its perf dict
     (train_metric_utils.py, from `perf_process`: the last pipeline stage). The backup after training k is inside
-    record k+1's train_wait, as Miles's inverse_timer books it."""
+    record k+1's train_wait, as Miles's inverse_timer books it; `clock_back` steps the wall clock back after k."""
     log = MilesJobLog()
     log.log("actor_cell0_rank0", "timer.py", 30, "Timer train_wait start", clock)
     for k in rollouts:
@@ -417,7 +418,7 @@ def megatron_colocate_job_log(
         log.log("actor_cell0_rank0", "timer.py", 42, "Timer train end (elapsed: 27.1s)", clock)
         log.log("actor_cell0_rank0", "timer.py", 30, "Timer train_wait start", clock)
         edit_perf(k, perf)
-        clock += post_train[k]
+        clock += post_train[k] - (clock_back or {}).get(k, 0.0)  # NTP stepping the wall clock back, say
         log.log(
             perf_process,
             "train_metric_utils.py",
@@ -454,6 +455,16 @@ class TestMilesStdoutSink:
         r = Rollout(2)
         assert records[2].phases_s["rollout_wait"] == pytest.approx(r.generate + r.rm_overhead + r.wake_up, abs=2e-3)
         assert not any(f.startswith("miles_shift:post_train_untimed") for f in records[2].flags)
+
+    def test_a_clock_stepped_back_after_train_end_leaves_both_steps_flagged_and_none_negative(self, tmp_path):
+        """The post-train time of rollout 1 reads -4.9 s: it is not a duration; both steps it enters are flagged."""
+        log = tmp_path / "log.txt"
+        log.write_text(megatron_colocate_job_log(range(4), self.POST_TRAIN, clock_back={1: 5.0}))
+        records = build_step_records("miles", [log], CTX)
+        for record in records[1:3]:
+            assert "miles_shift:post_train_clock_stepped_back" in record.flags, record.step
+            assert record.step_time_s > 0
+        assert "miles_shift:post_train_clock_stepped_back" not in records[0].flags + records[3].flags
 
     def test_a_line_still_being_written_is_left_for_the_next_read(self, tmp_path):
         text = megatron_colocate_job_log(range(3), self.POST_TRAIN)

@@ -194,6 +194,22 @@ class TestErrors:
         plan = json.loads((tmp_path / "o" / "plan.json").read_text())
         assert plan["preset"] is None and plan["spec"]["name"] == "my-smoke" and plan["cells"][0]["num_steps"] == 3
 
+    def test_a_spec_holding_a_secret_variables_value_is_refused_and_nothing_written(self, tmp_path):
+        """A dry run refuses what execute would refuse: the value of $HF_TOKEN in the spec never reaches plan.json."""
+        import yaml
+
+        raw = load_preset("smoke").model_dump()
+        raw["name"] = "hf_sekrit_value_0123"
+        path = tmp_path / "mine.yaml"
+        path.write_text(yaml.safe_dump(raw))
+        env = {**os.environ, "HF_TOKEN": "hf_sekrit_value_0123"}
+        argv = [sys.executable, str(RUN_PY), "--spec", str(path), "--output-dir", str(tmp_path / "o"), "--dry-run"]
+        result = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert "Traceback" not in result.stderr and "hf_sekrit_value_0123" not in result.stdout + result.stderr
+        assert "spec.name (the value of a secret environment variable)" in result.stderr
+        assert not (tmp_path / "o" / "plan.json").exists()
+
     def test_output_dir_is_required(self):
         result = _invoke("--preset", "smoke", "--dry-run")
         assert result.exit_code == 2 and "--output-dir is required" in result.output

@@ -1,5 +1,6 @@
 """`run.py report` end to end on generated run folders with a known warm-up, a planted 25% gap and a no-gap pair."""
 
+import errno
 import json
 import math
 import os
@@ -441,6 +442,48 @@ class TestCommand:
         assert result.exit_code == 2
         assert "--confidence must be in (0, 1), got 95.0" in result.output
 
+    def test_a_report_is_refused_while_another_harness_holds_the_run_folder(self, tmp_path):
+        """Two writers of one report are kept apart by the run folder's lock, held here by another process."""
+        run_dir = write_run_folder(tmp_path / "run", planted_cells()[:2])
+        holder = subprocess.Popen(
+            [sys.executable, "-c", HOLD_LOCK, str(run_dir)], stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True,
+            cwd=RUN_PY.parents[2],
+        )  # fmt: skip
+        try:
+            assert holder.stdout.readline().strip() == "locked"
+            result = CliRunner().invoke(self.app(), ["report", str(run_dir), "--reps", "200"])
+        finally:
+            holder.stdin.close()
+            holder.wait(timeout=60)
+        assert result.exit_code == 2, result.output
+        assert f"{run_dir} is in use by a live run: harness pid {holder.pid}" in result.output
+        assert not (run_dir / "report.json").exists()
+
+    def test_a_full_disk_leaves_the_previous_report_whole_and_says_which_file_and_what_to_do(self, tmp_path):
+        """A real small tmpfs, filled once the first report is written: the second report exits 2 naming the file,
+        with no traceback, and leaves the first report.json byte for byte and no tmp file."""
+        disk = tmp_path / "disk"
+        if os.geteuid() != 0 or not _mount_tmpfs(disk, "16m"):
+            pytest.skip("needs root to mount a small tmpfs")
+        try:
+            run_dir = write_run_folder(disk / "run", planted_cells()[:2])
+            argv = [sys.executable, str(RUN_PY), "report", str(run_dir), "--reps", "200", "--quiet"]
+            assert subprocess.run(argv, capture_output=True, timeout=120).returncode == 0
+            before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+            (disk / "pad").write_bytes(b"\0" * 8192)
+            _fill(disk / "ballast")
+            (disk / "pad").unlink()  # two pages free: room for the lock's holder record, not for the report
+            result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+            assert result.returncode == 2, result.stdout + result.stderr
+            assert "Traceback" not in result.stderr
+            line = result.stderr.strip()
+            assert line.startswith(f"error: {run_dir}/") and "No space left on device" in line, line
+            assert "free space (or make the file system writable) and run the command again" in line
+            assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+            validate_report_file(run_dir / "report.json")
+        finally:
+            subprocess.run(["umount", "-l", str(disk)], check=False)
+
 
 def test_a_pair_whose_side_lost_its_metrics_is_not_called_one_framework_only(tmp_path):
     cells = planted_cells()
@@ -472,3 +515,31 @@ def test_train_tflops_above_the_datasheet_peak_are_flagged(tmp_path):
     headline = (run_dir / "headline.md").read_text()
     assert "Train TFLOP/s above the datasheet peak: `miles-fsdp-colocate` MFU 1.30" in headline
     assert "verl-fsdp-colocate` MFU" not in headline
+
+
+RUN_PY = Path(__file__).resolve().parents[2] / "scripts/benchmark/run.py"
+HOLD_LOCK = """
+import sys
+from pathlib import Path
+from scripts.benchmark.runner.run_lock import hold_run_lock
+with hold_run_lock(Path(sys.argv[1])):
+    print("locked", flush=True)
+    sys.stdin.read()
+"""
+
+
+def _mount_tmpfs(folder: Path, size: str) -> bool:
+    folder.mkdir(parents=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True)
+    return mounted.returncode == 0
+
+
+def _fill(path: Path) -> None:
+    """Write until the file system says it is full."""
+    with open(path, "wb") as handle:
+        try:
+            while True:
+                handle.write(b"\0" * 65536)
+                handle.flush()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc

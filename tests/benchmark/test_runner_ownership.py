@@ -9,13 +9,17 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+from scripts.benchmark.contracts.manifest import CellProcesses, ProcessRecord
 from scripts.benchmark.frameworks.sinks import build_step_records
 from scripts.benchmark.runner import executor, run_lock
+from scripts.benchmark.runner.leftovers import find_leftovers
 from scripts.benchmark.runner.options import ExecuteOptions, RunError
+from scripts.benchmark.runner.process import boot_id, is_alive, read_proc_info
 from scripts.benchmark.runner.run_lock import RunLock, acquire_run_lock, release_run_lock
 from tests.benchmark.standins.plans import (
     REPO_ROOT,
@@ -196,8 +200,84 @@ class TestKilledHarness:
         assert any(
             w.startswith(f"took over the stale lock of harness pid {harness.pid}") for w in manifest["warnings"]
         )
+        assert f"warning: took over the stale lock of harness pid {harness.pid}" in result.stderr
         sink_lines = (run_dir / cell_run["dir"] / "sink/verl.jsonl").read_text().splitlines()
         assert [json.loads(line)["step"] for line in sink_lines] == list(range(21))  # no late writer in it
+
+    def test_a_process_that_escaped_before_any_poll_is_found_by_resume(self, tmp_path: Path):
+        """No poll ever runs (a poll interval of an hour): the setsid-escaped grandchild was never recorded, yet
+        --resume finds it by the token it inherited and stops it before the rerun."""
+        pid_file = tmp_path / "pids"
+        cell = standin_cell("verl", steps=5, step_s=0.05, extra=["--pid-file", str(pid_file), "--spawn-children", "1"])
+        run_dir = tmp_path / "run"
+        argv = harness_argv(str(write_plan(tmp_path / "plan", [cell])), "--output-dir", str(run_dir))
+        argv[argv.index("--poll-interval-s") + 1] = "3600"
+        harness = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   env={**os.environ, "STANDIN_STEP_S": "1000"})  # fmt: skip
+        _wait_until(lambda: pid_file.is_file() and len(pid_file.read_text().splitlines()) == 3, harness)
+        harness.kill()
+        harness.wait(timeout=10)
+        (killed,) = read_manifest(run_dir)["cells"]
+        escaped = read_pid_file(pid_file)[2]
+        recorded = [
+            (p["pid"], p["start_time"]) for p in [killed["processes"]["leader"], *killed["processes"]["members"]]
+        ]
+        assert escaped not in recorded and alive_processes(pid_file) == [p for p, _ in read_pid_file(pid_file)]
+
+        result = run_harness("--resume", str(run_dir), "--grace-s", "0.5", env={"STANDIN_STEP_S": "0.05"})
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "stopping 3 process(es) left by the previous harness" in result.stdout
+        assert alive_processes(pid_file) == []
+
+    def test_a_dead_leaders_pid_reused_as_another_sessions_id_is_never_signalled(self, tmp_path: Path):
+        """A daemon in a session whose id is the dead leader's pid (the pid was reused, its new owner called setsid,
+        forked the daemon and exited): it carries no token of the cell, so --resume's search leaves it alone."""
+        pid_file = tmp_path / "pids"
+        daemon_maker = (
+            "import os, sys, time\n"
+            "daemon = os.fork()\n"
+            "if daemon == 0:\n"
+            "    time.sleep(600)\n"
+            "open(sys.argv[1], 'w').write(str(daemon))\n"
+        )
+        made = tmp_path / "daemon"
+        subprocess.run([sys.executable, "-c", daemon_maker, str(made)], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip  # its own session
+        daemon = int(made.read_text())
+        start = read_proc_info(daemon).start_time
+        pid_file.write_text(f"{daemon} {start}\n")
+        dead_leader = read_proc_info(daemon).sid  # the session's own leader has exited: its pid is free
+        assert read_proc_info(dead_leader) is None
+        record = CellProcesses(
+            host=socket.gethostname(), boot_id=boot_id(), leader=ProcessRecord(pid=dead_leader, start_time=1),
+            pgid=dead_leader, sid=dead_leader, members=[], token="the-cells-own-token",
+        )  # fmt: skip
+        assert find_leftovers(record) == {}
+        assert is_alive(daemon, start)
+
+    def test_resume_remembers_no_preflight(self, tmp_path: Path):
+        """A run started with --no-preflight (stand-ins, no GPUs here) is resumed without repeating the option."""
+        pid_file = tmp_path / "pids"
+        cell = standin_cell("verl", steps=3, step_s=0.05, extra=["--pid-file", str(pid_file), "--crash-after", "1"])
+        run_dir = tmp_path / "run"
+        first = run_harness(str(write_plan(tmp_path / "plan", [cell])), "--output-dir", str(run_dir))
+        assert first.returncode == 1, first.stderr
+        bare = [sys.executable, str(REPO_ROOT / "scripts/benchmark/run.py"), "execute", "--resume", str(run_dir)]
+        resumed = subprocess.run(bare, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+        assert "cannot execute the plan on this machine" not in resumed.stderr
+        assert (
+            resumed.returncode == 1
+            and "standin crash on demand" in (run_dir / "cells/verl-fsdp-colocate/rep-0/log.txt").read_text()
+        )
+        assert read_manifest(run_dir)["options"]["preflight"] is False
+
+
+def _wait_until(predicate, harness: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert harness.poll() is None, "the harness ended first"
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
 
 
 class TestStopLeavesNothing:

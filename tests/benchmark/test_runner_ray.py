@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-
+from scripts.benchmark.runner.process import is_alive, read_proc_info, read_proc_table
 from tests.benchmark.process_marks import MARK_VAR, marked_processes, new_mark, stop_marked, wait_until_none
 from tests.benchmark.ray_cells import (
     RAY,
@@ -31,7 +31,7 @@ from tests.benchmark.ray_cells import (
     wait_for,
     wait_for_step,
 )
-from tests.benchmark.standins.plans import read_manifest, read_metric_steps, write_plan
+from tests.benchmark.standins.plans import read_manifest, read_metric_steps, read_pid_file, write_plan
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(420)]
 
@@ -62,10 +62,11 @@ class TestPrivateHead:
         self, tmp_path: Path
     ):
         require_ray()
-        mark = new_mark()
+        mark, hold = new_mark(), tmp_path / "hold"
+        hold.touch()  # the second cell holds after step 2 until the test lets it go: interrupted however slow the box
         cells = [
             ray_cell("fsdp", tmp_path, steps=3, extra=["--print-env"]),
-            ray_cell("megatron", tmp_path, steps=30, extra=[]),
+            ray_cell("megatron", tmp_path, steps=6, extra=["--hold-after", "2", "--hold-file", str(hold)]),
         ]
         plan = write_plan(tmp_path / "plan", cells)
         run_dir, log = tmp_path / "run", tmp_path / "harness.log"
@@ -100,6 +101,7 @@ class TestPrivateHead:
             assert "interrupted by SIGINT" in manifest["cells"][1]["reason"]
 
             fsdp_log = (done / "log.txt").read_bytes()
+            hold.unlink()
             result = subprocess.run(
                 harness("--resume", str(run_dir)), env=marked_env(mark), capture_output=True, text=True, timeout=300
             )
@@ -108,13 +110,64 @@ class TestPrivateHead:
             assert [c["state"] for c in resumed["cells"]] == ["complete", "complete"]
             assert resumed["cells"][0]["previous_attempts"] == [] and (done / "log.txt").read_bytes() == fsdp_log
             assert resumed["cells"][1]["previous_attempts"] == ["cells/miles-megatron-colocate/rep-0.attempt-1"]
-            assert read_metric_steps(run_dir, resumed["cells"][1]) == list(range(1, 31))
+            assert read_metric_steps(run_dir, resumed["cells"][1]) == list(range(1, 7))
             assert "standin done" in (stopped / "log.txt").read_text()
         finally:
             stop_marked(marked_processes(mark[MARK_VAR]), grace_s=10)
             for ray_json in run_dir.glob("cells/*/rep-*/ray.json"):  # the heads' temp dirs (logs) outside tmp_path
                 shutil.rmtree(json.loads(ray_json.read_text())["temp_dir"], ignore_errors=True)
         assert wait_until_none(mark[MARK_VAR], 10) == {}
+
+
+class TestKilledHarness:
+    def test_resume_stops_the_ray_job_and_the_private_head_a_sigkilled_harness_left_before_the_rerun(
+        self, tmp_path: Path
+    ):
+        """The harness is SIGKILLed while its cell's Ray job holds after step 2: the head and the job outlive it. The
+        resume stops the job (`ray job stop`: its entrypoint sees SIGTERM) and the old head before rerunning."""
+        require_ray()
+        mark, hold = new_mark(), tmp_path / "hold"
+        hold.touch()
+        cell = ray_cell("fsdp", tmp_path, steps=4, extra=["--hold-after", "2", "--hold-file", str(hold)])
+        plan = write_plan(tmp_path / "plan", [cell])
+        run_dir, log = tmp_path / "run", tmp_path / "harness.log"
+        try:
+            with open(log, "w") as out:
+                popen = subprocess.Popen(
+                    harness(str(plan), "--output-dir", str(run_dir), "--ray", "auto"),
+                    env=marked_env(mark), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                )  # fmt: skip
+                wait_for_step(run_dir, "miles-fsdp-colocate", still_running=lambda: popen.poll() is None)
+                popen.kill()
+                popen.wait(timeout=60)
+            (left,) = read_manifest(run_dir)["cells"]
+            leader = json.loads((run_dir / "cells/miles-fsdp-colocate/rep-0/ray.json").read_text())["pid"]
+            old_head = [(pid, info.start_time) for pid, info in read_proc_table().items() if info.sid == leader]
+            assert len(old_head) >= 3 and (leader, read_proc_info(leader).start_time) in old_head, log.read_text()
+            (driver,) = read_pid_file(tmp_path / "fsdp.pids")
+            assert is_alive(*driver)
+
+            resume = subprocess.Popen(
+                harness("--resume", str(run_dir)), env=marked_env(mark), stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+            )  # fmt: skip
+            try:  # the rerun holds too, until the old job and head are gone
+                wait_for(lambda: not any(is_alive(*p) for p in [driver, *old_head]), 180, "the old job and head")
+                assert (tmp_path / "fsdp.sigterm").read_text().split()[1] == str(driver[0])
+            finally:
+                hold.unlink()
+            out, _ = resume.communicate(timeout=300)
+            assert resume.returncode == 0, out
+            assert f"stopping Ray job {left['ray']['submission_id']} left by the previous harness" in out
+            assert left["ray"]["head"]["leader"]["pid"] == leader
+            (rerun,) = read_manifest(run_dir)["cells"]
+            assert rerun["state"] == "complete" and rerun["ray"] is None
+            assert read_metric_steps(run_dir, rerun) == [1, 2, 3, 4]
+            assert wait_until_none(mark[MARK_VAR], 10) == {}, "the resume left processes behind"
+        finally:
+            stop_marked(marked_processes(mark[MARK_VAR]), grace_s=10)
+            for ray_json in run_dir.glob("cells/*/rep-*/ray.json"):
+                shutil.rmtree(json.loads(ray_json.read_text())["temp_dir"], ignore_errors=True)
 
 
 class _LocalCluster:
@@ -138,15 +191,35 @@ class _LocalCluster:
         return f"http://127.0.0.1:{self.dashboard_port}"
 
     def start(self) -> None:
-        head = [
+        """Each node is started again when its `ray start` exits before it is up (Ray's own start-up fails now and
+        then on a loaded machine, e.g. a free port taken meanwhile): the test waits for events, never a window."""
+        self._start_until_up(
+            "a", self._head_options, lambda: self._ray_ok("status", f"--address={self.gcs_address}"), "the Ray head"
+        )
+        self._start_until_up(
+            "b",
+            lambda: [f"--address={self.gcs_address}", '--resources={"node_b": 1}'],
+            lambda: self._alive_nodes() == 2,
+            "the second Ray node to join",
+        )
+        wait_for(lambda: self._ray_ok("job", "list", f"--address={self.dashboard_url}"), 120, "the job server")
+
+    def _head_options(self) -> list[str]:
+        return [
             "--head", f"--port={self.gcs_port}", "--dashboard-host=127.0.0.1",
             f"--dashboard-port={self.dashboard_port}", f"--temp-dir={self.temp_dir}", '--resources={"node_a": 1}',
         ]  # fmt: skip
-        self._start_node("a", head)
-        wait_for(lambda: self._ray_ok("status", f"--address={self.gcs_address}"), 120, "the Ray head")
-        self._start_node("b", [f"--address={self.gcs_address}", '--resources={"node_b": 1}'])
-        wait_for(lambda: self._alive_nodes() == 2, 120, "the second Ray node to join")
-        wait_for(lambda: self._ray_ok("job", "list", f"--address={self.dashboard_url}"), 120, "the job server")
+
+    def _start_until_up(self, name: str, options, up, what: str, attempts: int = 3) -> None:
+        for attempt in range(attempts):
+            if attempt and name == "a":
+                self.gcs_port, self.dashboard_port = free_ports(2)
+            self._start_node(name, options())
+            node = self.nodes[name]
+            wait_for(lambda node=node: node.poll() is not None or up(), 120, what)
+            if node.poll() is None:
+                return
+        raise AssertionError(f"{what}: `ray start` exited {attempts} times; see {self.logs}")
 
     def _start_node(self, name: str, options: list[str]) -> None:
         """Two nodes on one machine: each its own agent and metrics ports (Ray's defaults would collide)."""
@@ -157,7 +230,7 @@ class _LocalCluster:
         ]  # fmt: skip
         argv = [str(RAY), "start", "--block", "--disable-usage-stats", *SMALL_NODE, *ports, *options]
         env = {**marked_env(self.mark), "STANDIN_RAY_NODE": name}
-        with open(self.logs / f"node-{name}.log", "w") as log:
+        with open(self.logs / f"node-{name}.log", "a") as log:
             self.nodes[name] = subprocess.Popen(
                 argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
             )
@@ -211,9 +284,14 @@ class TestExistingCluster:
         cluster_mark, harness_mark = new_mark(), new_mark()
         cluster = _LocalCluster(tmp_path, cluster_mark)
         on_node = {name: ["--entrypoint-resources", json.dumps({f"node_{name}": 1})] for name in ("a", "b")}
+        hold = tmp_path / "hold"
+        hold.touch()  # the second cell holds after step 2 until it is stopped: interrupted however slow the box
         cells = [
             ray_cell("fsdp", tmp_path, steps=2, extra=["--print-env"], submit=on_node["b"]),
-            ray_cell("megatron", tmp_path, steps=60, extra=["--print-env"], submit=on_node["a"]),
+            ray_cell(
+                "megatron", tmp_path, steps=6, extra=["--print-env", "--hold-after", "2", "--hold-file", str(hold)],
+                submit=on_node["a"],
+            ),  # fmt: skip
         ]
         plan = write_plan(tmp_path / "plan", cells)
         run_dir, log = tmp_path / "run", tmp_path / "harness.log"

@@ -122,3 +122,23 @@ class TestSbatch:
             stop_marked(marked_processes(mark[MARK_VAR]), grace_s=10)
             shutil.rmtree(ray_temp, ignore_errors=True)
         assert wait_until_none(mark[MARK_VAR], 30) == {}
+
+
+class TestSbatchChecks:
+    def test_a_ray_head_that_dies_ends_the_job_at_once_naming_its_node(self, tmp_path: Path, slurm_conf: str):
+        """`ray start` that exits at once (BENCH_RAY=false): the job fails with one line naming the node, instead of
+        waiting out the 300 s and running the benchmark against no cluster."""
+        mark = new_mark()
+        env = marked_env(mark, SLURM_CONF=slurm_conf, BENCH_RAY="false")
+        plan = write_plan(tmp_path / "plan", [ray_cell("fsdp", tmp_path, steps=3, extra=[], gpus_per_node=1)])
+        _emit([str(plan), "--output-dir", str(tmp_path / "run")], tmp_path / "run.sbatch", env)
+        sbatch = ["sbatch", "--parsable", "--wait", "-o", str(tmp_path / "slurm-%j.out"), str(tmp_path / "run.sbatch")]
+        try:
+            done = subprocess.run(sbatch, env=env, capture_output=True, text=True, timeout=240)
+            job = done.stdout.strip().splitlines()[0]
+            output = (tmp_path / f"slurm-{job}.out").read_text()
+            assert done.returncode != 0, output
+            assert "error: the Ray node on " in output and " exited" in output, output
+            assert not (tmp_path / "run" / "manifest.json").exists()  # the benchmark never started
+        finally:
+            stop_marked(marked_processes(mark[MARK_VAR]), grace_s=10)

@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from scripts.benchmark.common.redaction import REDACTED, Redactor, find_plan_secrets, is_secret_name
+from scripts.benchmark.common.redaction import (
+    REDACTED,
+    Redactor,
+    find_plan_secrets,
+    find_words_secrets,
+    is_secret_name,
+)
 from scripts.benchmark.contracts.manifest import Manifest, new_cell_run
 from scripts.benchmark.contracts.plan import Known, plan_problems
 from scripts.benchmark.frameworks import registry
@@ -57,6 +63,23 @@ class TestRedaction:
             "train.py", "--wandb-key", REDACTED, f"--hf-token={REDACTED}", f"HF_TOKEN={REDACTED}",
             f"+trainer.api_key={REDACTED}", "--lr", "1",
         ]  # fmt: skip
+
+    def test_secret_and_access_key_names_are_secrets_in_every_spelling(self):
+        """The value is not in the environment, so only the name can tell: refused in a plan, redacted in text."""
+        argv = ["train.py", "aws_secret_access_key=V1", "--aws-secret-access-key", "V2",
+                "+trainer.s3.secret_access_key=V3", "--s3-accessKey=V4", "--lr", "1"]  # fmt: skip
+        assert Redactor().redact_argv(argv) == [
+            "train.py", f"aws_secret_access_key={REDACTED}", "--aws-secret-access-key", REDACTED,
+            f"+trainer.s3.secret_access_key={REDACTED}", f"--s3-accessKey={REDACTED}", "--lr", "1",
+        ]  # fmt: skip
+        assert Redactor().redact_text(" ".join(argv)) == " ".join(Redactor().redact_argv(argv))
+        assert find_words_secrets(argv, "argv") == [
+            "argv: aws_secret_access_key",
+            "argv: --aws-secret-access-key",
+            "argv: +trainer.s3.secret_access_key",
+            "argv: --s3-accessKey",
+        ]
+        assert is_secret_name("AWS_SECRET_ACCESS_KEY") and is_secret_name("minio_access_key_id")
 
     def test_a_plan_with_a_literal_secret_is_reported_by_location(self):
         cell = standin_cell("miles")
@@ -136,6 +159,13 @@ class TestWatchdog:
         short = Watchdog(limits=self.limits, started_at=0.0, num_steps=3)
         short.on_step(1.0, 1)
         assert short.check(2.0, 0).reason == "exited with code 0 after only 1 of 3 steps"
+        far = Watchdog(limits=self.limits, started_at=0.0, num_steps=3)
+        far.on_step(1.0, 4)  # one more is Miles's way of logging its last rollout: still complete
+        assert far.check(2.0, 0).state == "complete"
+        far.on_step(1.5, 40)
+        assert far.check(2.0, 0).reason == (
+            "exited with code 0 after 40 steps, more than the plan's 3: the trainer did not run the planned workload"
+        )
 
     def test_zero_disables_a_limit(self):
         dog = Watchdog(
@@ -227,6 +257,32 @@ class TestManifest:
         assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]
 
 
+RAY_STATUS_TWO_NODES = """======== Autoscaler status: 2026-12-04 03:00:00.000000 ========
+Node status
+---------------------------------------------------------------
+Active:
+ 1 node_2c4f5e0f1d2a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f80
+ 1 node_9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d
+Pending:
+ (no pending nodes)
+Recent failures:
+ (no failures)
+
+Resources
+---------------------------------------------------------------
+Usage:
+ 0.0/2.0 CPU
+ 0.0/1.0 node_a
+ 0.0/1.0 node_b
+ 0B/190.73MiB memory
+ 0B/190.73MiB object_store_memory
+
+Demands:
+ (no resource demands)
+"""
+"""What `ray status` (Ray 2.x) prints for two nodes that carry custom resources node_a and node_b."""
+
+
 class TestSlurmAndProgress:
     def test_the_sbatch_script_sizes_the_allocation_from_the_plan_and_parses(self, tmp_path: Path, monkeypatch):
         monkeypatch.setenv("WANDB_API_KEY", "sekrit-123")
@@ -242,10 +298,38 @@ class TestSlurmAndProgress:
         assert "--ray none" not in text and "--ray external --ray-address" in text
         assert "sekrit-123" not in text
         assert "pkill" not in text and "killall" not in text and "ray stop" not in text
-        assert text.count('"${start_args[@]}"') == 2  # BENCH_RAY_START_ARGS reaches the head and every worker
+        assert text.count('"${start_args[@]}"') == 1  # one start_node for the head and every worker
+        assert "--gres" not in text and text.count("--gpus-per-node=8") == 1  # GPUs requested one way, for the job
+        assert "0.0.0.0" not in text and '--dashboard-host="$head_ip"' in text
         script = tmp_path / "job.sbatch"
         script.write_text(text)
         assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+
+    def test_the_sbatch_script_counts_ray_nodes_not_node_resources(self, tmp_path: Path):
+        """Two nodes that also carry custom resources named node_a and node_b: the script's count is 2, not 4."""
+        text = build_sbatch(
+            {"cells": [standin_cell("miles")]}, ["execute", "p.json"], python="python3", workdir=tmp_path
+        )
+        function = text[text.index("alive_nodes() {") : text.index("\n}\n", text.index("alive_nodes() {")) + 3]
+        status = tmp_path / "ray"
+        status.write_text(f"#!/bin/sh\ncat <<'EOF'\n{RAY_STATUS_TWO_NODES}EOF\n")
+        status.chmod(0o755)
+        script = f"RAY={status}\nhead_ip=127.0.0.1\nRAY_PORT=6379\n{function}alive_nodes\n"
+        done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+        assert done.stdout.strip() == "2", done.stdout + done.stderr
+
+    def test_a_failed_ray_job_stop_says_what_ray_answered(self):
+        """`ray job stop` that fails (a stand-in CLI printing Ray's error): its answer is kept, not thrown away."""
+        from scripts.benchmark.runner.ray_head import stop_ray_job
+
+        cli = [sys.executable, "-c", "import sys; print('ConnectionError: Failed to connect to Ray'); sys.exit(1)"]
+        problem = stop_ray_job(cli, "http://127.0.0.1:9", "bench-x", timeout_s=30, env=os.environ)
+        assert (
+            problem == "ray job stop bench-x at http://127.0.0.1:9: exit 1: ConnectionError: Failed to connect to Ray"
+        )
+        assert (
+            stop_ray_job([sys.executable, "-c", "pass"], "http://h:1", "bench-y", timeout_s=30, env=os.environ) is None
+        )
 
     def test_plain_progress_lines_when_not_a_terminal(self):
         stream = io.StringIO()

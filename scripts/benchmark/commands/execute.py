@@ -51,6 +51,7 @@ def execute_impl(
     for key in ("pythons", "prefixes"):  # per framework: an option given now replaces only that framework's
         merged[key] = {**stored.get(key, {}), **explicit.get(key, {})}
     options = ExecuteOptions(**merged)
+    preflight = preflight and options.preflight
     try:
         return executor.execute(
             plan_path, output_dir, options, resume=resume, preflight=preflight, end_report=end_of_run_report
@@ -226,6 +227,7 @@ def register(app: typer.Typer) -> None:
             ray_dashboard_url=ray_dashboard_url,
             gpu_release_timeout_s=gpu_release_timeout_s,
             poll_interval_s=poll_interval_s,
+            preflight=None if preflight else False,  # stored, so that --resume remembers --no-preflight
         )
         check_option_values(overrides)
         if emit_sbatch is not None:

@@ -1,7 +1,8 @@
 """`record`, `check`, `untrust` and `history`: the benchmark's history database and its regression check.
 
 - `record DIR --store URL`: store every cell of DIR/report.json as one run of its series, with provenance; the run is
-  trusted when it passes the check (or with --baseline-reset), untrusted with --untrusted.
+  trusted when it passes the check (or with --baseline-reset), untrusted with --untrusted. Cells already recorded
+  are skipped and named, so rerunning an interrupted `record` completes it.
 - `check DIR --store URL`: judge DIR against the trusted history; writes DIR/check.md (and appends it to
   $GITHUB_STEP_SUMMARY); exit 1 regression, 0 pass, 2 could not judge.
 - `untrust --store URL (--run-id N ... | --commit SHA) --reason TEXT`: revoke trust (rows are kept); --restore undoes.
@@ -109,9 +110,12 @@ def record_impl(
     settings: CheckSettings,
     create: bool = False,
 ) -> list[int]:
-    """Record every cell; trust 'auto' means trusted iff the cell passes the check (0), as in Miles's gate, judged
-    as `check` judges the run: every cell together, at the night's level split over the cells. Judged alone, each
-    cell got the whole night's level: slow-but-passing nights were left out and the baseline drifted fast."""
+    """Record every cell not recorded yet (a rerun completes an interrupted record); returns the new run ids.
+
+    Trust 'auto' means trusted iff the cell passes the check (0), as in Miles's gate, judged as `check` judges the
+    run: every cell together, at the night's level split over the cells. Judged alone, each cell got the whole
+    night's level: slow-but-passing nights were left out and the baseline drifted fast.
+    """
     from scripts.benchmark.history.check import exit_code
     from scripts.benchmark.history.gate import check_runs
     from scripts.benchmark.history.report_input import read_report_runs
@@ -119,8 +123,13 @@ def record_impl(
 
     ids = []
     with HistoryStore(store_url, create=create) as store:
-        runs = read_report_runs(run_dir)
-        judged = check_runs(store, runs, settings)[0] if trust == "auto" and not baseline_reset else []
+        runs = []
+        for run in read_report_runs(run_dir):
+            if (done := store.recorded_run_id(run)) is not None:
+                typer.echo(f"skipped {run.series.label()} cell {run.cell_id}: already recorded as run {done}")
+            else:
+                runs.append(run)
+        judged = check_runs(store, runs, settings)[0] if runs and trust == "auto" and not baseline_reset else []
         for run in runs:
             trusted = trust == "yes" or baseline_reset
             if trust == "auto" and not baseline_reset:

@@ -5,7 +5,9 @@ plots for one run folder: analysis/ makes the typed document, report/ renders it
 - Writes DIR/report.md, DIR/report.json, DIR/report.html and DIR/plots/*.svg; prints the Verdict
   section of report.md and the paths written (the whole report, with every environment record, is in the files).
 - Exit status: 0 when the report was written; 1 when DIR has no complete cell; 2 when DIR is not a run folder
-  (no or unreadable manifest.json) or an option is out of range.
+  (no or unreadable manifest.json), an option is out of range, another harness or report holds DIR/run.lock, or a
+  file cannot be written (a full disk: the path and the fix are printed, the previous report stays whole).
+- Holds DIR/run.lock while it writes, as a run does: two writers of one report never mix their files.
 
 Caveats:
 - Refused comparisons (parity, hardware) are reported, not errors: the exit status stays 0.
@@ -13,6 +15,8 @@ Caveats:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -63,6 +67,23 @@ def report_impl(
 ) -> tuple[ReportDocument, dict[str, Path]]:
     """Analyse and write; returns the report document and the written files."""
     return analyse_and_write(run_dir, settings, calibration=calibration)
+
+
+@contextmanager
+def _run_folder_lock(run_dir: Path) -> Iterator[None]:
+    """The run folder's lock for the writing: a second report, or a live run, is refused (exit 2), never mixed in."""
+    from scripts.benchmark.errors import UserError
+    from scripts.benchmark.runner.options import RunError
+    from scripts.benchmark.runner.run_lock import acquire_run_lock, release_run_lock
+
+    try:
+        lock = acquire_run_lock(run_dir)
+    except RunError as exc:
+        raise UserError(str(exc)) from exc
+    try:
+        yield
+    finally:
+        release_run_lock(lock)
 
 
 def register(app: typer.Typer) -> None:
@@ -117,7 +138,8 @@ def register(app: typer.Typer) -> None:
         from scripts.benchmark.analysis.step_columns import DamagedFile
 
         try:
-            doc, written = report_impl(run_dir, settings, calibration=calibration)
+            with _run_folder_lock(run_dir):
+                doc, written = report_impl(run_dir, settings, calibration=calibration)
         except DamagedFile as exc:
             raise UserError(str(exc)) from exc
         if not quiet:

@@ -1,7 +1,8 @@
 """Redaction of secrets from everything the runner writes (argv, environment records, log lines, records).
 
 - `is_secret_name(name)`: WANDB_API_KEY, HF_TOKEN, and any name ending in _TOKEN, _KEY, _SECRET or containing
-  PASSWORD (case-insensitive) is a secret.
+  PASSWORD (case-insensitive) is a secret; so is any name, option or override holding `secret` or `access_key` in
+  any spelling (`aws_secret_access_key=`, `--aws-secret-access-key`, `+trainer.s3.secret_access_key=`).
 - `Redactor.from_environ(env)` collects the values of those variables; `redact_text` replaces every occurrence of
   such a value (anywhere in a string, not only after `NAME=`) by `<redacted>`, and by name whatever follows a secret
   name in text (`WANDB_API_KEY=...`, `--wandb-key ...`, `+trainer.api_key=...`); `redact_env` replaces the values of
@@ -46,16 +47,37 @@ _SECRET_FLAG_IN_TEXT = re.compile(
 )
 
 
+_SECRET_ANY_SPELLING = re.compile(r"secret|access[-_]?key", re.IGNORECASE)
+"""A name holding `secret` or `access_key` in any spelling (AWS_SECRET_ACCESS_KEY, aws_secret_access_key,
+--aws-secret-access-key, +trainer.s3.secret_access_key, secretAccessKey) is a secret, whatever else it says."""
+_SECRET_WORD_IN_TEXT = re.compile(
+    r"((?<![\w.-])[-+~]{0,2}[\w.-]*(?:secret|access[-_]?key)[\w.-]*)(=)(?!<redacted>)([^\s'\"]+)"
+    r"|((?<![\w.-])--?[\w.-]*(?:secret|access[-_]?key)[\w.-]*)(\s+)(?!<redacted>)([^\s'\"]+)",
+    re.IGNORECASE,
+)
+
+
 def is_secret_name(name: str) -> bool:
-    return name.upper() in _EXACT_SECRET_NAMES or bool(_SECRET_NAME.search(name))
+    return (
+        name.upper() in _EXACT_SECRET_NAMES
+        or bool(_SECRET_NAME.search(name))
+        or bool(_SECRET_ANY_SPELLING.search(name))
+    )
 
 
 def is_secret_option(word: str) -> bool:
     """A command-line flag (`--wandb-key`) or a Hydra/env assignment name (`+trainer.api_key`, `HF_TOKEN`)."""
-    name = word.lstrip("-+").split(".")[-1]
+    name = word.lstrip("-+~").split(".")[-1]
+    if _SECRET_ANY_SPELLING.search(name):
+        return True
     if not word.startswith("-") and name.isupper():
         return is_secret_name(name)  # an environment assignment NAME=value
     return bool(_SECRET_OPTION.match(name))
+
+
+def _redact_secret_word(match: re.Match[str]) -> str:
+    name, sep = (match.group(1), match.group(2)) if match.group(1) else (match.group(4), match.group(5))
+    return f"{name}{sep}{REDACTED}"
 
 
 @dataclass(frozen=True)
@@ -81,6 +103,7 @@ class Redactor:
         if "=" in text or "-" in text:
             text = _SECRET_NAME_IN_TEXT.sub(lambda m: f"{m.group(1)}={REDACTED}", text)
             text = _SECRET_FLAG_IN_TEXT.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+            text = _SECRET_WORD_IN_TEXT.sub(_redact_secret_word, text)
         return text
 
     def redact_env(self, env: Mapping[str, str]) -> dict[str, str]:

@@ -6,8 +6,9 @@
   ("cells/<id>/rep-<k>/metrics.jsonl").
 - Additional fields (readers may ignore them): steps_completed, num_steps, exit_code, previous_attempts (folders of
   earlier attempts kept by --resume), processes (while the cell runs: its process group, session and every process
-  by pid and start time, so a --resume after a killed harness finds what is left), survivors (processes a stop could
-  not end); top level: spec_hash, sides (copied from the plan), options (the execute options, reused by
+  by pid and start time, so a --resume after a killed harness finds what is left), ray (while the cell runs: its
+  private Ray head's processes and its Ray job's submission id, which --resume stops), survivors (processes a stop
+  could not end); top level: spec_hash, sides (copied from the plan), options (the execute options, reused by
   --resume), prepare (one entry per preparation step), harness (the process holding the run folder's lock),
   warnings.
 - `ManifestFile` is the typed definition; `read_manifest_json(path)` is the one reader of the file (validated
@@ -72,6 +73,19 @@ class CellProcesses(BaseModel):
     pgid: int
     sid: int
     members: list[ProcessRecord] = Field(default_factory=list)
+    token: str | None = None
+    """The value of BENCH_PROCESS_TOKEN in the command's environment, inherited by all it started (None: older)."""
+
+
+class RayRecord(BaseModel):
+    """The Ray work a running cell started, for a --resume after a killed harness: its private head's processes and
+    its job (on an external cluster only the job: the cluster is not the run's)."""
+
+    head: CellProcesses | None = None
+    dashboard_url: str | None = None
+    submission_id: str | None = None
+    ray_argv: list[str] = Field(default_factory=list)
+    """The words of the cell's `ray job submit` before `job`: the Ray CLI that stops the job."""
 
 
 class HarnessRecord(BaseModel):
@@ -107,6 +121,8 @@ class CellRun(BaseModel):
     exit_code: int | None = None
     previous_attempts: list[str] = Field(default_factory=list)
     processes: CellProcesses | None = None
+    ray: RayRecord | None = None
+    """The cell's Ray head and job while it runs (cleared when they are stopped)."""
     survivors: list[ProcessRecord] = Field(default_factory=list)
 
     @property

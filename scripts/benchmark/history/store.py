@@ -12,6 +12,8 @@
 - `baseline_reset` marks a run from which baselines start again (an accepted, intended change of level).
 
 Caveats:
+- Each cell is its own transaction; a cell of a report already recorded is found by `recorded_run_id`, so a
+  `record` interrupted between cells is completed by running it again.
 - Runs are ordered by insertion (`id`), which is the nightly order; backfilled runs sort where they were inserted.
 - Values are stored as floats or NULL (missing or non-finite); NaN never reaches the database.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -93,13 +96,20 @@ class HistoryStore:
 
     def __init__(self, url: str, *, create: bool = True) -> None:
         self.url = normalize_url(url)
-        shown = sa.engine.make_url(self.url).render_as_string(hide_password=True)
+        try:
+            shown = sa.engine.make_url(self.url).render_as_string(hide_password=True)
+        except (sa.exc.ArgumentError, ValueError) as exc:  # a port that is no number, a URL that is no URL
+            hidden = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", self.url)
+            raise StoreMissing(f"--store {hidden}: not a database URL ({exc})") from exc
         if self.url.startswith("sqlite:///"):
             path = Path(self.url.removeprefix("sqlite:///"))
             if not create and not path.is_file():
                 raise StoreMissing(f"--store {shown}: no history database at {path} (pass --create to make one)")
             path.parent.mkdir(parents=True, exist_ok=True)
-        self.engine = sa.create_engine(self.url, future=True)
+        try:
+            self.engine = sa.create_engine(self.url, future=True)
+        except (sa.exc.ArgumentError, ValueError) as exc:  # sa.exc.NoSuchModuleError: an unknown database kind
+            raise StoreMissing(f"--store {shown}: not a database this history can use ({exc})") from exc
         try:
             if create:
                 _metadata.create_all(self.engine)
@@ -143,23 +153,21 @@ class HistoryStore:
             "baseline_reset": baseline_reset,
         }
         with self.engine.begin() as conn:
-            duplicate = conn.execute(
-                sa.select(RUNS.c.id).where(
-                    RUNS.c.series == row["series"],
-                    RUNS.c.cell_id == run.cell_id,
-                    RUNS.c.report_generated_at == run.report_generated_at,
-                    RUNS.c.run_dir == run.run_dir,
-                )
-            ).first()
+            duplicate = _recorded_id(conn, run)
             if duplicate is not None:
                 raise ValueError(
                     f"cell {run.cell_id!r} of the report generated at {run.report_generated_at} in {run.run_dir} "
-                    f"is already recorded as run {duplicate.id}"
+                    f"is already recorded as run {duplicate}"
                 )
             run_id = conn.execute(sa.insert(RUNS).values(**row)).inserted_primary_key[0]
             if run.values:
                 conn.execute(sa.insert(VALUES), [_value_row(run_id, v) for v in run.values])
         return int(run_id)
+
+    def recorded_run_id(self, run: RunToRecord) -> int | None:
+        """The id this cell of this report was recorded as, or None: lets an interrupted `record` be completed."""
+        with self.engine.connect() as conn:
+            return _recorded_id(conn, run)
 
     def set_trusted(self, run_ids: Sequence[int], *, trusted: bool, note: str) -> list[int]:
         """Flip the trusted flag of existing runs (rows stay); returns the ids that exist."""
@@ -219,6 +227,18 @@ def baseline_runs(runs: Sequence[StoredRun]) -> list[StoredRun]:
         if run.trusted and run.baseline_reset:
             start = i
     return [r for r in runs[start:] if r.trusted]
+
+
+def _recorded_id(conn: sa.Connection, run: RunToRecord) -> int | None:
+    found = conn.execute(
+        sa.select(RUNS.c.id).where(
+            RUNS.c.series == run.series.label(),
+            RUNS.c.cell_id == run.cell_id,
+            RUNS.c.report_generated_at == run.report_generated_at,
+            RUNS.c.run_dir == run.run_dir,
+        )
+    ).first()
+    return None if found is None else int(found.id)
 
 
 def _value_row(run_id: int, v: MetricValue) -> dict[str, Any]:

@@ -26,15 +26,17 @@ Caveats:
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scripts.benchmark.common.redaction import find_plan_secrets
+from scripts.benchmark.common.redaction import Redactor, find_plan_secrets
 from scripts.benchmark.contracts.parity import ParityFile, ParityPair, parity_text
 from scripts.benchmark.contracts.plan import plan_json_text, plan_origin
 from scripts.benchmark.contracts.sides import Side, SidePair
+from scripts.benchmark.errors import UserError
 from scripts.benchmark.frameworks import registry
 from scripts.benchmark.frameworks.adapter import LaunchContext
 from scripts.benchmark.frameworks.launch import (
@@ -222,9 +224,15 @@ def build_plan(spec: BenchmarkSpec, preset: str | None, options: PlanOptions, re
 
 
 def _assert_no_secrets(data: dict[str, Any]) -> None:
-    """The same rule the runner applies to a plan before executing it (redaction.find_plan_secrets)."""
-    leaked = find_plan_secrets(data)
-    assert not leaked, f"literal secrets in the plan: {leaked}"
+    """The same rule the runner applies to a plan before executing it (redaction.find_plan_secrets, with the values
+    of this environment's secret variables): a dry run never writes a plan that execute would refuse."""
+    leaked = find_plan_secrets(data, Redactor.from_environ(os.environ).values)
+    if leaked:
+        raise UserError(
+            "the plan would hold a secret, so nothing was written: "
+            + "; ".join(leaked)
+            + " (pass secrets through the environment, never in the spec or on the command line)"
+        )
 
 
 def render_cell_script(cell: dict[str, Any], prepare: list[dict[str, Any]], output_dir: Path) -> str:

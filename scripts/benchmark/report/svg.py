@@ -22,6 +22,8 @@ from xml.sax.saxutils import escape, quoteattr
 
 import numpy as np
 
+from miles.utils.bench_metrics import write_text_atomic
+
 FONT_FAMILY = "system-ui, -apple-system, 'Segoe UI', Helvetica, Arial, sans-serif"
 TEXT_COLOR = "#1f2328"
 AXIS_COLOR = "#57606a"
@@ -300,6 +302,5 @@ def legend_column(canvas: Canvas, keys: Sequence[LegendKey], *, left: float, top
 
 def save(svg: Canvas, path: Path) -> Path:
     """Write a chart and return its path."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(svg.to_svg(), encoding="utf-8")
+    write_text_atomic(path, svg.to_svg())
     return path

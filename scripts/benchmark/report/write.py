@@ -7,7 +7,8 @@
   would push it past `MARKDOWN_BUDGET`, they are left to report.json/report.html and the markdown says so.
 - `write_report(doc, run_dir)` writes everything (report.json is the validated document itself, and headline.md:
   the headline, one line per pair, for a step summary or a PR comment) and returns the paths. Analysing a run
-  folder first is `run.py report`'s job (commands/report.py): this package only renders.
+  folder first is `run.py report`'s job (commands/report.py): this package only renders. Every file is written
+  atomically: a full disk leaves the previous report whole, never a torn or empty file.
 
 Caveats:
 - A null number is printed "n/a", never 0. Fractions (MFU, wait ratio) are printed as percentages.
@@ -29,6 +30,8 @@ from scripts.benchmark.report.learning import learning_plot_title, plot_learning
 from scripts.benchmark.report.plots import plot_phase_bars, plot_ratios, plot_step_times
 from scripts.benchmark.report.render import render_html, render_markdown
 from scripts.benchmark.report.sections import build_blocks, report_title
+
+from miles.utils.bench_metrics import write_bytes_atomic, write_text_atomic
 
 MARKDOWN_BUDGET = 60_000
 
@@ -60,17 +63,17 @@ def write_report(doc: ReportDocument, run_dir: Path) -> dict[str, Path]:
         if path is not None:
             images[title] = f"plots/{name}"
             written[name] = path
-    (run_dir / "report.json").write_bytes(report_json_bytes(doc))
+    write_bytes_atomic(run_dir / "report.json", report_json_bytes(doc))
     written["report.json"] = run_dir / "report.json"
     markdown = render_markdown(build_blocks(doc, images))
     if len(markdown) > MARKDOWN_BUDGET:
         markdown = render_markdown(build_blocks(doc, images, environment_json=False))
-    (run_dir / "report.md").write_text(markdown, encoding="utf-8")
+    write_text_atomic(run_dir / "report.md", markdown)
     written["report.md"] = run_dir / "report.md"
     html = render_html(build_blocks(doc, images), run_dir, report_title(doc))
-    (run_dir / "report.html").write_text(html, encoding="utf-8")
+    write_text_atomic(run_dir / "report.html", html)
     written["report.html"] = run_dir / "report.html"
-    (run_dir / "headline.md").write_text(headline_markdown(doc), encoding="utf-8")
+    write_text_atomic(run_dir / "headline.md", headline_markdown(doc))
     written["headline.md"] = run_dir / "headline.md"
     return written
 

@@ -18,6 +18,8 @@ from scripts.benchmark.runner.cell_command import (
     substitute_cell_dir,
 )
 
+from miles.utils.bench_metrics import write_text_atomic
+
 
 def write_command_record(cell_dir: Path, command: CellCommand, redactor: Redactor) -> None:
     """command.sh (runnable: cd to the cell folder, the plan's env, exec the argv) and env.json, redacted."""
@@ -31,7 +33,7 @@ def write_command_record(cell_dir: Path, command: CellCommand, redactor: Redacto
         f"{exports}\n"
         f"exec {shlex.join(redactor.redact_argv(command.argv))}\n"
     )
-    (cell_dir / "command.sh").write_text(script, encoding="utf-8")
+    write_text_atomic(cell_dir / "command.sh", script)
     (cell_dir / "command.sh").chmod(0o755)
     inherited = {k: v for k, v in command.process_env.items() if k not in command.plan_env}
     write_json_atomic(

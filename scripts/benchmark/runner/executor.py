@@ -38,6 +38,7 @@ import json
 import os
 import shlex
 import shutil
+import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -365,7 +366,7 @@ def _record_lock(manifest: Manifest, lock: RunLock) -> None:
     manifest.harness = lock.holder
     if lock.taken_over is not None:
         dead = lock.taken_over
-        manifest.warnings.append(
-            f"took over the stale lock of harness pid {dead.pid} on {dead.host} (started {dead.started_at})"
-        )
+        warning = f"took over the stale lock of harness pid {dead.pid} on {dead.host} (started {dead.started_at})"
+        manifest.warnings.append(warning)
+        print(f"warning: {warning}", file=sys.stderr)  # on the console too, not only in the manifest
     manifest.save()

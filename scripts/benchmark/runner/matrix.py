@@ -19,15 +19,21 @@ from pathlib import Path
 from typing import Any
 
 from scripts.benchmark.common.redaction import Redactor
-from scripts.benchmark.contracts.manifest import CellRun, Manifest, ProcessRecord, write_json_atomic
+from scripts.benchmark.contracts.manifest import CellRun, Manifest, ProcessRecord, RayRecord, write_json_atomic
 from scripts.benchmark.runner import cell_records, gpu_memory
 from scripts.benchmark.runner.cell_command import CellCommand, build_cell_command, substitute_cell_dir
 from scripts.benchmark.runner.end_report import EndReport, report_after_run
 from scripts.benchmark.runner.leftovers import alive_survivors
 from scripts.benchmark.runner.options import ExecuteOptions, harness_argv, needs_private_head
-from scripts.benchmark.runner.process import ManagedProcess, capture_output, run_to_completion
+from scripts.benchmark.runner.process import ManagedProcess, run_to_completion
 from scripts.benchmark.runner.progress import MatrixProgress
-from scripts.benchmark.runner.ray_head import PrivateRayHead, RayTarget, external_target, start_private_head
+from scripts.benchmark.runner.ray_head import (
+    PrivateRayHead,
+    RayTarget,
+    external_target,
+    start_private_head,
+    stop_ray_job,
+)
 from scripts.benchmark.runner.sink_follower import SinkFollower
 from scripts.benchmark.runner.watchdog import CellOutcome, Watchdog
 from scripts.benchmark.runner.write_errors import SpaceReserve, describe_write_error, write_error_in
@@ -216,6 +222,7 @@ class MatrixRunner:
             command = build_cell_command(
                 cell, cell_dir=cell_dir, runtime=runtime, ray=target, submission_id=submission_id, base_env=os.environ
             )
+            self._record_ray(cell_run, head, command, target)
             cell_records.write_command_record(cell_dir, command, self.redactor)
             cell_records.write_environment(cell, cell_dir, runtime, command, self.redactor, self._packages)
             verdict, steps = self._watch(cell, cell_run, cell_dir, command, target)
@@ -343,20 +350,39 @@ class MatrixRunner:
         self.manifest.save()
         self.progress.step(follower.steps_written, fresh[-1].step_time_s)
 
+    def _record_ray(
+        self, cell_run: CellRun, head: PrivateRayHead | None, command: CellCommand, target: RayTarget | None
+    ) -> None:
+        """The head's processes and the job's id in the manifest before the job is submitted: a --resume after a
+        killed harness stops them (the head's processes and the job outlive the harness)."""
+        record = RayRecord(head=head.process.describe() if head is not None else None)
+        if command.submission_id is not None and target is not None:
+            record.submission_id, record.dashboard_url = command.submission_id, target.dashboard_url
+            record.ray_argv = list(command.argv[: command.argv.index("job")])
+        if record.head is not None or record.submission_id is not None:
+            cell_run.ray = record
+            self.manifest.save()
+
     def _stop_ray_job(self, command: CellCommand, target: RayTarget | None) -> None:
-        """A Ray job outlives its `ray job submit` client: stop it by its submission id (before any private head)."""
+        """A Ray job outlives its `ray job submit` client: stop it by its submission id (before any private head);
+        what Ray answers when that fails is kept in the manifest's warnings."""
         if command.submission_id is None or target is None:
             return
-        ray_argv = [w for w in command.argv[: command.argv.index("job")]]
-        capture_output(
-            [*ray_argv, "job", "stop", f"--address={target.dashboard_url}", command.submission_id],
+        problem = stop_ray_job(
+            command.argv[: command.argv.index("job")],
+            target.dashboard_url,
+            command.submission_id,
             timeout_s=max(self.options.grace_s, 10.0),
             env=command.process_env,
         )
+        if problem is not None:
+            self.progress.message(problem)
+            self.manifest.warnings.append(problem)
 
     def _finish(self, cell_run: CellRun, verdict: CellOutcome, *, steps: int) -> str:
         cell_run.steps_completed = steps
         cell_run.processes = None  # stopped; what could not be stopped is in cell_run.survivors
+        cell_run.ray = None
         self.manifest.set_state(cell_run, verdict.state, reason=verdict.reason)  # type: ignore[arg-type]
         self.progress.cell_ended(verdict.state, verdict.reason)
         return verdict.state

@@ -47,6 +47,9 @@ class ExecuteOptions:
     gpu_release_timeout_s: float = 120.0
     prepare_timeout_s: float = 4 * 3600.0
     poll_interval_s: float = 0.2
+    preflight: bool = True
+    """False when the run was started with --no-preflight: --resume remembers it (it checks the machine only when
+    the run it resumes did)."""
 
     def runtime(self, framework: str) -> FrameworkRuntime:
         return FrameworkRuntime.from_options(self.pythons.get(framework), self.prefixes.get(framework))

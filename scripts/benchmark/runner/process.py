@@ -7,7 +7,9 @@
 - `track()` (called from the runner's poll loop) records every process that belongs to the command: members of its
   process group or session, their descendants by parent pid, and orphans re-parented to the harness (the harness is
   a child subreaper on Linux, see `become_child_subreaper`), each identified by (pid, start time). `describe()` is
-  that record for the manifest.
+  that record for the manifest, with the command's token: a random value put into its environment as
+  BENCH_PROCESS_TOKEN, which every descendant inherits (`carries_token`), so a process that escaped between two
+  polls is still found by --resume, and an unrelated process never is.
 - `stop(grace_s)`: `stop_until_gone`: SIGTERM to the group and every tracked process, again to any that appears,
   up to grace_s; then SIGKILL, scanning again and again until the group, the session and every tracked descendant
   are gone or `KILL_WINDOW_S` passed; whatever is left is returned as survivors (pid, start time). Never kills by
@@ -31,6 +33,7 @@ import socket
 import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +43,7 @@ from scripts.benchmark.common.redaction import Redactor
 from scripts.benchmark.contracts.manifest import CellProcesses, ProcessRecord
 
 _PR_SET_CHILD_SUBREAPER = 36
+PROCESS_TOKEN_VAR = "BENCH_PROCESS_TOKEN"
 _PROC = Path("/proc")
 # Leaders the harness launched itself: orphans re-parented to the harness are any other child.
 _LAUNCHED_LEADERS: set[int] = set()
@@ -61,6 +65,15 @@ class ProcInfo:
     sid: int
     start_time: int
     state: str
+
+
+def carries_token(pid: int, token: str) -> bool:
+    """The process's environment holds PROCESS_TOKEN_VAR=token (False when it cannot be read: another user's)."""
+    try:
+        environ = (_PROC / str(pid) / "environ").read_bytes()
+    except OSError:
+        return False
+    return f"{PROCESS_TOKEN_VAR}={token}".encode() in environ.split(b"\0")
 
 
 def read_proc_table() -> dict[int, ProcInfo]:
@@ -198,6 +211,9 @@ class ManagedProcess:
     log_error: OSError | None = None
     """The first error writing log_path (the output is still drained, then dropped)."""
     _reader: threading.Thread | None = None
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)
+    """Put into the command's environment (PROCESS_TOKEN_VAR): every descendant inherits it, so one that escaped
+    before any poll saw it is still found by --resume (`token_carriers`)."""
 
     @property
     def pid(self) -> int:
@@ -208,7 +224,7 @@ class ManagedProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.popen = subprocess.Popen(
             list(self.argv),
-            env=dict(self.env),
+            env={**self.env, PROCESS_TOKEN_VAR: self.token},
             cwd=self.cwd,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -287,6 +303,7 @@ class ManagedProcess:
             pgid=leader,
             sid=leader,
             members=[ProcessRecord(pid=p, start_time=t) for p, t in sorted(self.tracked.items()) if p != leader],
+            token=self.token,
         )
 
     def _scan(self) -> dict[int, int]:
@@ -404,3 +421,32 @@ def capture_output(argv: Sequence[str], *, timeout_s: float, env: Mapping[str, s
     finally:
         _LAUNCHED_LEADERS.discard(popen.pid)
     return out.decode("utf-8", errors="replace") if popen.returncode == 0 else None
+
+
+def run_capturing(argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str] | None = None) -> tuple[int, str]:
+    """(exit status, stdout and stderr) of a short command whose output matters when it fails (`ray job stop`);
+    -1 with the reason when it cannot run or times out (then its group is killed)."""
+    try:
+        popen = subprocess.Popen(
+            list(argv),
+            env=None if env is None else dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        return -1, f"cannot run {argv[0]}: {exc.strerror or exc}"
+    _LAUNCHED_LEADERS.add(popen.pid)
+    try:
+        out, _ = popen.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(popen.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        popen.wait()
+        return -1, f"timed out after {timeout_s:.0f} s"
+    finally:
+        _LAUNCHED_LEADERS.discard(popen.pid)
+    return popen.returncode, out.decode("utf-8", errors="replace")

@@ -3,7 +3,9 @@
 - `RayTarget`: where a cell's Ray clients connect: `gcs_address` ("host:port", what `ray.init` takes; VERL) and
   `dashboard_url` ("http://host:port", what `ray job submit` takes; Miles).
 - `start_private_head(ray_argv0, ...)` runs `ray start --head --block` with its own temp dir and free ports in its own
-  process group (via `ManagedProcess`), waits until the GCS and dashboard ports accept connections, and returns a
+  process group (via `ManagedProcess`), waits until the GCS and dashboard ports and the dashboard agent's HTTP port
+  accept connections (the job server hands a submitted job to that agent: with the first two alone, `ray job
+  submit` now and then failed with "No available agent to submit job"), and returns a
   `PrivateRayHead`; `PrivateRayHead.stop(grace_s)` sends SIGTERM to the `ray start` process alone first, so that it
   shuts its node down in order (it stops its own GCS, raylet and dashboard within a few seconds), then stops whatever
   is left of that group. (SIGTERM to the whole group at once kills the GCS under `ray start`, whose shutdown then
@@ -12,6 +14,7 @@
   e.g. "--num-cpus=2 --object-store-memory=200000000" on a small machine; the private head and the --emit-sbatch
   script's head and workers take them.
 - `external_target(address, dashboard_url)` joins an existing cluster (RAY_ADDRESS, e.g. under Slurm).
+- `stop_ray_job(...)`: `ray job stop` of one job; what Ray answered when it failed (kept in the manifest's warnings).
 
 Caveats:
 - Ray's unix socket paths must stay under ~107 characters, so the temp dir is a short folder under the system temp
@@ -33,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scripts.benchmark.common.redaction import Redactor
-from scripts.benchmark.runner.process import ManagedProcess, StopOutcome, is_alive
+from scripts.benchmark.runner.process import ManagedProcess, StopOutcome, is_alive, run_capturing
 
 _READY_TIMEOUT_S = 180.0
 START_ARGS_ENV = "BENCH_RAY_START_ARGS"
@@ -169,7 +172,8 @@ def start_private_head(
     target = RayTarget(gcs_address=f"127.0.0.1:{ports[0]}", dashboard_url=f"http://127.0.0.1:{ports[1]}", private=True)
     head = PrivateRayHead(process=process, target=target, temp_dir=temp_dir, argv=argv)
     deadline = time.monotonic() + ready_timeout_s
-    while not (_port_open(ports[0]) and _port_open(ports[1])):
+    needed = [ports[0], ports[1], ports[4]]  # GCS, dashboard (job server), dashboard agent (runs the jobs)
+    while not all(_port_open(port) for port in needed):
         process.track()
         if process.poll() is not None:
             head.stop(grace_s=1.0)
@@ -181,6 +185,19 @@ def start_private_head(
             raise RuntimeError("interrupted while the private Ray head was starting")
         if time.monotonic() > deadline:
             head.stop(grace_s=10.0)
-            raise RuntimeError(f"the private Ray head did not open ports {ports[:2]} within {ready_timeout_s:.0f} s")
+            raise RuntimeError(f"the private Ray head did not open ports {needed} within {ready_timeout_s:.0f} s")
         time.sleep(0.2)
     return head
+
+
+def stop_ray_job(
+    ray_argv0: Sequence[str], dashboard_url: str, submission_id: str, *, timeout_s: float, env: Mapping[str, str]
+) -> str | None:
+    """`ray job stop` of one job (waits until it stopped); None when it did, else one line with Ray's own answer."""
+    code, output = run_capturing(
+        [*ray_argv0, "job", "stop", f"--address={dashboard_url}", submission_id], timeout_s=timeout_s, env=env
+    )
+    if code == 0:
+        return None
+    tail = " | ".join(line.strip() for line in output.strip().splitlines()[-3:] if line.strip())
+    return f"ray job stop {submission_id} at {dashboard_url}: exit {code}: {tail or 'no output'}"

@@ -3,7 +3,8 @@
 - `WatchdogLimits`: cell_timeout_s (whole cell), first_step_timeout_s (start-up: model load, engine start, CUDA
   graphs), stall_timeout_s (no new step since the previous one). 0 disables a limit.
 - `Watchdog.check(now, exit_code)` returns None while the cell may continue, else a `CellOutcome` (state + reason).
-  A cell that exits 0 having made fewer steps than the plan's num_steps is failed, not complete.
+  A cell that exits 0 having made fewer steps than the plan's num_steps is failed, not complete; so is one that made
+  more than num_steps + 1 (a trainer configured for another workload).
 
 Caveats:
 - A step counts when the metric sink shows it complete (see sink_follower); a framework that computes but does not
@@ -73,4 +74,10 @@ class Watchdog:
             return CellOutcome("failed", f"{how} after {self.steps_done} of {self.num_steps or '?'} steps")
         if self.num_steps is not None and self.steps_done < self.num_steps:
             return CellOutcome("failed", f"exited with code 0 after only {self.steps_done} of {self.num_steps} steps")
+        if self.num_steps is not None and self.steps_done > self.num_steps + 1:  # one more: Miles's last rollout
+            return CellOutcome(
+                "failed",
+                f"exited with code 0 after {self.steps_done} steps, more than the plan's {self.num_steps}: "
+                "the trainer did not run the planned workload",
+            )
         return CellOutcome("complete", None)

@@ -1,6 +1,7 @@
 """TEST STAND-IN for the `ray` CLI, not Ray: just enough of `ray start --head --block` and `ray job submit/stop`.
 
-- `start --head --block --port=P --dashboard-port=D ...`: listens on P and D, starts one child (like a raylet), and
+- `start --head --block --port=P --dashboard-port=D --dashboard-agent-listen-port=A ...`: listens on P, D and A,
+  starts one child (like a raylet), and
   blocks until signalled; appends its argv, pids and environment variable names (never values) to
   $STANDIN_RAY_RECORD.
 - `job submit [options] -- CMD...`: appends its argv and RAY_ADDRESS to $STANDIN_RAY_RECORD, then execs CMD.
@@ -31,7 +32,7 @@ def main() -> None:
     argv = sys.argv[1:]
     if argv[:1] == ["start"]:
         listeners = []
-        for name in ("--port", "--dashboard-port"):
+        for name in ("--port", "--dashboard-port", "--dashboard-agent-listen-port"):
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind(("127.0.0.1", int(_option(argv, name))))

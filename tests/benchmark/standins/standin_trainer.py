@@ -225,6 +225,14 @@ def _process_file(identity: dict) -> str:
     return f"{identity['component']}_cell{identity['cell_index']}_rank{identity['rank_within_cell']}.jsonl"
 
 
+def _hold(path: Path) -> None:
+    """Wait while the test holds the file: a cell that is still running whenever the test acts, however slow the
+    machine (an event, not a time window)."""
+    _say(f"standin holds while {path} exists")
+    while path.exists():
+        time.sleep(0.05)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--format", required=True, choices=["verl-file-logger", "miles-stdout", "miles-event-log"])
@@ -242,6 +250,8 @@ def main() -> None:
     parser.add_argument("--fork-workers", action="store_true")
     parser.add_argument("--restart-after", type=int, default=None)
     parser.add_argument("--restart-from", type=int, default=None)
+    parser.add_argument("--hold-after", type=int, default=None, help="after this step, wait while --hold-file exists")
+    parser.add_argument("--hold-file", type=Path, default=None)
     args = parser.parse_args()
 
     _record_pid(args.pid_file, os.getpid())
@@ -292,6 +302,8 @@ def main() -> None:
             for identity, metrics in _miles_rollout_calls(step - 1, step_s, rng):
                 _write_line(args.sink / _process_file(identity), _event(identity, metrics))
         _say(f"standin step {step}/{args.steps} {step_s:.3f} s")
+        if args.hold_after == step and args.hold_file is not None:
+            _hold(args.hold_file)
         if args.crash_after is not None and step >= args.crash_after:
             print("Traceback (most recent call last):\nRuntimeError: standin crash on demand", file=sys.stderr)
             sys.exit(1)

@@ -320,6 +320,9 @@ def _post_train_seconds(native: NativeStep | None, flags: list[str]) -> float:
     if value is None:
         flags.append("miles_shift:post_train_untimed")
         return 0.0
+    if float(value) < 0:  # the wall clock stepped back between `Timer train end` and the perf line: not a duration
+        flags.append("miles_shift:post_train_clock_stepped_back")
+        return 0.0
     return float(value)
 
 
