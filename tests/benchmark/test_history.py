@@ -238,6 +238,16 @@ class TestCheck:
         assert "Traceback" not in done.stderr and "pw" not in done.stderr
         assert done.stderr.startswith("error: ") and "--store " in done.stderr and len(done.stderr.splitlines()) == 1
 
+    def test_check_after_record_of_the_same_run_never_uses_the_run_as_its_own_baseline(self, store_url, tmp_path):
+        """A slow run recorded (trusted by hand) and then checked: judged against the nights before it, and told."""
+        _seed_history(store_url, tmp_path, 8)
+        write_report(tmp_path / "slow", seed=100, slowdown=1.10)
+        _record(store_url, tmp_path / "slow", commit="slow", trust="yes")
+        code, markdown, data = _check(store_url, tmp_path / "slow", tmp_path)
+        step = next(c for c in data["checks"] if c["metric"] == "step_time_s")
+        assert code == 1 and step["n_baseline"] == 8, markdown
+        assert any("already recorded as run 9; judged against the runs before it" in n for n in data["notes"])
+
     def test_an_unreachable_store_is_could_not_judge_never_regression(self, tmp_path):
         """Exit 1 is reserved for a regression; a database that cannot be reached is exit 2."""
         import socket

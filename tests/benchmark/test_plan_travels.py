@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from scripts.benchmark.contracts.plan import HARNESS_DIR
 from scripts.benchmark.runner.relocate import relocated
-from tests.benchmark.standins.plans import RUN_PY, STANDINS, harness_argv, standin_cell, write_plan
+from tests.benchmark.standins.plans import REPO_ROOT, RUN_PY, STANDINS, harness_argv, standin_cell, write_plan
 from tests.benchmark.test_end_to_end import _run_py, _substitute_standins
 
 
@@ -125,3 +126,26 @@ def test_resuming_a_finished_run_says_nothing_to_do_without_a_gpu_check(tmp_path
     resumed = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
     assert "nothing to do" in resumed.stdout + resumed.stderr
+
+
+def _doc_execute_commands(name: str) -> list[list[str]]:
+    """The `run.py execute` commands of a doc's bash blocks, as shell words (continuation lines joined)."""
+    text = (REPO_ROOT / "docs" / "benchmark" / name).read_text()
+    blocks = [block.split("```", 1)[0] for block in text.split("```bash\n")[1:]]
+    lines = "\n".join(blocks).replace("\\\n", " ").splitlines()
+    return [shlex.split(line, comments=True) for line in lines if "run.py execute" in line]
+
+
+def test_the_slurm_recipe_of_the_docs_runs_the_repeats_its_plan_printed(tmp_path: Path):
+    """multi-node.md's --emit-sbatch command, word for word, on a comparison planned with the default repeats: the
+    script it writes runs `execute plan.json` as the doc gives it, and that plan carries the repeats it printed."""
+    [emit] = [w for w in _doc_execute_commands("multi-node.md") if "--emit-sbatch" in w and "plan.json" in w]
+    assert "--repeats" not in emit
+    printed = _plan(tmp_path, "--compare-verl")
+    [planned] = re.findall(r"repeats: (\d+) interleaved per cell", printed)
+    argv = [sys.executable if w == "python" else str(RUN_PY) if w == "scripts/benchmark/run.py" else w for w in emit]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    script = (tmp_path / emit[emit.index("--emit-sbatch") + 1]).read_text()
+    assert "execute plan.json --output-dir run1" in script
+    assert json.loads((tmp_path / "plan.json").read_text())["repeats"] == int(planned) == 3

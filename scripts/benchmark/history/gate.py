@@ -37,7 +37,14 @@ def check_runs(
     notes: list[str] = []
     for run in runs:
         label = run.series.label()
-        trusted = baseline_runs(store.runs(label))
+        stored = store.runs(label)
+        if (own := store.recorded_run_id(run)) is not None:
+            # `check` after `record` of the same run: judged against the history before it, never against itself
+            stored = [r for r in stored if r.id < own]
+            notes.append(
+                f"`{run.cell_id}`: this run is already recorded as run {own}; judged against the runs before it."
+            )
+        trusted = baseline_runs(stored)
         candidate = {v.metric: v.value for v in run.values}
         if not trusted:
             notes.append(f"`{run.cell_id}`: cold start, no trusted history for series `{label}`; passes.")
