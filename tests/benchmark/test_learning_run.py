@@ -103,8 +103,9 @@ class TestReportSaysTooShort:
     def test_a_short_run_is_called_too_short_and_the_learning_run_command_is_named(self, tmp_path):
         run_dir, doc, _ = learning_run(tmp_path)
         note = too_short_note(doc)
-        assert note is not None and "too few for the learning guard" in note and "--learning-run" in note
-        assert "--candidate miles" in note and "--reference verl" in note
+        assert note is not None and "too short for the learning guard" in note and "--learning-run" in note
+        assert "--backend fsdp --candidate miles" in note and "--reference verl" in note
+        assert "--preset" in note and "--layout colocate" in note
         section = (run_dir / "report.md").read_text().split("## Do both learn the same?", 1)[1]
         assert "--learning-run" in section
 

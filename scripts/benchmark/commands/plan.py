@@ -349,7 +349,7 @@ def main_callback(
     ),
     learning_run: bool = typer.Option(
         False,
-        "--learning-run/--throughput-run",
+        "--learning-run",
         help="a run for the learning guard: run.mode learning, 200 steps (or --num-steps >= 200), the same batch",
     ),
 ) -> None:

@@ -90,12 +90,15 @@ def too_short_note(doc: ReportDocument) -> str | None:
     sides = doc.side_pair()
     reference = f" --reference {_side_arg(sides.reference)}" if sides.reference is not None else ""
     source = f"--preset {doc.preset}" if doc.preset else "--spec FILE"
+    backends, layouts = sorted({pair.backend for pair in doc.learning}), sorted({pair.layout for pair in doc.learning})
+    source += f" --layout {layouts[0]}" if len(layouts) == 1 else ""
+    backend = backends[0] if len(backends) == 1 else "all"
     return (
-        f"This run has {max(steps)} steps, too few for the learning guard: its verdicts are validated at "
+        f"This run ends at step {max(steps)}, too short for the learning guard: its verdicts are validated at "
         f"{LEARNING_RUN_STEPS} steps, and at 24 steps a 10% reward drop is caught in about half the pairs. "
         f"To settle learning, plan a learning run ({LEARNING_RUN_STEPS} steps of the same batch, its own spec hash): "
-        f"`python scripts/benchmark/run.py --backend all --candidate {_side_arg(sides.candidate)}{reference} {source} "
-        "--learning-run --output-dir DIR` (docs/benchmark/analysis.md)."
+        f"`python scripts/benchmark/run.py --backend {backend} --candidate {_side_arg(sides.candidate)}{reference} "
+        f"{source} --learning-run --output-dir DIR` (docs/benchmark/analysis.md)."
     )
 
 
