@@ -46,6 +46,7 @@ CPU_TESTS: dict[str, tuple[str, int]] = {
     "test_hostile_names.py": (FAST, 9),
     "test_house.py": (FAST, 2),
     "test_learning.py": (FAST, 2),
+    "test_learning_run.py": (FAST, 2),
     "test_learning_validation.py": (SLOW, 15),
     "test_metrics_cli.py": (FAST, 4),
     "test_miles_launch.py": (FAST, 1),

@@ -2,7 +2,7 @@
 
     run.py --backend {fsdp,megatron,all} [--compare-verl] --preset NAME | --spec FILE
            [--layout colocate|disaggregated] --output-dir DIR [--dry-run] [--num-steps N] [--gpus-per-node N]
-           [--repeats N] [--skip-prepare] [--wandb] [--force] [--no-preflight]
+           [--repeats N] [--skip-prepare] [--wandb] [--force] [--no-preflight] [--learning-run]
            [--candidate NAME[@TARGET]] [--reference NAME[@TARGET]]
 
 The sides: `--candidate` (default: Miles at --miles-version) and `--reference` (none unless given; --compare-verl is
@@ -53,6 +53,7 @@ def plan_impl(
     candidate: str | None = None,
     reference: str | None = None,
     roots: tuple[str | None, str | None] = (None, None),
+    learning_run: bool = False,
 ) -> None:
     from pathlib import Path
 
@@ -66,7 +67,15 @@ def plan_impl(
     if repeats is not None and repeats < 1:
         _fail(EXIT_BAD_INPUT, f"--repeats must be >= 1, got {repeats}")
     sides = _sides(compare_verl, miles_version, candidate, reference, roots)
-    spec = _load_spec(preset, spec_file, layout, num_steps=num_steps, gpus_per_node=gpus_per_node, wandb=wandb)
+    spec = _load_spec(
+        preset,
+        spec_file,
+        layout,
+        num_steps=num_steps,
+        gpus_per_node=gpus_per_node,
+        wandb=wandb,
+        learning_run=learning_run,
+    )
     out = Path(output_dir).expanduser().absolute()
     options = PlanOptions(
         backends=BACKENDS if backend == "all" else (backend,),
@@ -169,13 +178,19 @@ def _load_spec(preset: str | None, spec_file: str | None, layout: str | None, **
     """The validated spec of --preset or --spec with the command-line overrides applied (exit 2 when invalid)."""
     from pydantic import ValidationError
 
-    from scripts.benchmark.spec import load_preset, load_spec_file, with_overrides
+    from scripts.benchmark.spec import LEARNING_RUN_STEPS, load_preset, load_spec_file, with_overrides
 
     if (preset is None) == (spec_file is None):
         _fail(EXIT_BAD_INPUT, "give exactly one of --preset NAME or --spec FILE")
     if layout not in (None, "colocate", "disaggregated"):
         _fail(EXIT_BAD_INPUT, f"--layout must be colocate or disaggregated, got {layout!r}")
     wandb = True if overrides.pop("wandb") else None
+    steps = overrides["num_steps"]
+    if overrides["learning_run"] and steps is not None and steps < LEARNING_RUN_STEPS:
+        _fail(
+            EXIT_BAD_INPUT,
+            f"--num-steps {steps} with --learning-run: the learning guard needs >= {LEARNING_RUN_STEPS}",
+        )
     source = f"--preset {preset}" if preset else f"--spec {spec_file}"
     try:
         spec = load_preset(preset) if preset else load_spec_file(spec_file)
@@ -258,6 +273,8 @@ def _print_summary(plan, written, out, repeats: int) -> None:
         f"  GPU cost: {repeats * len(data['cells'])} launches, {gpu_steps} GPU-steps "
         "(GPU-hours: GPU-steps x step time, plus each launch's start-up)"
     )
+    if data["spec"]["run"].get("mode") == "learning":
+        typer.echo(_learning_run_line(data))
     for step in data["prepare"]:
         typer.echo(f"  prepare {step['name']}: creates {step['creates']}")
     for pair in plan.parity.pairs:
@@ -269,6 +286,17 @@ def _print_summary(plan, written, out, repeats: int) -> None:
     for warning in data["warnings"]:
         typer.echo(f"warning: {warning}")
     typer.echo(f"wrote {len(written)} files under {out}")
+
+
+def _learning_run_line(data) -> str:
+    """What a learning run is, beside the GPU cost line: no per-step time is known before a run of the spec measures
+    one (the calibration's roofline times the training step alone), so no GPU-hours are invented."""
+    batch = data["spec"]["batch"]
+    return (
+        f"  learning run: {data['spec']['run']['num_steps']} steps of the same batch ({batch['prompts_per_step']} "
+        f"prompts x {batch['samples_per_prompt']} samples); step time unknown until a run measures it: "
+        "GPU-hours = GPU-steps x seconds per step / 3600"
+    )
 
 
 def main_callback(
@@ -339,6 +367,11 @@ def main_callback(
         help="the reference's own checkout (absolute path on the GPU node), e.g. the PR's merge base",
         show_default="the framework's own root option",
     ),
+    learning_run: bool = typer.Option(
+        False,
+        "--learning-run",
+        help="a run for the learning guard: run.mode learning, 200 steps (or --num-steps >= 200), the same batch",
+    ),
 ) -> None:
     """Plan (and, without --dry-run, run) the Miles vs VERL matrix for one spec.
 
@@ -374,6 +407,7 @@ def main_callback(
         candidate=candidate,
         reference=reference,
         roots=(candidate_root, reference_root),
+        learning_run=learning_run,
     )
 
 

@@ -7,6 +7,8 @@
   the judged window shaded.
 - `learning_warning(doc, backend, layout)`: the sentence a pair's throughput verdict must carry when its learning
   differs or its sameness is not shown, with the steps that would tell (None when every judged signal is the same).
+- `too_short_note(doc)`: when the run has fewer steps than a learning run (`LEARNING_RUN_STEPS`), that it is too
+  short for the guard, and the learning-run command that settles it (None otherwise).
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from scripts.benchmark.contracts.report import SAME, UNSETTLED, LearningPairModel, LearningSignalModel, ReportDocument
 from scripts.benchmark.report.palette import ROLE_COLORS
 from scripts.benchmark.report.render import Heading, Paragraph, Table
@@ -29,6 +30,7 @@ from scripts.benchmark.report.svg import (
     legend_row,
     save,
 )
+from scripts.benchmark.spec import LEARNING_RUN_STEPS
 
 ROLES = ("candidate", "reference")
 PANEL_PX = (520, 220)
@@ -69,6 +71,35 @@ def learning_warning(doc: ReportDocument, backend: str, layout: str) -> str | No
     if not by_verdict.get(SAME):
         return "Learning not judged: no signal both frameworks log comparably."
     return None
+
+
+def _side_arg(side) -> str:
+    return f"{side.framework}@{side.target}" if side.target else side.framework
+
+
+def too_short_note(doc: ReportDocument) -> str | None:
+    """Steps are counted from 1, so the last step recorded on either side is the run's length."""
+    steps = [
+        step
+        for pair in doc.learning
+        for series in pair.series.values()
+        for step in [*series.candidate.steps, *series.reference.steps]
+    ]
+    if not steps or max(steps) >= LEARNING_RUN_STEPS:
+        return None
+    sides = doc.side_pair()
+    reference = f" --reference {_side_arg(sides.reference)}" if sides.reference is not None else ""
+    source = f"--preset {doc.preset}" if doc.preset else "--spec FILE"
+    backends, layouts = sorted({pair.backend for pair in doc.learning}), sorted({pair.layout for pair in doc.learning})
+    source += f" --layout {layouts[0]}" if len(layouts) == 1 else ""
+    backend = backends[0] if len(backends) == 1 else "all"
+    return (
+        f"This run ends at step {max(steps)}, too short for the learning guard: its verdicts are validated at "
+        f"{LEARNING_RUN_STEPS} steps, and at 24 steps a 10% reward drop is caught in about half the pairs. "
+        f"To settle learning, plan a learning run ({LEARNING_RUN_STEPS} steps of the same batch, its own spec hash): "
+        f"`python scripts/benchmark/run.py --backend {backend} --candidate {_side_arg(sides.candidate)}{reference} "
+        f"{source} --learning-run --output-dir DIR` (docs/benchmark/analysis.md)."
+    )
 
 
 def _number(value: float | None) -> str:
@@ -145,6 +176,9 @@ def learning_blocks(doc: ReportDocument, images: dict[str, str]) -> list[Any]:
             "the signal's margin: same, different, or not enough steps to tell (docs/benchmark/analysis.md)."
         ),
     ]
+    short = too_short_note(doc)
+    if short:
+        blocks.append(Paragraph(short))
     header = ["signal", "unit", c, r, f"{c} - {r} [{pct} CI]", "margin", "verdict"]
     for pair in pairs:
         blocks.append(Heading(3, f"{pair.backend} / {pair.layout}: from step {pair.from_step}"))

@@ -27,12 +27,13 @@ from scripts.benchmark.spec.benchmark import (
     steady_state_warnings,
     with_overrides,
 )
-from scripts.benchmark.spec.sections import KNOWN_ARCHITECTURES, LAYOUTS, Backend, Layout
+from scripts.benchmark.spec.sections import KNOWN_ARCHITECTURES, LAYOUTS, LEARNING_RUN_STEPS, Backend, Layout
 
 __all__ = [
     "BACKENDS",
     "KNOWN_ARCHITECTURES",
     "LAYOUTS",
+    "LEARNING_RUN_STEPS",
     "MODEL_CONFIGS_DIR",
     "PRESETS_DIR",
     "Backend",

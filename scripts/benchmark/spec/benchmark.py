@@ -7,6 +7,8 @@
 - `model.hf_repo` / `data.hf_repo` (`owner/name`): what the prepare steps download when missing (optional).
 - `tracking.wandb` (off in presets; `run.py --wandb`): both launches also log to wandb; the key is never in the spec.
 - `report` and `learning`: how results are read and judged; outside `spec_hash(spec)` (sha256 of the resolved spec).
+- `run.mode` (`throughput`; `learning` for the learning guard, in the hash only when set): `with_overrides(...,
+  learning_run=True)` sets it with `LEARNING_RUN_STEPS` steps and the same batch.
 - `load_preset(name)`, `load_spec_file(path)`, `with_overrides(spec, ...)`.
 """
 
@@ -26,6 +28,7 @@ from scripts.benchmark.spec.learning import LearningSpec
 from scripts.benchmark.spec.report import MIN_STEADY_STEPS, ReportSpec
 from scripts.benchmark.spec.sections import (
     KNOWN_ARCHITECTURES,
+    LEARNING_RUN_STEPS,
     Backend,
     BatchSpec,
     DataSpec,
@@ -170,6 +173,11 @@ def _geometry_problems(spec: BenchmarkSpec) -> list[str]:
             f"data: the slice [{spec.data.start}:{spec.data.end}) has {rows} prompts, fewer than run.num_steps "
             f"{spec.run.num_steps} x batch.prompts_per_step {batch.prompts_per_step} = {needed}"
         )
+    if spec.run.mode == "learning" and spec.run.num_steps < LEARNING_RUN_STEPS:
+        problems.append(
+            f"run.num_steps={spec.run.num_steps} is too few for run.mode learning: the learning guard needs at least "
+            f"{LEARNING_RUN_STEPS} steps"
+        )
     if spec.run.warmup_steps >= spec.run.num_steps:
         problems.append(f"run.warmup_steps={spec.run.warmup_steps} leaves no measured step of {spec.run.num_steps}")
     return problems
@@ -261,6 +269,8 @@ def spec_json(spec: BenchmarkSpec) -> dict[str, Any]:
     """The resolved spec: the model config name is replaced by the architecture facts it names."""
     data = spec.model_dump(mode="json")
     data["model"]["config"] = spec.model.hf_config()
+    if data["run"]["mode"] == "throughput":  # the default stays out: throughput hashes predate the mode
+        del data["run"]["mode"]
     return data
 
 
@@ -300,9 +310,16 @@ def with_overrides(
     num_steps: int | None = None,
     gpus_per_node: int | None = None,
     wandb: bool | None = None,
+    learning_run: bool = False,
 ) -> BenchmarkSpec:
-    """A re-validated copy (model_copy would skip validation)."""
+    """A re-validated copy (model_copy would skip validation). `learning_run`: run.mode learning, `num_steps` (default
+    `LEARNING_RUN_STEPS`) steps of the same batch, the prompt slice grown to cover them."""
     data = spec.model_dump()
+    if learning_run:
+        num_steps = num_steps if num_steps is not None else LEARNING_RUN_STEPS
+        data["run"]["mode"] = "learning"
+        needed = data["data"]["start"] + num_steps * data["batch"]["prompts_per_step"]
+        data["data"]["end"] = max(data["data"]["end"], needed)
     if wandb is not None:
         data["tracking"]["wandb"] = wandb
     if layout is not None:

@@ -200,6 +200,11 @@ class PlacementSpec(Section):
     async_loop: AsyncLoopSpec = AsyncLoopSpec()
 
 
+LEARNING_RUN_STEPS = 200
+"""Steps of a learning run, and the fewest it may have: the learning guard's targets are validated at 200 steps
+(docs/benchmark/analysis.md); at the presets' 24 a 10% reward drop is caught in about half the pairs."""
+
+
 class RunSpec(Section):
     seed: Count = 1234
     rollout_seed: Count = 42
@@ -209,6 +214,10 @@ class RunSpec(Section):
     run: `steady_state_warnings` asks for enough steps that a warm-up this long is found and a steady tail remains."""
     gpus_per_node: Count = Field(gt=0)
     nodes: Count = Field(1, gt=0)
+    mode: Literal["throughput", "learning"] = "throughput"
+    """`learning`: a run for the learning guard (`run.py --learning-run`): at least `LEARNING_RUN_STEPS` steps, the
+    batch unchanged. In the spec hash only when not `throughput`, so a learning run never shares a history series
+    with the throughput runs and the throughput hashes stay as they were."""
 
 
 class TrackingSpec(Section):
