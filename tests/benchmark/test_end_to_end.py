@@ -68,6 +68,7 @@ def test_dry_run_edit_execute_report_record_check(tmp_path: Path):
     miles_dir, verl_dir = (run_dir / c["dir"] for c in manifest["cells"])
     # Miles's sink for the in-tree target: the tracking backend's per-process files, as plan.json says
     assert plan["cells"][0]["sink"]["format"] == "miles-tracking"
+    assert [c["sink_format"] for c in manifest["cells"]] == ["miles-tracking", "verl-file-logger"]
     assert sorted(p.name.split("-")[0] for p in (miles_dir / "sink" / "miles-tracking").glob("*.jsonl")) == [
         "rollout_manager",
         "train",

@@ -2,7 +2,8 @@
 
 Appends {"argv": [...], "cell_dir": $BENCH_CELL_DIR} to $STANDIN_MILES_RECORD and runs standin_trainer.py with
 its stdout as the sink (what the harness reads from Miles) and --num-rollout as the number of steps; with
-BENCH_TRACKING_DIR set (a Miles with the benchmark tracking backend), the tracking backend's files in that folder.
+BENCH_TRACKING_DIR set (a Miles with the benchmark tracking backend), the tracking backend's files in that folder,
+unless STANDIN_MILES_WITHOUT_TRACKING=1 (a Miles checkout without the patch series: stdout whatever the harness sets).
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ def main() -> None:
         f.write(json.dumps({"argv": argv, "cell_dir": os.environ.get("BENCH_CELL_DIR")}) + "\n")
     steps = argv[argv.index("--num-rollout") + 1]
     trainer = Path(__file__).resolve().with_name("standin_trainer.py")
-    tracking = os.environ.get("BENCH_TRACKING_DIR")
+    tracking = (
+        None if os.environ.get("STANDIN_MILES_WITHOUT_TRACKING") == "1" else os.environ.get("BENCH_TRACKING_DIR")
+    )
     sys.argv = [
         str(trainer),
         "--format",
