@@ -1,5 +1,5 @@
 """The benchmark's `register_ci_gate` declarations for Miles's metric-history gate (tests/ci/metric_history): step
-time and throughput of the nightly's Miles cells, keyed as scripts/benchmark/history/miles_ci.py writes them.
+time and throughput of the nightly's Miles cells, keyed as scripts/benchmark/history/ci_record.py writes them.
 
 Parsed by Miles's gate through the AST (`parse_ci_gate_specs`); the calls are no-ops. Informational (enforce off):
 the benchmark's own `check` is the statistical verdict; this band keeps the benchmark in Miles's dashboards.

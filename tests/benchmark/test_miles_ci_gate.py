@@ -11,7 +11,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from scripts.benchmark.history.miles_ci import merged_record, metric_key
+from scripts.benchmark.history.ci_record import merged_record, metric_key
 
 from miles.utils.bench_metrics import StepRecord, write_records
 
@@ -95,3 +95,20 @@ def test_miles_gate_passes_a_steady_run_and_fails_a_slower_one(miles_ci, tmp_pat
     assert slower[(metric_key(CELL, "step_time_s"), 2)] == "FAIL"
     assert slower[(metric_key(CELL, "train_tokens_per_s"), 2)] == "FAIL"
     assert slower[(metric_key(CELL, "rollout_tokens_per_gpu_s"), 2)] == "PASS"
+
+
+def test_the_command_writes_a_run_folders_record_and_names_a_bad_folder(tmp_path):
+    run_dir = tmp_path / "run"
+    metrics = run_dir / "cells" / CELL / "rep-0" / "metrics.jsonl"
+    metrics.parent.mkdir(parents=True)
+    _metrics(metrics, 10.0)
+    cells = [{"id": CELL, "state": "complete", "metrics": str(metrics.relative_to(run_dir))}]
+    cells.append({"id": "verl-megatron-colocate", "state": "failed", "metrics": "missing.jsonl"})
+    (run_dir / "manifest.json").write_text(json.dumps({"schema_version": 1, "cells": cells}))
+    run_py = [sys.executable, str(REPO_ROOT / "scripts" / "benchmark" / "run.py"), "ci-record"]
+    done = subprocess.run([*run_py, str(run_dir)], capture_output=True, text=True, cwd=REPO_ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in (run_dir / "ci-record.jsonl").read_text().splitlines()]
+    assert lines == merged_record({CELL: metrics})
+    bad = subprocess.run([*run_py, str(tmp_path / "nowhere")], capture_output=True, text=True, cwd=REPO_ROOT)
+    assert bad.returncode == 2 and "nowhere/manifest.json" in bad.stderr and "Traceback" not in bad.stderr
