@@ -45,8 +45,10 @@ print(json.dumps([[m.metric_key, m.step, m.historical_status.name, m.baseline_n]
 @pytest.fixture(scope="module")
 def miles_ci(tmp_path_factory) -> Path:
     archive_path = UPSTREAM / "miles-31f1ca9.tar.gz"
-    if not archive_path.is_file():
-        pytest.skip(f"no Miles snapshot {archive_path}")
+    if not archive_path.is_file():  # the gate code is standard library only: the snapshot is all it needs
+        if os.environ.get("MILES_BENCH_REQUIRE_MILES_OVERLAY") == "1":
+            pytest.fail(f"no Miles snapshot {archive_path} (MILES_BENCH_REQUIRE_MILES_OVERLAY=1)")
+        pytest.skip(f"no Miles snapshot {archive_path}: Miles's gate code comes from it")
     folder = tmp_path_factory.mktemp("miles-ci")
     with tarfile.open(archive_path) as archive:
         members = [m for m in archive.getmembers() if m.name.startswith("miles/tests/ci/") and m.isfile()]
