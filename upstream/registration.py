@@ -49,6 +49,7 @@ CPU_TESTS: dict[str, tuple[str, int]] = {
     "test_learning_run.py": (FAST, 2),
     "test_learning_validation.py": (SLOW, 15),
     "test_metrics_cli.py": (FAST, 4),
+    "test_miles_ci_gate.py": (FAST, 1),
     "test_miles_launch.py": (FAST, 1),
     "test_miles_parser.py": (FAST, 118),
     "test_miles_reader.py": (FAST, 1),

@@ -66,7 +66,13 @@ def test_dry_run_edit_execute_report_record_check(tmp_path: Path):
     ]
     assert manifest["spec_hash"] == plan["spec_hash"] and manifest["warnings"] == [] and manifest["prepare"] == []
     miles_dir, verl_dir = (run_dir / c["dir"] for c in manifest["cells"])
-    assert " perf 0: {" in (miles_dir / "log.txt").read_text()  # Miles's sink: the job's stdout
+    # Miles's sink for the in-tree target: the tracking backend's per-process files, as plan.json says
+    assert plan["cells"][0]["sink"]["format"] == "miles-tracking"
+    assert [c["sink_format"] for c in manifest["cells"]] == ["miles-tracking", "verl-file-logger"]
+    assert sorted(p.name.split("-")[0] for p in (miles_dir / "sink" / "miles-tracking").glob("*.jsonl")) == [
+        "rollout_manager",
+        "train",
+    ]
     assert not (miles_dir / "sink" / "rollout_manager.jsonl").exists() and (verl_dir / "sink" / "verl.jsonl").is_file()
     for cell in manifest["cells"]:
         records = [json.loads(line) for line in (run_dir / cell["metrics"]).read_text().splitlines()]

@@ -122,3 +122,25 @@ def test_a_folder_name_round_trips_through_plan_scripts_and_execute(tmp_path: Pa
 
     assert not any(path.name == "pwned" for path in tmp_path.rglob("*"))
     assert not (REPO_ROOT / "pwned").exists()
+
+
+def test_a_miles_without_the_tracking_backend_fails_its_cell_by_naming_the_sink(tmp_path: Path):
+    """The plan gives the in-tree Miles the tracking sink; a checkout without the patch series ignores
+    BENCH_TRACKING_DIR and prints to stdout only: the cell fails and says which sink never appeared."""
+    (tmp_path / "work").mkdir()
+    env = {**_environment(tmp_path), "STANDIN_MILES_WITHOUT_TRACKING": "1"}
+    out = tmp_path / "out"
+    plan = _plan(tmp_path, out, env)
+    miles_only = {**plan, "cells": [c for c in plan["cells"] if c["framework"] == "miles"]}
+    assert miles_only["cells"][0]["sink"]["format"] == "miles-tracking"
+    (out / "plan.json").write_text(json.dumps(miles_only))
+    run_dir = tmp_path / "run"
+    execute = [sys.executable, str(RUN_PY), "execute", str(out / "plan.json"), "--output-dir", str(run_dir)]
+    execute += ["--no-preflight", "--ray", "none", "--poll-interval-s", "0.05"]
+    ran = subprocess.run(execute, capture_output=True, text=True, env=env, cwd=tmp_path / "work", timeout=180)
+    [cell] = json.loads((run_dir / "manifest.json").read_text())["cells"]
+    assert ran.returncode != 0, ran.stdout + ran.stderr
+    assert (cell["state"], cell["steps_completed"], cell["sink_format"]) == ("failed", 0, "miles-tracking")
+    reason = cell["reason"]
+    assert "miles-tracking sink" in reason and "holds no files" in reason, cell
+    assert " perf 0: {" in (run_dir / "cells" / cell["id"] / "rep-0" / "log.txt").read_text()

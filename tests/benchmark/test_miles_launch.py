@@ -110,9 +110,9 @@ class TestPinnedValues:
         assert flags["--prompt-data"] == ["/root/datasets/dapo-math-17k/dapo-math-17k.jsonl@[0:3072]"]
         assert flags["--rm-type"] == ["dapo"] and flags["--reward-key"] == ["score"]
 
-    def test_sink_is_the_jobs_stdout_log_in_the_cell_folder(self):
+    def test_sink_is_the_tracking_folder_in_the_cell_folder(self):
         launch = _launch()
-        assert launch.sink == {"format": "miles-stdout", "path": "${BENCH_CELL_DIR}/log.txt"}
+        assert launch.sink == {"format": "miles-tracking", "path": "${BENCH_CELL_DIR}/sink/miles-tracking"}
 
     @pytest.mark.parametrize("preset,backend,layout", CELLS)
     def test_no_switch_whose_code_path_adds_work_per_step(self, preset, backend, layout):
@@ -201,3 +201,40 @@ class TestArchitectureArgs:
         assert flags["--moe-ffn-hidden-size"] == ["768"] and flags["--num-query-groups"] == ["4"]
         assert flags["--moe-layer-freq"] == ["[" + ",".join(["1"] * 48) + "]"]
         assert "--untie-embeddings-and-output-weights" in flags and "--moe-grouped-gemm" in flags
+
+
+class TestSinkPerTarget:
+    """The in-tree Miles (31f1ca9 with the patch series) writes the tracking backend's files; miles-rl 0.0.2 has no
+    backend and keeps the job's stdout. The plan cell's `sink` says which; the backend's switch reaches the job."""
+
+    def test_the_in_tree_target_uses_the_tracking_backend(self):
+        from scripts.benchmark.frameworks.miles.launch import TRACKING_DIR
+
+        launch = build_miles_launch(load_preset("smoke"), "megatron", "colocate")
+        assert launch.sink == {"format": "miles-tracking", "path": TRACKING_DIR}
+        assert launch.env["BENCH_TRACKING_DIR"] == TRACKING_DIR == "${BENCH_CELL_DIR}/sink/miles-tracking"
+        runtime = json.loads(launch.launch_argv[launch.launch_argv.index("--runtime-env-json") + 1])
+        assert runtime["env_vars"]["BENCH_TRACKING_DIR"] == TRACKING_DIR
+
+    def test_the_release_keeps_the_stdout_sink(self):
+        from scripts.benchmark.frameworks.miles.launch import SINK_LOG
+        from scripts.benchmark.frameworks.miles.versions import MILES_RELEASE, miles_target
+
+        launch = build_miles_launch(load_preset("smoke"), "megatron", "colocate", target=miles_target(MILES_RELEASE))
+        assert launch.sink == {"format": "miles-stdout", "path": SINK_LOG}
+        assert "BENCH_TRACKING_DIR" not in launch.env
+        assert "BENCH_TRACKING_DIR" not in " ".join(launch.launch_argv)
+
+    def test_a_tracking_sink_that_never_appears_fails_the_cell_by_name(self, tmp_path):
+        """A Miles checkout without the patch series runs, prints to stdout, and writes no tracking file: the end
+        of the cell says so instead of counting zero steps."""
+        from scripts.benchmark.runner.sink_follower import read_sink
+
+        folder = tmp_path / "sink" / "miles-tracking"
+        context = {"cell": {"gpus": {"train": 8, "rollout": 8}}}
+        assert read_sink("miles-tracking", folder, context) == []  # while the cell runs: no steps yet
+        with pytest.raises(ValueError, match=r"miles-tracking sink .*miles-tracking holds no files"):
+            read_sink("miles-tracking", folder, {**context, "final": True})
+        folder.mkdir(parents=True)
+        with pytest.raises(ValueError, match="log.txt"):
+            read_sink("miles-tracking", folder, {**context, "final": True})

@@ -157,6 +157,7 @@ def test_launcher_prefix_and_job_env_whatever_the_entry_script(tmp_path):
     async_argv = [cell["argv"][0], cell["argv"][1].replace("train.py", "train_async.py"), *flags]
     assert entry_flags(async_argv) == flags
     assert job_env(cell["launch_argv"]) == {
+        "BENCH_TRACKING_DIR": "${BENCH_CELL_DIR}/sink/miles-tracking",
         "CUDA_DEVICE_MAX_CONNECTIONS": "1",
         "MASTER_ADDR": "127.0.0.1",
         "PYTHONUNBUFFERED": "1",

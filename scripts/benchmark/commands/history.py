@@ -7,6 +7,8 @@
   $GITHUB_STEP_SUMMARY); exit 1 regression, 0 pass, 2 could not judge.
 - `untrust --store URL (--run-id N ... | --commit SHA) --reason TEXT`: revoke trust (rows are kept); --restore undoes.
 - `history --store URL`: change points per series and gated metric, with a trend PNG each.
+- `ci-record DIR`: the run's headline per-step series in Miles's merged-record form (DIR/ci-record.jsonl),
+  for Miles's metric-history gate (tests/benchmark/miles_ci_gates.py).
 
 Caveats:
 - sqlalchemy, scipy, otava and matplotlib are imported inside the command bodies (fast --help).
@@ -304,3 +306,24 @@ def _register_trust_and_history(app: typer.Typer) -> None:
         output_dir.mkdir(parents=True, exist_ok=True)
         (output_dir / "history.md").write_text(markdown, encoding="utf-8")
         typer.echo(markdown)
+
+    @app.command("ci-record")
+    def ci_record(
+        run_dir: Annotated[Path, typer.Argument(help="a run folder (its manifest.json and metrics files)")],
+        out: Annotated[Path | None, typer.Option(help="default: DIR/ci-record.jsonl")] = None,
+    ) -> None:
+        """Step time and throughput per step of every complete cell, as Miles's merged per-run JSONL.
+
+        Example:
+
+        \b
+            run.py ci-record bench-runs/nightly
+        """
+        from scripts.benchmark.errors import UserError
+        from scripts.benchmark.history.ci_record import write_merged_record
+
+        try:
+            written = write_merged_record(run_dir, out or run_dir / "ci-record.jsonl")
+        except (ValueError, OSError) as exc:
+            raise UserError(str(exc)) from exc
+        typer.echo(f"wrote {written}")

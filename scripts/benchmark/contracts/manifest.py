@@ -118,6 +118,8 @@ class CellRun(BaseModel):
     metrics: str = ""
     steps_completed: int = 0
     num_steps: int | None = None
+    sink_format: str | None = None
+    """The plan cell's metric sink format (which reader read it; None in manifests written before it was kept)."""
     exit_code: int | None = None
     previous_attempts: list[str] = Field(default_factory=list)
     processes: CellProcesses | None = None
@@ -242,4 +244,5 @@ def new_cell_run(cell: dict[str, Any], repeat: int) -> CellRun:
         dir=rel,
         metrics=f"{rel}/metrics.jsonl",
         num_steps=cell.get("num_steps"),
+        sink_format=(cell.get("sink") or {}).get("format"),
     )

@@ -303,15 +303,21 @@ class MatrixRunner:
             self._stop_ray_job(command, target)
             outcome = process.stop(self.options.grace_s)
             cell_run.exit_code = outcome.exit_code
+        sink_error = None
         try:
             if self.write_failure is None:
                 self._follow(follower, watchdog, cell_run, final=True)
         except Exception as exc:
+            sink_error = exc
             if verdict.state == "complete" or write_error_in(exc):
                 verdict = self._verdict_for_error(exc)
         if exited and self.write_failure is None:
             cell_run.exit_code = outcome.exit_code
             verdict = watchdog.check(time.monotonic(), outcome.exit_code) or verdict
+        if sink_error is not None and not follower.steps_written and verdict.state == "failed":
+            unreadable = f"metric sink unreadable: {sink_error}"
+            if unreadable not in (verdict.reason or ""):  # why no step was read, not only that none was
+                verdict = CellOutcome("failed", f"{verdict.reason}; {unreadable}" if verdict.reason else unreadable)
         cell_run.survivors = [ProcessRecord(pid=pid, start_time=start) for pid, start in outcome.survivors]
         if outcome.survivors:
             pids = [pid for pid, _ in outcome.survivors]

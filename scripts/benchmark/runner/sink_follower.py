@@ -20,8 +20,9 @@
   `RunFolderWriteError`.
 
 Caveats:
-- A sink that does not exist yet is simply "no steps yet"; a sink the readers cannot parse raises, and the runner
-  records that as the cell's failure reason.
+- A sink that does not exist yet is simply "no steps yet" while the cell runs, and an error naming the sink once it
+  ended (a framework checkout without the hook that writes it, e.g. without the patch series' tracking backend); a
+  sink the readers cannot parse raises, and the runner records that as the cell's failure reason.
 - A Miles step reaches metrics.jsonl one rollout late (when the next rollout trained), or at the end of the cell.
 """
 
@@ -54,6 +55,11 @@ def read_sink(format: str, path: Path, context: Mapping[str, Any]) -> list[StepR
 
     adapter = registry.by_sink_format(format)
     if not path.exists() or (path.is_dir() and not any(path.rglob("*.jsonl"))):
+        if context.get("final"):
+            raise ValueError(
+                f"the {format} sink {path} holds no files after the cell ended: the framework never wrote it "
+                f"(a {adapter.label} without the hook that writes {format}?); the job's console is in log.txt"
+            )
         return []
     from scripts.benchmark.frameworks.native_events import NoStepsError
     from scripts.benchmark.frameworks.sinks import build_step_records

@@ -9,6 +9,8 @@
   (rollout_manager.jsonl, actor_cell0_rank0.jsonl); per rollout the RolloutManager logs its rollout perf, then the
   train rank its rollout data, train/step series and timers, each a
   `{"timestamp", "source", "type": "metric", "metrics": {...}}` line.
+- `--format miles-tracking --sink DIR`: the same calls through the benchmark tracking backend's own class
+  (miles/utils/bench_tracking.py), one file per process instance; a restart opens new files.
 - Faults on demand: `--crash-after K` (exit 1 after K steps), `--stall-after K` (stay alive, no more steps),
   `--ignore-sigterm`, `--spawn-children N` (children that ignore SIGTERM; one more escapes with setsid + double fork),
   `--fork-workers` (a supervisor that ignores SIGTERM and forks a new worker every few milliseconds, some escaping
@@ -219,6 +221,26 @@ def _print_miles_line(identity: dict, metrics: dict) -> None:
     print(f"{prefix} metrics.py:89 - {kind} {metrics['rollout/step']}: {body!r}", flush=True)
 
 
+FORMATS = ("verl-file-logger", "miles-stdout", "miles-event-log", "miles-tracking")
+
+
+def _tracking_backends(folder: Path) -> dict[str, object]:
+    """One tracking backend per Miles process of the run, as Miles's init_tracking opens them."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+    from miles.utils.bench_tracking import BENCH_TRACKING_DIR_ENV, BenchTrackingBackend
+
+    os.environ[BENCH_TRACKING_DIR_ENV] = str(folder)
+    backends = {"rollout_manager": BenchTrackingBackend(), "actor": BenchTrackingBackend()}
+    backends["rollout_manager"].init(None, primary=False, router_addr="http://127.0.0.1:0")
+    backends["actor"].init(None, primary=False)
+    return backends
+
+
+def _log_tracking(backends: dict[str, object], identity: dict, metrics: dict) -> None:
+    step_key = "rollout/step" if "rollout/step" in metrics else "train/step"
+    backends[identity["component"]].log(metrics, step_key=step_key)
+
+
 def _process_file(identity: dict) -> str:
     if identity["component"] == "rollout_manager":
         return "rollout_manager.jsonl"
@@ -235,7 +257,7 @@ def _hold(path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--format", required=True, choices=["verl-file-logger", "miles-stdout", "miles-event-log"])
+    parser.add_argument("--format", required=True, choices=[*FORMATS])
     parser.add_argument("--sink", type=Path, required=True)
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--step-s", type=float, default=0.15)
@@ -275,6 +297,7 @@ def main() -> None:
         _write_line(args.sink, {"step": 0, "data": {"val-core/math/acc/mean@1": 0.1}})
     elif args.format == "miles-event-log":
         args.sink.mkdir(parents=True, exist_ok=True)
+    backends = _tracking_backends(args.sink) if args.format == "miles-tracking" else {}
     schedule = [(step, 1.0) for step in range(1, args.steps + 1)]
     if args.restart_after is not None:
         first = [(step, 1.0) for step in range(1, args.restart_after + 1)]
@@ -289,6 +312,8 @@ def main() -> None:
             time.sleep(1.0)  # a restart takes a while: the runner sees the last step before it
             if args.format == "verl-file-logger":
                 args.sink.write_bytes(b"")  # a restarted FileLogger truncates its file
+            if backends:
+                backends = _tracking_backends(args.sink)  # a restarted process writes new files
         if extra_output:
             _say(extra_output)
         step_s = float(os.environ.get("STANDIN_STEP_S", args.step_s)) * scale * rng.uniform(0.9, 1.1)
@@ -298,6 +323,9 @@ def main() -> None:
         elif args.format == "miles-stdout":
             for identity, metrics in _miles_rollout_calls(step - 1, step_s, rng):  # Miles counts rollouts from 0
                 _print_miles_line(identity, metrics)
+        elif backends:
+            for identity, metrics in _miles_rollout_calls(step - 1, step_s, rng):
+                _log_tracking(backends, identity, metrics)
         else:
             for identity, metrics in _miles_rollout_calls(step - 1, step_s, rng):
                 _write_line(args.sink / _process_file(identity), _event(identity, metrics))

@@ -48,8 +48,10 @@ from miles.utils.bench_metrics import RunContext, StepRecord
 _CUDA_GRAPH_FLAGS = ("--sglang-cuda-graph-max-bs", "--sglang-cuda-graph-max-bs-decode")
 _ALWAYS = {
     "sampling_seed": "none on cost per token; response lengths vary run to run on both sides (compare medians)",
-    "metric_sink": "none: Miles prints its perf lines to stdout whatever the harness does; VERL's FileLogger "
-    "appends one JSON line per step from the driver (milliseconds)",
+    "metric_sink": "none: a Miles with the benchmark tracking backend (the in-tree target) writes one JSON line per "
+    "log call to its own file (BENCH_TRACKING_DIR), a released Miles prints its perf lines to stdout whatever the "
+    "harness does (plan.json's sink.format says which); VERL's FileLogger appends one JSON line per step from the "
+    "driver (milliseconds)",
     "rollout_engine_version": "each framework pins its own SGLang release (scheduler, kernels and defaults differ): "
     "a rollout-time gap includes the engine version",
     "prefill_cuda_graphs": "Miles disables prefill graphs under --colocate (NVLS memory) and otherwise takes its "

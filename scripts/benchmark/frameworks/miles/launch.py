@@ -15,9 +15,13 @@ built from named blocks.
   /health_generate probe every 30 s per engine and an engine-recovery call before every weight update: overhead VERL
   does not have), --use-kl-loss / ref model unless the spec asks, --rollout-shuffle (one fixed prompt order for both
   frameworks).
-- Sink: the job's stdout (the runner's ${BENCH_CELL_DIR}/log.txt): Miles prints every `perf N:` / `rollout N:` dict
-  there anyway. No debug or event option is passed (no --save-debug-event-data, no MILES_EXPERIMENTAL_FT_TRAINER):
-  nothing the harness reads makes Miles do work per step (`EXTRA_WORK_SWITCHES`, tested).
+- Sink, per target (`miles_sink`): a Miles with the benchmark tracking backend (the in-tree target) gets
+  BENCH_TRACKING_DIR=${BENCH_CELL_DIR}/sink/miles-tracking, exported by the cell script before the Ray head starts
+  and in the job's runtime env, and the sink `miles-tracking` (that folder); a Miles without it (miles-rl 0.0.2)
+  keeps the job's stdout (the runner's ${BENCH_CELL_DIR}/log.txt), where Miles prints every `perf N:` dict anyway. The
+  backend's cost is one file write per log call (test_bench_tracking). No debug or event option is passed (no
+  --save-debug-event-data, no MILES_EXPERIMENTAL_FT_TRAINER): nothing the harness reads makes Miles do work per
+  step (`EXTRA_WORK_SWITCHES`, tested).
 - Tracking (only with tracking.wandb): --use-wandb --wandb-project P --wandb-group <cell id>
   --disable-wandb-random-suffix; never --wandb-key: wandb reads WANDB_API_KEY, which the Ray head (and so the job)
   inherits from the runner's environment.
@@ -40,9 +44,12 @@ from scripts.benchmark.frameworks.sglang_version import cuda_graph_max_bs_key
 from scripts.benchmark.spec import Backend, BenchmarkSpec, Layout
 
 from miles.utils.bench_flops import moe_layer_flags
+from miles.utils.bench_tracking import BENCH_TRACKING_DIR_ENV
 
 SINK_LOG = f"{BENCH_CELL_DIR}/log.txt"
 """The runner writes the job's merged stdout/stderr here; the Miles reader takes the perf/rollout lines from it."""
+TRACKING_DIR = f"{BENCH_CELL_DIR}/sink/miles-tracking"
+"""Where a Miles with the benchmark tracking backend writes its per-process files (BENCH_TRACKING_DIR)."""
 ENTRY_POINTS = {"colocate": "train.py", "disaggregated": "train_async.py"}
 EXTRA_WORK_SWITCHES: dict[str, str] = {
     "--save-debug-event-data": "event logger: a JSONL append per tracking.log call (and, under the FT trainer, an "
@@ -293,8 +300,17 @@ def miles_train_blocks(
     }
 
 
-def runtime_env(backend: Backend, paths: MilesPaths) -> dict:
+def miles_sink(target: MilesTarget) -> dict[str, str]:
+    """The tracking backend's folder where the target has the backend, else the job's stdout."""
+    if target.tracking_backend:
+        return {"format": "miles-tracking", "path": TRACKING_DIR}
+    return {"format": "miles-stdout", "path": SINK_LOG}
+
+
+def runtime_env(backend: Backend, paths: MilesPaths, target: MilesTarget | None = None) -> dict:
     env_vars = {"PYTHONUNBUFFERED": "1", "no_proxy": "127.0.0.1", "MASTER_ADDR": "127.0.0.1"}
+    if target is not None and target.tracking_backend:
+        env_vars[BENCH_TRACKING_DIR_ENV] = TRACKING_DIR
     if backend == "megatron":
         env_vars["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
     env_vars["PYTHONPATH"] = f"{paths.miles_root}:{paths.megatron_root}"
@@ -315,7 +331,7 @@ def build_miles_launch(
     argv = ["python3", f"{paths.miles_root}/{ENTRY_POINTS[layout]}"] + [
         token for block in blocks.values() for token in block
     ]
-    env_json = json.dumps(runtime_env(backend, paths), sort_keys=True)
+    env_json = json.dumps(runtime_env(backend, paths, target), sort_keys=True)
     launch_argv = ["ray", "job", "submit", "--address", paths.ray_dashboard, "--runtime-env-json", env_json, "--"]
     head = ["ray", "start", "--head", "--block", "--node-ip-address", "127.0.0.1"]
     head += ["--num-gpus", str(spec.gpus_per_node(layout)), "--disable-usage-stats"]
@@ -325,8 +341,8 @@ def build_miles_launch(
         layout=layout,
         argv=argv,
         launch_argv=launch_argv + argv,
-        env={"PYTHONUNBUFFERED": "1"},
-        sink={"format": "miles-stdout", "path": SINK_LOG},
+        env={"PYTHONUNBUFFERED": "1", **({BENCH_TRACKING_DIR_ENV: TRACKING_DIR} if target.tracking_backend else {})},
+        sink=miles_sink(target),
         ray_head_argv=head,
         blocks=blocks,
     )

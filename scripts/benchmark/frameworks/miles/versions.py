@@ -8,6 +8,8 @@
 What differs (each read in the release's own code, and held by tests/benchmark/test_miles_parser.py):
 - `--save-debug-event-data` (the event log the harness reads as its Miles sink) does not exist in miles-rl 0.0.2:
   its cells are planned without it and record no sink, so they can be checked but not measured.
+- The benchmark tracking backend comes with the patch series (upstream/miles): the in-tree target (31f1ca9 with the
+  series applied) has it and its cells use it as their sink; miles-rl 0.0.2 has not, its cells keep the stdout sink.
 - miles-rl 0.0.2 refuses `--train-backend fsdp` outside its own CI tests (parse_args raises unless --ci-test, which
   turns on per-step checks a benchmark must not time): FSDP cells are not planned for it.
 - miles-rl 0.0.2 has no `--fully-async` (nor miles/rollout/fully_async_rollout.py; it knows --max-weight-staleness and
@@ -29,6 +31,9 @@ class MilesTarget:
     """`--train-backend fsdp` is accepted outside Miles's CI tests."""
     fully_async: bool = True
     """train_async.py --fully-async exists (the continuous schedule)."""
+    tracking_backend: bool = False
+    """The benchmark tracking backend (miles/utils/bench_tracking.py, patch series) is in this Miles: its cells read
+    the backend's files (sink `miles-tracking`); without it the job's stdout (sink `miles-stdout`)."""
 
 
 MILES_RELEASE = "0.0.2"
@@ -36,9 +41,10 @@ DEFAULT_MILES_TARGET = "31f1ca9"
 MILES_TARGETS = {
     DEFAULT_MILES_TARGET: MilesTarget(
         name=DEFAULT_MILES_TARGET,
-        source="radixark/miles commit 31f1ca9 (2026-08-21), the source of miles-cli.json",
+        source="radixark/miles commit 31f1ca9 (2026-08-21) with upstream/miles/*.patch, the source of miles-cli.json",
         sglang_version=None,
         fsdp=True,
+        tracking_backend=True,
     ),
     MILES_RELEASE: MilesTarget(
         name=MILES_RELEASE,
