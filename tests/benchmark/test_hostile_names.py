@@ -136,7 +136,7 @@ def test_a_miles_without_the_tracking_backend_fails_its_cell_by_naming_the_sink(
     (out / "plan.json").write_text(json.dumps(miles_only))
     run_dir = tmp_path / "run"
     execute = [sys.executable, str(RUN_PY), "execute", str(out / "plan.json"), "--output-dir", str(run_dir)]
-    execute += ["--no-preflight", "--ray", "none", "--poll-interval-s", "0.05"]
+    execute += ["--no-preflight", "--ray", "none", "--poll-interval-s", "0.05", "--repeats", "1"]
     ran = subprocess.run(execute, capture_output=True, text=True, env=env, cwd=tmp_path / "work", timeout=180)
     [cell] = json.loads((run_dir / "manifest.json").read_text())["cells"]
     assert ran.returncode != 0, ran.stdout + ran.stderr
