@@ -194,7 +194,9 @@ class TestPreflight:
         assert not (out / "manifest.json").exists()
 
     def test_a_miles_that_cannot_be_imported_means_cannot_execute(self, tmp_path, monkeypatch):
-        result, out = self._run(tmp_path, monkeypatch, tmp_path / "no-miles-here")
+        empty = tmp_path / "no-miles-here"
+        empty.mkdir()  # a folder that exists but holds no Miles (a missing folder is refused earlier, by name)
+        result, out = self._run(tmp_path, monkeypatch, empty)
         assert result.exit_code == 4, result.output
         assert "cannot execute the plan on this machine: Miles's parser could not run" in result.output
 
