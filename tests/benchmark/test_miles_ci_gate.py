@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -44,12 +45,17 @@ print(json.dumps([[m.metric_key, m.step, m.historical_status.name, m.baseline_n]
 
 @pytest.fixture(scope="module")
 def miles_ci(tmp_path_factory) -> Path:
+    """A copy of Miles's tests/ci: the tree's own inside a Miles checkout, else the snapshot's."""
+    folder = tmp_path_factory.mktemp("miles-ci")
+    if (REPO_ROOT / "tests" / "ci" / "metric_history").is_dir():  # applied onto Miles: its own gate code
+        shutil.copytree(REPO_ROOT / "tests" / "ci", folder / "miles" / "tests" / "ci")
+        (folder / "miles" / "tests" / "__init__.py").touch()
+        return folder / "miles"
     archive_path = UPSTREAM / "miles-31f1ca9.tar.gz"
     if not archive_path.is_file():  # the gate code is standard library only: the snapshot is all it needs
         if os.environ.get("MILES_BENCH_REQUIRE_MILES_OVERLAY") == "1":
             pytest.fail(f"no Miles snapshot {archive_path} (MILES_BENCH_REQUIRE_MILES_OVERLAY=1)")
         pytest.skip(f"no Miles snapshot {archive_path}: Miles's gate code comes from it")
-    folder = tmp_path_factory.mktemp("miles-ci")
     with tarfile.open(archive_path) as archive:
         members = [m for m in archive.getmembers() if m.name.startswith("miles/tests/ci/") and m.isfile()]
         archive.extractall(folder, members=members, filter="data")
