@@ -9,17 +9,17 @@
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from scripts.benchmark.commands.history import write_verdict
+
 
 def ab_impl(run_dir: Path, output: Path | None) -> int:
     """Judge the pairs of run_dir's report, write the verdict and return the exit code."""
-    from scripts.benchmark.history.check import exit_code, render_check_markdown
+    from scripts.benchmark.history.check import render_check_markdown
     from scripts.benchmark.history.pair_check import judge_pairs, moved_phase_notes
     from scripts.benchmark.history.report_input import read_report
 
@@ -34,18 +34,7 @@ def ab_impl(run_dir: Path, output: Path | None) -> int:
     ]
     markdown = render_check_markdown(checks, title="Paired check (head vs base)", notes=notes)
     output = output or Path(run_dir) / "ab.md"
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(markdown, encoding="utf-8")
-    rows = [{**c.__dict__, "verdict": c.verdict.value} for c in checks]
-    output.with_suffix(".json").write_text(
-        json.dumps({"exit_code": exit_code(checks), "checks": rows, "notes": notes}, indent=1), encoding="utf-8"
-    )
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary:
-        with open(summary, "a", encoding="utf-8") as f:
-            f.write(markdown + "\n")
-    typer.echo(markdown)
-    return exit_code(checks)
+    return write_verdict(markdown, checks, notes, output)
 
 
 def register(app: typer.Typer) -> None:

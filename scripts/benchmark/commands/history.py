@@ -75,7 +75,7 @@ def check_impl(
     run_dir: Path, store_url: str, settings: CheckSettings, output: Path | None, *, create: bool = False
 ) -> int:
     """Judge run_dir, write the markdown verdict (and check.json) and return the exit code."""
-    from scripts.benchmark.history.check import exit_code, render_check_markdown
+    from scripts.benchmark.history.check import render_check_markdown
     from scripts.benchmark.history.gate import check_runs
     from scripts.benchmark.history.learning_check import learning_changes
     from scripts.benchmark.history.report_input import read_report, read_report_runs
@@ -88,6 +88,14 @@ def check_impl(
         notes += learning_changes(store, runs, window=settings.window, margins=margins)
     markdown = render_check_markdown(checks, title="Performance check", notes=notes)
     output = output or Path(run_dir) / "check.md"
+    return write_verdict(markdown, checks, notes, output)
+
+
+def write_verdict(markdown: str, checks: list, notes: list[str], output: Path) -> int:
+    """Write a verdict as OUTPUT (markdown) and its .json twin, append it to the CI step summary, print it; returns
+    the exit code. Shared by `check` and `ab`, whose verdicts read alike."""
+    from scripts.benchmark.history.check import exit_code
+
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(markdown, encoding="utf-8")
     rows = [{**c.__dict__, "verdict": c.verdict.value} for c in checks]
