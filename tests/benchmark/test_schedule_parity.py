@@ -111,15 +111,56 @@ class TestOldPolicyWeights:
         assert row.status == ("matched" if backend == "fsdp" else "asymmetry")
 
 
+PREFILL_OFF = f"{AR}.rollout.engine_kwargs.sglang.disable_piecewise_cuda_graph"
+
+
 class TestRolloutEngine:
+    @pytest.mark.parametrize("backend", BACKENDS)
     @pytest.mark.parametrize("layout", LAYOUTS)
-    def test_prefill_graphs_and_engine_versions_are_declared(self, layout):
-        rows = _rows("qwen3-4b", "megatron", layout)
+    def test_prefill_graphs_matched_colocated_and_both_backends_named_disaggregated(self, backend, layout):
+        rows = _rows("qwen3-4b", backend, layout)
         prefill = rows["prefill_cuda_graphs"]
-        assert prefill.status == "asymmetry" and prefill.reference.startswith("piecewise")
-        assert prefill.candidate == ("off" if layout == "colocate" else "sglang 0.5.16 default backend")
+        if layout == "colocate":
+            assert (prefill.status, prefill.candidate, prefill.reference) == ("matched", "off", "off")
+            assert prefill.candidate_launch == "--colocate"
+            assert prefill.reference_launch == f"{AR}.rollout.enforce_eager=False +{PREFILL_OFF}=True"
+        else:
+            assert prefill.status == "asymmetry" and prefill.candidate == "breakable (sglang 0.5.16 default)"
+            assert prefill.reference == "piecewise (sglang 0.5.12 default)"
+            assert "breakable" in prefill.note and "piecewise" in prefill.note
         version = rows["rollout_engine_version"]
         assert version.status == "asymmetry" and "0.5.16" in version.candidate and "0.5.12" in version.reference
+
+    @pytest.mark.parametrize("preset", preset_names())
+    @pytest.mark.parametrize("backend", BACKENDS)
+    @pytest.mark.parametrize("layout", LAYOUTS)
+    def test_verls_composed_config_carries_the_prefill_switch_only_colocated(self, verl_root, preset, backend, layout):
+        """VERL's strict Hydra composition keeps the key under rollout.engine_kwargs.sglang, which its SGLang server
+        unpacks into ServerArgs (test below); VERL's own checks run on every cell in test_verl_own_checks."""
+        cfg = compose_overrides(overrides_of(list(_launches(preset, backend, layout)[1])), verl_root)
+        assert OmegaConf.select(cfg, PREFILL_OFF) is (True if layout == "colocate" else None)
+
+    def test_verls_server_hands_engine_kwargs_to_server_args(self, verl_root):
+        """launch_server builds ServerArgs from a dict ending in **engine_kwargs (the sglang sub-dict of the config),
+        so the switch reaches SGLang as a ServerArgs field, after VERL's own disable_cuda_graph=enforce_eager."""
+        launch = _function(verl_root, "workers/rollout/sglang_rollout/async_sglang_server.py", "launch_server")
+        args = next(
+            n.value for n in ast.walk(launch) if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "args"
+        )
+        assert isinstance(args, ast.Dict) and ast.unparse(args.values[-1]) == "engine_kwargs" and args.keys[-1] is None
+        assert "disable_cuda_graph" in [k.value for k in args.keys if isinstance(k, ast.Constant)]
+        source = ast.unparse(launch)
+        assert "self.config.get('engine_kwargs', {}).get('sglang', {})" in source and "ServerArgs(**args" in source
+
+    def test_the_switch_is_spelled_for_verls_sglang(self):
+        spec = with_overrides(load_preset("smoke"), layout="colocate")
+        data = spec.model_dump()
+        data["rollout"]["sglang_versions"]["verl"] = "0.5.16"
+        newer = BenchmarkSpec.model_validate(data)
+        argv = build_verl_launch(newer, "fsdp", "colocate", VerlData("/d/t.parquet", "/d/v.parquet")).argv
+        assert f"+{AR}.rollout.engine_kwargs.sglang.disable_prefill_cuda_graph=True" in argv
+        assert parse_verl(argv)["prefill_cuda_graphs"] == "off"
+        assert parse_verl(list(_launches("smoke", "fsdp", "colocate")[1]))["prefill_cuda_graphs"] == "off"
 
     def test_miles_prefill_choice_follows_its_flag(self):
         """The flag exists for the default target with no default: --colocate is what turns the graphs off."""

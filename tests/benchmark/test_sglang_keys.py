@@ -3,7 +3,12 @@
 import pytest
 
 from scripts.benchmark.frameworks.miles.launch import build_miles_launch, miles_cuda_graph_flag
-from scripts.benchmark.frameworks.sglang_version import cuda_graph_max_bs_key, version_tuple
+from scripts.benchmark.frameworks.sglang_version import (
+    cuda_graph_max_bs_key,
+    graph_key_in,
+    prefill_graphs_off_key,
+    version_tuple,
+)
 from scripts.benchmark.frameworks.verl.launch import VerlData, build_verl_launch
 from scripts.benchmark.runner.environment_record import build_environment_record
 from scripts.benchmark.runner.sglang_check import installed_sglang_version, sglang_key_problems
@@ -32,6 +37,19 @@ def test_the_key_follows_the_rename_in_0_5_14(version, key):
     assert miles_cuda_graph_flag(version) == "--sglang-" + key.replace("_", "-")
 
 
+@pytest.mark.parametrize(
+    "version,key",
+    [("0.5.12", "disable_piecewise_cuda_graph"), ("0.5.13", "disable_piecewise_cuda_graph"),
+     ("0.5.14", "disable_prefill_cuda_graph"), ("0.5.16", "disable_prefill_cuda_graph")],
+)  # fmt: skip
+def test_the_prefill_graph_switch_follows_the_same_rename(version, key):
+    """Read from the released wheels: up to 0.5.13 ServerArgs has disable_piecewise_cuda_graph (piecewise graphs
+    were the only prefill graphs), from 0.5.14 disable_prefill_cuda_graph beside per-phase backends."""
+    assert prefill_graphs_off_key(version) == key
+    assert graph_key_in("disable_prefill_cuda_graph", version) == graph_key_in("disable_piecewise_cuda_graph", version)
+    assert graph_key_in("chunked_prefill_size", version) == "chunked_prefill_size"
+
+
 def test_a_version_without_numbers_is_refused():
     with pytest.raises(ValueError, match="not a version number"):
         version_tuple("main")
@@ -57,7 +75,10 @@ def test_preflight_refuses_verl_on_a_renamed_sglang_with_a_clear_message():
     assert problems == [
         "verl-megatron-colocate: passes SGLang's cuda_graph_max_bs, which sglang 0.5.16 (installed for verl) does not "
         "accept; it names the cap cuda_graph_max_bs_decode (renamed in 0.5.14): set rollout.sglang_versions.verl: "
-        '"0.5.16" in the spec and plan again'
+        '"0.5.16" in the spec and plan again',
+        "verl-megatron-colocate: passes SGLang's disable_piecewise_cuda_graph, which sglang 0.5.16 (installed for "
+        "verl) does not accept; it names that switch disable_prefill_cuda_graph (renamed in 0.5.14): set "
+        'rollout.sglang_versions.verl: "0.5.16" in the spec and plan again',
     ]
     assert sglang_key_problems(_cells(verl_version="0.5.16"), {"miles": "0.5.16", "verl": "0.5.16"}.get) == []
 

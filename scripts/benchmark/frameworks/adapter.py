@@ -137,8 +137,8 @@ class FrameworkAdapter(Protocol):
         """Its own acceptance check of the planned cells at that stage; None when it has none there."""
         ...
 
-    def sglang_key(self, argv: list[str]) -> str | None:
-        """The SGLang decode CUDA-graph key the launch passes, or None."""
+    def sglang_keys(self, argv: list[str]) -> list[str]:
+        """The version-spelled SGLang CUDA-graph keys the launch passes (decode cap, prefill switch)."""
         ...
 
     def sglang_accepts(self, key: str, version: str) -> bool: ...
@@ -192,8 +192,8 @@ class AdapterDefaults:
     def own_checks(self, cells: list[dict[str, Any]], stage: CheckStage) -> OwnCheck | None:
         return None
 
-    def sglang_key(self, argv: list[str]) -> str | None:
-        return None
+    def sglang_keys(self, argv: list[str]) -> list[str]:
+        return []
 
     def sglang_accepts(self, key: str, version: str) -> bool:
         return True

@@ -2,10 +2,11 @@
 
 - `installed_sglang_version(python)`: the sglang distribution's version in that interpreter (importlib.metadata in a
   child; sglang itself is never imported), or None.
-- `sglang_key_problems(cells, installed)`: one line per cell whose CUDA-graph cap is spelled for another SGLang.
-  Each adapter finds the key its launch passes (`sglang_key`) and says which spellings an SGLang version accepts
-  (`sglang_accepts`): VERL hands engine_kwargs.sglang.* to the ServerArgs dataclass, which refuses an unknown field;
-  Miles's CLI still parses --sglang-cuda-graph-max-bs as a deprecated alias after the 0.5.14 rename.
+- `sglang_key_problems(cells, installed)`: one line per key of a cell spelled for another SGLang (the decode
+  CUDA-graph cap, the prefill-graph switch). Each adapter finds the keys its launch passes (`sglang_keys`) and says
+  which spellings an SGLang version accepts (`sglang_accepts`): VERL hands engine_kwargs.sglang.* to the ServerArgs
+  dataclass, which refuses an unknown field; Miles's CLI still parses --sglang-cuda-graph-max-bs as a deprecated
+  alias after the 0.5.14 rename.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from scripts.benchmark.frameworks import registry
-from scripts.benchmark.frameworks.sglang_version import cuda_graph_max_bs_key
+from scripts.benchmark.frameworks.sglang_version import graph_key_in
 from scripts.benchmark.runner.process import capture_output
 
 
@@ -33,16 +34,24 @@ def sglang_key_problems(cells: list[dict[str, Any]], installed: Callable[[str], 
     problems = []
     for cell in cells:
         adapter = registry.get(cell["framework"])
-        key = adapter.sglang_key(cell["argv"])
-        if key is None:
+        keys = adapter.sglang_keys(cell["argv"])
+        if not keys:
             continue
         version = installed(cell["framework"])
         if version is None:
-            problems.append(f"{cell['id']}: passes SGLang's {key} but no sglang is installed for {cell['framework']}")
-        elif not adapter.sglang_accepts(key, version):
+            problems.append(
+                f"{cell['id']}: passes SGLang's {keys[0]} but no sglang is installed for {cell['framework']}"
+            )
+            continue
+        for key in keys:
+            if adapter.sglang_accepts(key, version):
+                continue
+            field = key.removeprefix("--sglang-").replace("-", "_")
+            what = "the cap" if "max_bs" in field else "that switch"
             problems.append(
                 f"{cell['id']}: passes SGLang's {key}, which sglang {version} (installed for {cell['framework']}) "
-                f"does not accept; it names the cap {cuda_graph_max_bs_key(version)} (renamed in 0.5.14): set "
-                f'rollout.sglang_versions.{cell["framework"]}: "{version}" in the spec and plan again'
+                f"does not accept; it names {what} {graph_key_in(field, version)} "
+                f'(renamed in 0.5.14): set rollout.sglang_versions.{cell["framework"]}: "{version}" in the spec and '
+                "plan again"
             )
     return problems

@@ -54,8 +54,10 @@ _ALWAYS = {
     "driver (milliseconds)",
     "rollout_engine_version": "each framework pins its own SGLang release (scheduler, kernels and defaults differ): "
     "a rollout-time gap includes the engine version",
-    "prefill_cuda_graphs": "Miles disables prefill graphs under --colocate (NVLS memory) and otherwise takes its "
-    "SGLang's default backend; VERL's SGLang captures piecewise prefill graphs: prefill-heavy steps favour VERL",
+    "prefill_cuda_graphs": "colocated, both prefill without graphs (Miles turns them off under --colocate against "
+    "NVLS memory, the VERL cell passes SGLang's switch). Disaggregated, each SGLang captures its default: Miles's "
+    "0.5.16 breakable graphs (segmented capture, no torch.compile), VERL's 0.5.12 piecewise graphs (torch.compile "
+    "pieces split at attention); the prefill cost of the two is not measured here and lands in rollout time",
 }
 _FSDP = {
     "training_seed": "none: weights come from the checkpoint and no dropout is active",
@@ -156,8 +158,8 @@ class MilesAdapter(AdapterDefaults):
             return OwnCheck(title, failure, None, unavailable=str(exc))
         return OwnCheck(title, failure, problems)
 
-    def sglang_key(self, argv: list[str]) -> str | None:
-        return next((token for token in argv if token in _CUDA_GRAPH_FLAGS), None)
+    def sglang_keys(self, argv: list[str]) -> list[str]:
+        return [token for token in argv if token in _CUDA_GRAPH_FLAGS]
 
     def sglang_accepts(self, key: str, version: str) -> bool:
         return key == "--sglang-cuda-graph-max-bs" or key == miles_cuda_graph_flag(version)

@@ -59,9 +59,10 @@ def parse_miles(argv: list[str], backend: str, inventory: dict | None = None) ->
 
 
 ONE_STEP_OFF_POLICY = "one-step off-policy: rollout N+1 generates while step N trains"
-# SGLang code facts: Miles @31f1ca9 runs its sglang-miles fork of 0.5.16, whose default captures prefill graphs.
+# SGLang code facts: Miles @31f1ca9 runs its sglang-miles fork of 0.5.16, whose default prefill backend on CUDA is
+# breakable (segmented capture, no torch.compile: `default_prefill_backend`), read from the 0.5.16 release.
 ENGINE_VERSION = "sglang 0.5.16 + Miles's patches (sglang-miles)"
-PREFILL_DEFAULT = "sglang 0.5.16 default backend"
+PREFILL_DEFAULT = "breakable (sglang 0.5.16 default)"
 
 
 def _miles_loop(m: _Miles) -> dict[str, Any]:

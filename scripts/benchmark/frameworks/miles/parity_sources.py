@@ -38,6 +38,7 @@ LAUNCH_FLAGS: dict[str, tuple[str, ...]] = {
     "max_running_requests": ("--sglang-max-running-requests",),
     "chunked_prefill": ("--sglang-chunked-prefill-size",),
     "rollout_attention_backend": ("--sglang-attention-backend",),
+    "prefill_cuda_graphs": ("--colocate", "--sglang-cuda-graph-backend-prefill", "--sglang-disable-cuda-graph"),
     "gradient_checkpointing": ("--gradient-checkpointing",),
     "tp": ("--tensor-model-parallel-size",),
     "pp": ("--pipeline-model-parallel-size",),

@@ -17,7 +17,7 @@ from typing import Any
 from scripts.benchmark.frameworks.adapter import AdapterDefaults, CheckStage, LaunchContext, OwnCheck
 from scripts.benchmark.frameworks.launch import FrameworkLaunch
 from scripts.benchmark.frameworks.native_events import NoStepsError, SinkIssue, merge_native_events
-from scripts.benchmark.frameworks.sglang_version import cuda_graph_max_bs_key
+from scripts.benchmark.frameworks.sglang_version import graph_key_in
 from scripts.benchmark.frameworks.verl.data import converted_paths, prepare_step
 from scripts.benchmark.frameworks.verl.launch import VerlData, build_verl_launch, overrides_of
 from scripts.benchmark.frameworks.verl.learning import LEARNING_KEYS, fill_verl_learning
@@ -29,7 +29,12 @@ from scripts.benchmark.spec import BenchmarkSpec
 from miles.utils.bench_flops import ModelArch, verl_native_train_flops
 from miles.utils.bench_metrics import RunContext, StepRecord
 
-_SGLANG_KEYS = ("cuda_graph_max_bs", "cuda_graph_max_bs_decode")
+_SGLANG_KEYS = (
+    "cuda_graph_max_bs",
+    "cuda_graph_max_bs_decode",
+    "disable_piecewise_cuda_graph",
+    "disable_prefill_cuda_graph",
+)
 _ALWAYS = {
     "client_concurrency": "small: both servers cap running requests at the same number; VERL queues the rest "
     "in SGLang, Miles in its client",
@@ -127,15 +132,12 @@ class VerlAdapter(AdapterDefaults):
         problems = {cell["id"]: verl_override_problems(overrides_of(cell["argv"]), root) for cell in cells}
         return OwnCheck(title, failure, problems)
 
-    def sglang_key(self, argv: list[str]) -> str | None:
-        for token in argv:
-            key = token.partition("=")[0].rsplit(".", 1)[-1]
-            if ".engine_kwargs.sglang." in token and key in _SGLANG_KEYS:
-                return key
-        return None
+    def sglang_keys(self, argv: list[str]) -> list[str]:
+        keys = [t.partition("=")[0].rsplit(".", 1)[-1] for t in argv if ".engine_kwargs.sglang." in t]
+        return [key for key in keys if key in _SGLANG_KEYS]
 
     def sglang_accepts(self, key: str, version: str) -> bool:
-        return key == cuda_graph_max_bs_key(version)
+        return key == graph_key_in(key, version)
 
 
 def _importable() -> bool:

@@ -12,7 +12,8 @@
   (plus wandb, project tracking.wandb_project and run name = the cell id, only when the spec's tracking.wandb is on;
   the key comes from WANDB_API_KEY in the environment, never from an override).
 - Rollout: SGLang with the same engine size, memory fraction, running-request cap, chunked prefill, attention backend
-  and CUDA-graph settings as Miles (the sglang knobs VERL does not expose go through +engine_kwargs.sglang.*).
+  and CUDA-graph settings as Miles (the sglang knobs VERL does not expose go through +engine_kwargs.sglang.*);
+  colocated, prefill CUDA graphs off as Miles's --colocate turns them off.
 - Disaggregated: trainer.v1.trainer_mode=separate_async with a standalone rollout pool, matched to Miles's
   train_async.py (spec.placement.async_loop): one parameter sync per RL step (parameter_sync_step = optimizer steps
   per step, which VERL asserts), num_warmup_batches = max_policy_lag (one batch generating ahead) and
@@ -37,7 +38,7 @@ import re
 from dataclasses import dataclass
 
 from scripts.benchmark.frameworks.launch import BENCH_CELL_DIR, FrameworkLaunch
-from scripts.benchmark.frameworks.sglang_version import cuda_graph_max_bs_key
+from scripts.benchmark.frameworks.sglang_version import cuda_graph_max_bs_key, prefill_graphs_off_key
 from scripts.benchmark.spec import Backend, BenchmarkSpec, Layout
 
 AR = "actor_rollout_ref"
@@ -168,7 +169,8 @@ def _megatron(spec: BenchmarkSpec, layout: Layout) -> list[str]:
 
 def _rollout(spec: BenchmarkSpec, backend: Backend, layout: Layout) -> list[str]:
     """free_cache_engine only where the engine shares GPUs with training: in a standalone pool VERL would release
-    and re-allocate the KV pool at every weight update (`release_kv_cache`), which Miles's pool never does."""
+    and re-allocate the KV pool at every weight update (`release_kv_cache`), which Miles's pool never does.
+    Colocated, prefill CUDA graphs are off as Miles turns them off under --colocate (its SGLang would capture them)."""
     ro, sampling, rollout = spec.rollout, spec.sampling, f"{AR}.rollout"
     argv = [f"{rollout}.name={ro.engine}", f"{rollout}.mode=async", f"{rollout}.n={spec.batch.samples_per_prompt}"]
     argv += [f"{rollout}.temperature={sampling.temperature}", f"{rollout}.top_p={sampling.top_p}"]
@@ -189,6 +191,8 @@ def _rollout(spec: BenchmarkSpec, backend: Backend, layout: Layout) -> list[str]
     argv += [f"{sglang}.attention_backend={ro.attention_backend}"]
     if ro.cuda_graphs and ro.cuda_graph_max_bs is not None:
         argv += [f"{sglang}.{cuda_graph_max_bs_key(ro.sglang_versions['verl'])}={ro.cuda_graph_max_bs}"]
+    if ro.cuda_graphs and layout == "colocate":
+        argv += [f"{sglang}.{prefill_graphs_off_key(ro.sglang_versions['verl'])}=True"]
     return argv
 
 

@@ -17,9 +17,11 @@ from scripts.benchmark.frameworks.knob_values import NEUTRAL_DUAL_CLIP_MIN, kl_t
 from scripts.benchmark.frameworks.verl.data import parse_converted_name
 
 AR = "actor_rollout_ref"
-# SGLang code facts: VERL 0.9.1 pins sglang==0.5.12, whose default captures piecewise prefill graphs.
+# SGLang code facts: VERL 0.9.1 pins sglang==0.5.12, whose default captures piecewise prefill graphs
+# (ServerArgs.disable_piecewise_cuda_graph=False; from 0.5.14 the switch is disable_prefill_cuda_graph).
 ENGINE_VERSION = "sglang 0.5.12 (VERL 0.9.1's pin)"
 PREFILL_GRAPHS = "piecewise (sglang 0.5.12 default)"
+PREFILL_OFF_KEYS = ("disable_piecewise_cuda_graph", "disable_prefill_cuda_graph")
 
 # VERL 0.9.1 defaults of every key the parser reads (test_parity checks them against the real composed config).
 VERL_DEFAULTS: dict[str, Any] = {
@@ -380,7 +382,7 @@ def _verl_rollout(v: _Verl) -> dict[str, Any]:
         "cuda_graph_max_bs": sglang.get("cuda_graph_max_bs_decode", sglang.get("cuda_graph_max_bs", "sglang default")),
         "weight_sync_bucket_mb": v.get(f"{ro}.checkpoint_engine.update_weights_bucket_megabytes"),
         "rollout_memory_release": _memory_release(hybrid, bool(v.get(f"{ro}.free_cache_engine"))),
-        "prefill_cuda_graphs": PREFILL_GRAPHS if not v.get(f"{ro}.enforce_eager") else "off",
+        "prefill_cuda_graphs": _prefill_graphs(v, sglang),
         "rollout_engine_version": ENGINE_VERSION,
         "rollout_memory_saver": "on",
         "completion_wait": "2 s replay-buffer poll",
@@ -388,6 +390,13 @@ def _verl_rollout(v: _Verl) -> dict[str, Any]:
         "rollout_dumps": "on (trainer.rollout_data_dir)" if v.get("trainer.rollout_data_dir") else "off",
         "dead_or_ignored_keys": sorted(ignored) or "none",
     }
+
+
+def _prefill_graphs(v: _Verl, sglang: dict[str, Any]) -> str:
+    """enforce_eager becomes SGLang's disable_cuda_graph (no graph at all); the prefill switch reaches ServerArgs
+    through engine_kwargs (`async_sglang_server.py` `launch_server`)."""
+    off = any(str(sglang.get(key, False)).lower() == "true" for key in PREFILL_OFF_KEYS)
+    return "off" if off or v.get(f"{AR}.rollout.enforce_eager") else PREFILL_GRAPHS
 
 
 def _memory_release(hybrid: bool, free_cache_engine: bool) -> str:

@@ -47,6 +47,11 @@ LAUNCH_KEYS: dict[str, tuple[str, ...]] = {
     "max_running_requests": (f"{_ROLLOUT}.max_num_seqs",),
     "chunked_prefill": (f"{_SGLANG}.chunked_prefill_size",),
     "rollout_attention_backend": (f"{_SGLANG}.attention_backend",),
+    "prefill_cuda_graphs": (
+        f"{_ROLLOUT}.enforce_eager",
+        f"{_SGLANG}.disable_piecewise_cuda_graph",
+        f"{_SGLANG}.disable_prefill_cuda_graph",
+    ),
     "gradient_checkpointing": (f"{AR}.model.enable_gradient_checkpointing",),
     "tp": (f"{_MEGATRON}.tensor_model_parallel_size",),
     "pp": (f"{_MEGATRON}.pipeline_model_parallel_size",),
