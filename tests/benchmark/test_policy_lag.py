@@ -3,9 +3,15 @@ StepRecord.policy_lag (VERL: the trajectory_staleness_worst metrics its V1 train
 0.9.1's real FileLogger; Miles: the fully-async data buffer's avg/max staleness on the RolloutManager's `perf N:`
 line), and the report compares the two sides and flags a lag above the launch's bound or differing between sides."""
 
+import importlib
+import importlib.util
 import json
+import sys
+import tarfile
+from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from scripts.benchmark.analysis.document import analyse_run_folder
 from scripts.benchmark.analysis.settings import AnalysisSettings
@@ -17,6 +23,7 @@ from scripts.benchmark.plan.parity import parity_file
 from scripts.benchmark.report.render import render_markdown
 from scripts.benchmark.report.sections import build_blocks
 from tests.benchmark.synthetic_runs import gap_pair, write_run_folder
+from tests.benchmark.test_bench_tracking import UPSTREAM
 from tests.benchmark.test_miles_reader import CTX as MILES_CTX
 from tests.benchmark.test_miles_reader import ROLLOUT_MANAGER, miles_log_calls, stdout_text
 from tests.benchmark.test_schedule_parity import _rows
@@ -26,13 +33,6 @@ from miles.utils.bench_metrics import read_records, write_records
 
 VERL_LAGS = {1: (0.0, 0), 2: (0.75, 1), 3: (0.5, 1)}
 """Step -> (mean, max) of (global_steps - 1) - min_global_steps, as trainer_base.py computes them (numpy scalars)."""
-
-
-def test_verl_logs_the_keys_the_reader_reads(verl_root):
-    source = (verl_root / "verl" / "trainer" / "ppo" / "v1" / "trainer_base.py").read_text(encoding="utf-8")
-    assert "trajectory_staleness_worst = (global_steps - 1) - min_global_steps" in source
-    for key in VERL_LAG_KEYS:
-        assert f'"{key}": trajectory_staleness_worst.{key.rsplit("/", 1)[1]}()' in source
 
 
 def test_verl_staleness_from_a_real_file_logger(verl_root, tmp_path, monkeypatch):
@@ -62,7 +62,72 @@ def test_miles_fully_async_staleness_from_its_perf_lines(tmp_path):
     assert [r.policy_lag for r in records] == [{"mean": 0.5 * k, "max": float(k)} for k in range(3)]
 
 
-def test_the_drain_loop_logs_no_staleness(tmp_path):
+@pytest.fixture(scope="module")
+def miles_sample_code(tmp_path_factory):
+    """Miles's Sample (miles/utils/types.py) and metric helpers (miles/utils/metric_utils.py), which import nothing of
+    Miles: the checkout's inside Miles, else the snapshot's."""
+    try:
+        return importlib.import_module("miles.utils.types"), importlib.import_module("miles.utils.metric_utils")
+    except ImportError:
+        pass
+    archive_path = UPSTREAM / "miles-31f1ca9.tar.gz"
+    if not archive_path.is_file():
+        pytest.skip(f"no Miles snapshot {archive_path}")
+    folder, modules = tmp_path_factory.mktemp("miles-samples"), []
+    with tarfile.open(archive_path) as archive:
+        for name in ("types", "metric_utils"):
+            (folder / f"{name}.py").write_bytes(archive.extractfile(f"miles/miles/utils/{name}.py").read())
+            spec = importlib.util.spec_from_file_location(f"snapshot_miles_{name}", folder / f"{name}.py")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
+            modules.append(module)
+    return tuple(modules)
+
+
+def _weight_version_metrics(miles_sample_code, versions_per_sample: list[list[str]]) -> dict:
+    """The weight-version block of Miles's log_rollout_data (miles/ray/rollout/metrics.py) on Samples filled by
+    Sample.update_from_meta_info from SGLang's meta_info, one call per generation turn."""
+    types, metric_utils = miles_sample_code
+    args = SimpleNamespace(sglang_speculative_algorithm=None)
+    samples = []
+    for versions in versions_per_sample:
+        sample = types.Sample()
+        for version in versions:
+            sample.update_from_meta_info(args, {"weight_version": version, "finish_reason": {"type": "stop"}})
+        samples.append(sample)
+    oldest = [s.oldest_weight_version for s in samples if s.oldest_weight_version is not None]
+    stats = metric_utils.dict_add_prefix(metric_utils.compute_statistics(oldest), "weight_version/")
+    return metric_utils.dict_add_prefix(stats, "rollout/")
+
+
+def test_miles_drain_loop_lag_from_the_samples_weight_versions(tmp_path, miles_sample_code):
+    """train_async.py: the first sync makes the engines' version 1; rollout 0 and 1 generate with it (1 starts
+    before training 0), each later rollout k with version k; rollout k trains policy version k + 1."""
+    calls = miles_log_calls(range(4))
+    generated_with = {0: ["1"] * 4, 1: ["1"] * 4, 2: ["2"] * 3 + ["1"], 3: ["3"] * 4}
+    for identity, _, metrics in calls:
+        if identity is ROLLOUT_MANAGER:
+            k = metrics["rollout/step"]
+            metrics |= _weight_version_metrics(miles_sample_code, [[v] for v in generated_with[k]])
+    log = tmp_path / "log.txt"
+    log.write_text(stdout_text(calls))
+    lags = [r.policy_lag for r in build_step_records("miles", [log], MILES_CTX)]
+    assert lags == [
+        {"mean": 0.0, "max": 0.0},
+        {"mean": 1.0, "max": 1.0},
+        {"mean": 1.25, "max": 2.0},
+        {"mean": 1.0, "max": 1.0},
+    ]
+
+
+def test_a_sample_generated_across_an_update_counts_by_its_oldest_version(miles_sample_code):
+    metrics = _weight_version_metrics(miles_sample_code, [["1", "2"], ["2"]])
+    assert metrics["rollout/weight_version/min"] == 1 and metrics["rollout/weight_version/mean"] == 1.5
+
+
+def test_a_perf_line_without_weight_versions_gives_no_lag(tmp_path):
+    """Engines that report no numeric weight version: Miles logs no weight_version statistics, the lag stays empty."""
     log = tmp_path / "log.txt"
     log.write_text(stdout_text(miles_log_calls(range(3))))
     assert [r.policy_lag for r in build_step_records("miles", [log], MILES_CTX)] == [{}, {}, {}]

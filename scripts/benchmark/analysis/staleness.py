@@ -2,7 +2,7 @@
 bound the launches set (the parity row `max_policy_lag`) and against the other side of the pair.
 
 - `observed_lag(columns)`: over every step of every repeat, the mean of the step means, the largest step maximum and
-  the steps that logged it; None when no step did (Miles's drain loop logs no staleness).
+  the steps that logged it; None when no step did (a sink without staleness records).
 - `lag_pairs(cells, parity, candidate, reference)`: per backend x layout with both sides' cells, both observed lags,
   the bound each launch set, and flags: `<side>:exceeds_bound` (a logged maximum above that side's bound),
   `<side>:not_logged`, `observed_lag_differs` (the two maxima differ). Each framework's own definition is kept: VERL's
