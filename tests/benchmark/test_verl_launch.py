@@ -91,7 +91,8 @@ class TestConvertedValues:
         rollout = _cfg(verl_root).actor_rollout_ref.rollout
         assert rollout.tensor_model_parallel_size == 1 and rollout.gpu_memory_utilization == 0.7
         assert rollout.max_num_seqs == 512 and rollout.enforce_eager is False
-        assert dict(rollout.engine_kwargs.sglang) == {"chunked_prefill_size": 4096, "attention_backend": "fa3"}
+        sglang = {"chunked_prefill_size": 4096, "attention_backend": "fa3", "disable_piecewise_cuda_graph": True}
+        assert dict(rollout.engine_kwargs.sglang) == sglang  # colocated: prefill graphs off, as Miles's --colocate
         assert rollout.checkpoint_engine.update_weights_bucket_megabytes == 512
 
     def test_no_validation_saving_resume_or_wandb(self, verl_root):
