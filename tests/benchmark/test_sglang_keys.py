@@ -1,5 +1,10 @@
 """SGLang keys spelled for the SGLang each framework runs; preflight refuses a key the installed SGLang rejects."""
 
+import ast
+import importlib.metadata
+import importlib.util
+from pathlib import Path
+
 import pytest
 
 from scripts.benchmark.frameworks.miles.launch import build_miles_launch, miles_cuda_graph_flag
@@ -48,6 +53,30 @@ def test_the_prefill_graph_switch_follows_the_same_rename(version, key):
     assert prefill_graphs_off_key(version) == key
     assert graph_key_in("disable_prefill_cuda_graph", version) == graph_key_in("disable_piecewise_cuda_graph", version)
     assert graph_key_in("chunked_prefill_size", version) == "chunked_prefill_size"
+
+
+def _installed_server_args_fields() -> tuple[str, set[str]]:
+    """The installed SGLang's version and ServerArgs fields, read from its source (sglang is not imported)."""
+    spec = importlib.util.find_spec("sglang")
+    if spec is None or spec.origin is None:
+        pytest.skip("no sglang installed for this interpreter (the Miles overlay environment has one)")
+    tree = ast.parse((Path(spec.origin).parent / "srt" / "server_args.py").read_text(encoding="utf-8"))
+    server_args = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs")
+    fields = {n.target.id for n in server_args.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    return importlib.metadata.version("sglang"), fields
+
+
+def test_the_installed_sglang_has_the_fields_spelled_for_its_version():
+    version, fields = _installed_server_args_fields()
+    spelled = {cuda_graph_max_bs_key(version), prefill_graphs_off_key(version)}
+    assert spelled <= fields
+    other = {
+        "cuda_graph_max_bs",
+        "cuda_graph_max_bs_decode",
+        "disable_piecewise_cuda_graph",
+        "disable_prefill_cuda_graph",
+    }
+    assert not (other - spelled) & fields
 
 
 def test_a_version_without_numbers_is_refused():
