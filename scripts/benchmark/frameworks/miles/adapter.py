@@ -57,6 +57,8 @@ _ALWAYS = {
     "prefill_cuda_graphs": "Miles disables prefill graphs under --colocate (NVLS memory) and otherwise takes its "
     "SGLang's default backend; VERL's SGLang captures piecewise prefill graphs: prefill-heavy steps favour VERL",
 }
+TRACKING_SINK_WORDS = "benchmark tracking backend (BENCH_TRACKING_DIR)"
+"""The metric_sink row of a cell whose sink is the tracking backend's folder."""
 _FSDP = {
     "training_seed": "none: weights come from the checkpoint and no dropout is active",
     "cuda_allocator": "memory only (fragmentation, OOM margin); Miles's stock FSDP setting is kept",
@@ -116,6 +118,10 @@ class MilesAdapter(AdapterDefaults):
 
     def parity_knobs(self, argv: list[str], backend: str, prepare_argv: list[str] | None) -> dict[str, Any]:
         return parse_miles(argv, backend, load_inventory())
+
+    def metric_sink(self, sink_format: str) -> str | None:
+        """The tracking backend is switched on by the environment (BENCH_TRACKING_DIR), not by a flag."""
+        return TRACKING_SINK_WORDS if sink_format == "miles-tracking" else None
 
     def launch_words(self, knob: str, argv: list[str]) -> str | None:
         return launch_words(knob, argv)
