@@ -32,6 +32,7 @@ from scripts.benchmark.frameworks.miles.sink import (
     miles_events,
     normalize_miles_steps,
 )
+from scripts.benchmark.frameworks.miles.tracking_sink import backend_problems
 from scripts.benchmark.frameworks.miles.versions import (
     DEFAULT_MILES_TARGET,
     MILES_TARGETS,
@@ -147,7 +148,7 @@ class MilesAdapter(AdapterDefaults):
             missing.append(f"Miles train.py not found at {train_py} (set MILES_ROOT or --miles-root)")
         if shutil.which("ray") is None:
             missing.append("ray not found on PATH (Miles cells run as `ray job submit`)")
-        return missing
+        return missing + _tracking_backend_problems(cells)
 
     def own_checks(self, cells: list[dict[str, Any]], stage: CheckStage) -> OwnCheck | None:
         """The installed Miles's own parse_args on every cell (`installed` stage only)."""
@@ -167,6 +168,16 @@ class MilesAdapter(AdapterDefaults):
 
     def sglang_accepts(self, key: str, version: str) -> bool:
         return key == "--sglang-cuda-graph-max-bs" or key == miles_cuda_graph_flag(version)
+
+
+def _tracking_backend_problems(cells: list[dict[str, Any]]) -> list[str]:
+    """Each checkout whose cells read the tracking sink must have the backend (refused here, not after the run)."""
+    roots = []
+    for cell in cells:
+        entry = next((word for word in cell.get("argv") or [] if word.endswith(".py")), None)
+        if (cell.get("sink") or {}).get("format") == "miles-tracking" and entry and Path(entry).is_file():
+            roots += [Path(entry).parent] if Path(entry).parent not in roots else []
+    return [problem for root in roots for problem in backend_problems(root)]
 
 
 def parser_rejections(cells: list[dict[str, Any]], python: str | None = None) -> dict[str, list[str]]:
