@@ -11,6 +11,7 @@ launcher to run.
 
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 
@@ -48,8 +49,6 @@ def submitted(commands: list[str]) -> tuple[dict, list[str]]:
     (line,) = [c for c in commands if "ray job submit" in c]
     words = shlex.split(line.split("ray job submit", 1)[1])
     env = next(w for w in words if w.startswith("--runtime-env-json="))
-    import json
-
     return json.loads(env.split("=", 1)[1])["env_vars"], words[words.index("--") + 1 :]
 
 
