@@ -5,8 +5,8 @@ test file's Miles CI registration. This is how the Miles PR is produced (docs/be
     python upstream/apply.py MILES_CHECKOUT --check    # only `git apply --check` the patch series; change nothing
 
 - Files: `PRODUCT_PATHS` (scripts/benchmark/, miles/utils/bench_*.py, tests/benchmark/, docs/benchmark.md,
-  docs/benchmark/), copied over whatever the checkout has there; caches, `__pycache__` and the project-only test
-  files of `registration.PROJECT_ONLY` stay behind.
+  docs/benchmark/, the launch snapshot of run_mcore_fsdp.py's benchmark mode), copied over whatever the checkout
+  has there; caches, `__pycache__` and the project-only test files of `registration.PROJECT_ONLY` stay behind.
 - Patches: `upstream/miles/*.patch` in name order, each applied with `git apply` after a `git apply --check` of the
   whole series; a patch that does not apply cleanly stops everything before any file is copied.
 - Registration: `registration.insert_registrations` appends each copied test file's `register_cpu_ci(...)` /
@@ -36,8 +36,10 @@ PRODUCT_PATHS = (
     "tests/benchmark",
     "docs/benchmark.md",
     "docs/benchmark",
+    "tests/snapshots/launch_scripts/py/scripts/run_mcore_fsdp.py/execute_benchmark.txt",
 )
-"""The design's paths: the same relative path in this project and in Miles."""
+"""The design's paths: the same relative path in this project and in Miles (the benchmark mode's launch snapshot
+sits beside Miles's own launcher snapshots)."""
 SKIPPED_NAMES = {"__pycache__", ".pytest_cache"}
 
 

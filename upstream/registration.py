@@ -54,6 +54,8 @@ CPU_TESTS: dict[str, tuple[str, int]] = {
     "test_miles_parser.py": (FAST, 118),
     "test_miles_reader.py": (FAST, 1),
     "test_miles_stdout_defects.py": (FAST, 1),
+    "test_miles_tracking_exact.py": (FAST, 10),
+    "test_miles_launcher_mode.py": (FAST, 20),
     "test_parity.py": (FAST, 2),
     "test_plan_cli.py": (FAST, 11),
     "test_plan_folder.py": (FAST, 1),

@@ -175,3 +175,66 @@ def test_the_runner_follows_a_tracking_folder_as_the_cells_sink(tracking_base, t
     written = read_records(metrics)
     assert [r.step for r in written] == [1, 2, 3]
     assert written[1].step_time_s == pytest.approx(Rollout(1).truth_step_time())
+
+
+class TestPreflightWantsTheBackend:
+    """A target planned with the tracking sink, run on a checkout without the backend, is refused before any GPU
+    time (not failed after its run on an empty sink); the checkout with the patch series passes."""
+
+    MEMBERS = ("train.py", "miles/utils/tracking_utils/tracking.py", "miles/utils/arguments.py")
+
+    @staticmethod
+    def plan_cells(miles_root: Path, miles_version: str | None, tmp_path: Path) -> list[dict]:
+        from scripts.benchmark.frameworks import registry
+        from scripts.benchmark.frameworks.miles.launch import MilesPaths
+        from scripts.benchmark.plan.build import PlanOptions, build_plan
+        from scripts.benchmark.spec import load_preset
+
+        options = PlanOptions(
+            backends=("megatron",),
+            layout="colocate",
+            output_dir=tmp_path / "out",
+            sides=registry.option_pair(compare_verl=False, miles_version=miles_version),
+            settings={"miles": MilesPaths(miles_root=str(miles_root), megatron_root=str(tmp_path / "Megatron-LM"))},
+        )
+        return build_plan(load_preset("smoke"), "smoke", options).data["cells"]
+
+    @pytest.fixture
+    def pristine(self, tmp_path) -> Path:
+        archive_path = UPSTREAM / "miles-31f1ca9.tar.gz"
+        if not archive_path.is_file():
+            pytest.skip(f"no Miles snapshot {archive_path}")
+        root = tmp_path / "miles"
+        with tarfile.open(archive_path) as archive:
+            for member in self.MEMBERS:
+                (root / member).parent.mkdir(parents=True, exist_ok=True)
+                (root / member).write_bytes(archive.extractfile(f"miles/{member}").read())
+        return root
+
+    def test_a_checkout_without_the_patch_series_is_refused_by_name(self, pristine, tmp_path):
+        from scripts.benchmark.frameworks import registry
+
+        cells = self.plan_cells(pristine, None, tmp_path)
+        assert {c["sink"]["format"] for c in cells} == {"miles-tracking"}
+        problems = [p for p in registry.get("miles").preflight(cells) if "tracking backend" in p]
+        assert len(problems) == 1, problems
+        assert f"Miles at {pristine} lacks the benchmark tracking backend" in problems[0]
+        assert "no miles/utils/bench_tracking.py" in problems[0]
+        assert "tracking.py does not name BenchTrackingBackend" in problems[0]
+        assert "arguments.py does not name use_bench_tracking" in problems[0]
+        assert "--miles-version 0.0.2" in problems[0]
+
+    def test_the_patch_series_applied_passes_and_a_stdout_target_is_not_asked(self, pristine, tmp_path):
+        import shutil
+        import subprocess
+
+        from scripts.benchmark.frameworks import registry
+
+        released = self.plan_cells(pristine, "0.0.2", tmp_path)
+        assert not [p for p in registry.get("miles").preflight(released) if "tracking backend" in p]
+        shutil.copy2(REPO_ROOT / "miles" / "utils" / "bench_tracking.py", pristine / "miles" / "utils")
+        patch = REPO_ROOT / "upstream" / "miles" / "0002-tracking-bench-backend.patch"
+        applied = subprocess.run(["git", "apply", str(patch)], cwd=pristine, capture_output=True, text=True)
+        assert applied.returncode == 0, applied.stderr
+        cells = self.plan_cells(pristine, None, tmp_path)
+        assert not [p for p in registry.get("miles").preflight(cells) if "tracking backend" in p]

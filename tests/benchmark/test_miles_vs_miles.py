@@ -47,7 +47,7 @@ def _substitute_standins(plan_path: Path) -> dict:
     return plan
 
 
-def test_two_miles_targets_plan_with_only_the_target_declared(tmp_path):
+def test_two_miles_targets_plan_with_only_the_target_and_its_sink_declared(tmp_path):
     planned = _plan(tmp_path / "D")
     assert planned.returncode == 0, planned.stdout + planned.stderr
     plan = json.loads((tmp_path / "D" / "plan.json").read_text())
@@ -63,7 +63,12 @@ def test_two_miles_targets_plan_with_only_the_target_declared(tmp_path):
     assert [step["name"] for step in plan["prepare"]] == ["download-model", "download-dataset"]  # no conversion
     (pair,) = json.loads((tmp_path / "D" / "parity.json").read_text())["pairs"]
     differing = {row["knob"]: row for row in pair["rows"] if row["status"] != "matched"}
-    assert list(differing) == ["target"] and differing["target"]["status"] == "asymmetry"
+    assert list(differing) == ["target", "metric_sink"]
+    assert {row["status"] for row in differing.values()} == {"asymmetry"}
+    assert (differing["metric_sink"]["candidate"], differing["metric_sink"]["reference"]) == (
+        "benchmark tracking backend (BENCH_TRACKING_DIR)",
+        "stdout",
+    )
     assert (differing["target"]["candidate"], differing["target"]["reference"]) == (
         DEFAULT_MILES_TARGET,
         MILES_RELEASE,

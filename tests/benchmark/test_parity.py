@@ -425,3 +425,47 @@ class TestOutputs:
             ("--b", []),
             ("--c", ["x", "y"]),
         ]
+
+
+class TestMetricSinkRow:
+    """The metric_sink row says what each planned cell writes: the tracking backend where its target has it."""
+
+    @staticmethod
+    def sink_rows(miles_version: str | None, tmp_path, backends=BACKENDS) -> dict[str, tuple[str, str]]:
+        from scripts.benchmark.plan.build import PlanOptions, build_plan
+
+        sides = registry.option_pair(compare_verl=True, miles_version=miles_version)
+        options = PlanOptions(backends=backends, layout="colocate", output_dir=tmp_path, sides=sides)
+        plan = build_plan(load_preset("smoke"), "smoke", options)
+        sinks = {cell["id"]: cell["sink"]["format"] for cell in plan.data["cells"]}
+        return {
+            pair.candidate_cell: (row.candidate, sinks[pair.candidate_cell])
+            for pair in plan.parity.pairs
+            for row in pair.rows
+            if row.knob == "metric_sink"
+        }
+
+    def test_the_in_tree_target_says_tracking_backend(self, tmp_path):
+        rows = self.sink_rows(None, tmp_path)
+        expected = ("benchmark tracking backend (BENCH_TRACKING_DIR)", "miles-tracking")
+        assert rows and all(row == expected for row in rows.values()), rows
+
+    def test_the_released_miles_says_stdout(self, tmp_path):
+        rows = self.sink_rows("0.0.2", tmp_path, backends=("megatron",))  # 0.0.2 plans no FSDP cell
+        assert rows and all(row == ("stdout", "miles-stdout") for row in rows.values()), rows
+
+    def test_two_targets_of_miles_with_different_sinks_declare_it(self, tmp_path):
+        from scripts.benchmark.plan.build import PlanOptions, build_plan
+
+        sides = registry.make_pair(
+            registry.side_arg("candidate", "miles"), registry.side_arg("reference", "miles@0.0.2")
+        )
+        options = PlanOptions(backends=("megatron",), layout="colocate", output_dir=tmp_path, sides=sides)
+        plan = build_plan(load_preset("smoke"), "smoke", options)
+        (row,) = [r for pair in plan.parity.pairs for r in pair.rows if r.knob == "metric_sink"]
+        assert (row.candidate, row.reference, row.status) == (
+            "benchmark tracking backend (BENCH_TRACKING_DIR)",
+            "stdout",
+            "asymmetry",
+        )
+        assert "same records" in row.note

@@ -317,7 +317,7 @@ def _register_trust_and_history(app: typer.Typer) -> None:
 
     @app.command("ci-record")
     def ci_record(
-        run_dir: Annotated[Path, typer.Argument(help="a run folder (its manifest.json and metrics files)")],
+        run_dir: Annotated[Path, typer.Argument(help="a run folder (its plan.json, manifest.json and metrics files)")],
         out: Annotated[Path | None, typer.Option(help="default: DIR/ci-record.jsonl")] = None,
     ) -> None:
         """Step time and throughput per step of every complete cell, as Miles's merged per-run JSONL.

@@ -108,6 +108,10 @@ class FrameworkAdapter(Protocol):
         """The canonical parity knobs read back from a launch's framework argv."""
         ...
 
+    def metric_sink(self, sink_format: str) -> str | None:
+        """The parity table's metric_sink value for a launch writing this plan sink; None: read it from the argv."""
+        ...
+
     def launch_words(self, knob: str, argv: list[str]) -> str | None:
         """The literal words of `argv` that set `knob` ("" when none does); None when it has no source table."""
         ...
@@ -173,6 +177,9 @@ class AdapterDefaults:
 
     def launch_problems(self, launch: FrameworkLaunch) -> list[str]:
         return []
+
+    def metric_sink(self, sink_format: str) -> str | None:
+        return None
 
     def launch_words(self, knob: str, argv: list[str]) -> str | None:
         return None

@@ -170,7 +170,14 @@ def _side_launches(spec, backend, options, errors) -> list[FrameworkLaunch] | No
 def _parity_pair(launches, options: PlanOptions, prepare, errors) -> ParityPair:
     (candidate, reference), sides = launches, options.sides
     parity_sides = [
-        ParitySide(registry.get(side.framework), launch.argv, _own_prepare_argv(side, prepare), side.target, side.root)
+        ParitySide(
+            registry.get(side.framework),
+            launch.argv,
+            _own_prepare_argv(side, prepare),
+            side.target,
+            side.root,
+            launch.sink.get("format"),
+        )
         for side, launch in ((sides.candidate, candidate), (sides.reference, reference))
     ]
     try:

@@ -28,6 +28,10 @@ from scripts.benchmark.frameworks.adapter import FrameworkAdapter
 DOCS = "docs/benchmark/plan.md#the-parity-table-and-declared-asymmetries"
 NOT_SET = "not set: framework default"
 TARGET_NOTE = "the change under comparison: both sides run the same framework at these targets or checkouts"
+SINK_NOTE = (
+    "each target's own sink (a target with the benchmark tracking backend writes its files, one without it its "
+    "console): the reader takes both into the same records; the sink adds no work to the step"
+)
 
 
 def legend(candidate: str, reference: str, example: str) -> list[str]:
@@ -61,6 +65,8 @@ class ParitySide:
     prepare_argv: list[str] | None = None
     target: str | None = None
     root: str | None = None
+    sink_format: str | None = None
+    """The plan sink the launch writes (`FrameworkLaunch.sink["format"]`): the metric_sink row says what it is."""
 
 
 # (group, knob) in table order; a knob missing from both parses is skipped (backend-specific groups).
@@ -143,11 +149,20 @@ def _target_row(candidate: ParitySide, reference: ParitySide) -> list[ParityRow]
     return rows
 
 
+def _knobs(side: ParitySide, backend: str) -> dict[str, Any]:
+    """The side's knobs from its argv; the metric sink from the launch's own sink where the adapter names it (a
+    sink switched on by the environment, not by a flag)."""
+    knobs = side.adapter.parity_knobs(side.argv, backend, side.prepare_argv)
+    described = side.adapter.metric_sink(side.sink_format) if side.sink_format else None
+    return {**knobs, "metric_sink": described} if described else knobs
+
+
 def build_parity(candidate: ParitySide, reference: ParitySide, backend: str, layout: str) -> list[ParityRow]:
     """All rows; raises ParityError (carrying the rows) if a knob differs and is not a declared asymmetry."""
-    a_knobs = candidate.adapter.parity_knobs(candidate.argv, backend, candidate.prepare_argv)
-    b_knobs = reference.adapter.parity_knobs(reference.argv, backend, reference.prepare_argv)
+    a_knobs, b_knobs = _knobs(candidate, backend), _knobs(reference, backend)
     declared = declared_asymmetries(candidate.adapter, reference.adapter, backend, layout)
+    if candidate.adapter.name == reference.adapter.name and candidate.sink_format != reference.sink_format:
+        declared["metric_sink"] = SINK_NOTE
     rows, errors = _target_row(candidate, reference), []
     for group, knob in KNOBS:
         if knob not in a_knobs and knob not in b_knobs:

@@ -32,6 +32,7 @@ from scripts.benchmark.frameworks.miles.sink import (
     miles_events,
     normalize_miles_steps,
 )
+from scripts.benchmark.frameworks.miles.tracking_sink import backend_problems
 from scripts.benchmark.frameworks.miles.versions import (
     DEFAULT_MILES_TARGET,
     MILES_TARGETS,
@@ -59,6 +60,8 @@ _ALWAYS = {
     "0.5.16 breakable graphs (segmented capture, no torch.compile), VERL's 0.5.12 piecewise graphs (torch.compile "
     "pieces split at attention); the prefill cost of the two is not measured here and lands in rollout time",
 }
+TRACKING_SINK_WORDS = "benchmark tracking backend (BENCH_TRACKING_DIR)"
+"""The metric_sink row of a cell whose sink is the tracking backend's folder."""
 _FSDP = {
     "training_seed": "none: weights come from the checkpoint and no dropout is active",
     "cuda_allocator": "memory only (fragmentation, OOM margin); Miles's stock FSDP setting is kept",
@@ -119,6 +122,10 @@ class MilesAdapter(AdapterDefaults):
     def parity_knobs(self, argv: list[str], backend: str, prepare_argv: list[str] | None) -> dict[str, Any]:
         return parse_miles(argv, backend, load_inventory())
 
+    def metric_sink(self, sink_format: str) -> str | None:
+        """The tracking backend is switched on by the environment (BENCH_TRACKING_DIR), not by a flag."""
+        return TRACKING_SINK_WORDS if sink_format == "miles-tracking" else None
+
     def launch_words(self, knob: str, argv: list[str]) -> str | None:
         return launch_words(knob, argv)
 
@@ -143,7 +150,7 @@ class MilesAdapter(AdapterDefaults):
             missing.append(f"Miles train.py not found at {train_py} (set MILES_ROOT or --miles-root)")
         if shutil.which("ray") is None:
             missing.append("ray not found on PATH (Miles cells run as `ray job submit`)")
-        return missing
+        return missing + _tracking_backend_problems(cells)
 
     def own_checks(self, cells: list[dict[str, Any]], stage: CheckStage) -> OwnCheck | None:
         """The installed Miles's own parse_args on every cell (`installed` stage only)."""
@@ -163,6 +170,16 @@ class MilesAdapter(AdapterDefaults):
 
     def sglang_accepts(self, key: str, version: str) -> bool:
         return key == "--sglang-cuda-graph-max-bs" or key == miles_cuda_graph_flag(version)
+
+
+def _tracking_backend_problems(cells: list[dict[str, Any]]) -> list[str]:
+    """Each checkout whose cells read the tracking sink must have the backend (refused here, not after the run)."""
+    roots = []
+    for cell in cells:
+        entry = next((word for word in cell.get("argv") or [] if word.endswith(".py")), None)
+        if (cell.get("sink") or {}).get("format") == "miles-tracking" and entry and Path(entry).is_file():
+            roots += [Path(entry).parent] if Path(entry).parent not in roots else []
+    return [problem for root in roots for problem in backend_problems(root)]
 
 
 def parser_rejections(cells: list[dict[str, Any]], python: str | None = None) -> dict[str, list[str]]:

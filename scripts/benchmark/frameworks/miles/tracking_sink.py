@@ -67,5 +67,35 @@ def tracking_events(path: Path, issues: list[SinkIssue], offset: int) -> list[Na
     return events
 
 
+BACKEND_SIGNS: tuple[tuple[str, str | None], ...] = (
+    ("miles/utils/bench_tracking.py", None),
+    ("miles/utils/tracking_utils/tracking.py", "BenchTrackingBackend"),
+    ("miles/utils/arguments.py", "use_bench_tracking"),
+)
+"""What the patch series puts into a Miles checkout for the backend: the file, its registry entry, its switch."""
+
+
+def backend_problems(miles_root: Path) -> list[str]:
+    """Why a Miles checkout would not write the tracking sink ([] when it has the backend), read from its files
+    before any GPU time: without it the cell would run to the end and then fail on an empty sink."""
+    lacking = []
+    for relative, sign in BACKEND_SIGNS:
+        path = miles_root / relative
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            lacking.append(f"no {relative}")
+            continue
+        if sign is not None and sign not in text:
+            lacking.append(f"{relative} does not name {sign}")
+    if not lacking:
+        return []
+    return [
+        f"Miles at {miles_root} lacks the benchmark tracking backend that its cells' miles-tracking sink needs "
+        f"({'; '.join(lacking)}): apply the patch series (python upstream/apply.py {miles_root}), or plan for a "
+        "Miles without it (--miles-version 0.0.2: its sink is the job's stdout)"
+    ]
+
+
 def _has_role(obj: Any) -> bool:
     return isinstance(obj, dict) and isinstance(obj.get("process"), dict) and "role" in obj["process"]
