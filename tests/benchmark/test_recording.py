@@ -152,7 +152,9 @@ def made(tmp_path_factory, miles, verl_python):
     assert child.returncode == 0, child.stdout[-2000:] + child.stderr[-3000:]
     verl_out = json.loads((tmp / "replayed.json").read_text())
 
-    to_miles = _convert(python, Path(verl_out["dumped_dir"]), "verl", tmp / "verl-as-miles", "miles")
+    assert Path(verl_out["dumped_dir"]).parent.parent == tmp / "verl-made"
+    # A `skip.rollout_tq.dump_dir` holding one dump reads as that dump.
+    to_miles = _convert(python, tmp / "verl-made", "verl", tmp / "verl-as-miles", "miles")
     assert to_miles.returncode == 0, to_miles.stderr[-3000:]
     back = _convert(python, replay_dir, "verl", tmp / "miles-again", "miles")
     assert back.returncode == 0, back.stderr[-3000:]
