@@ -321,3 +321,20 @@ def test_a_write_that_fails_half_way_leaves_nothing_behind(tmp_path, verl_python
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert "step 2 sample 0: empty response" in done.stderr, done.stderr
     assert list((tmp_path / "dump").iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "spoil, expected",
+    [
+        (lambda d: shutil.rmtree(d / "1"), "1: step: missing"),
+        (lambda d: (d / "2" / "0" / "meta.json").unlink(), "tq_batch.pt: file: missing"),
+        (lambda d: (d / "2" / "0" / "tq_batch.pt").write_bytes(b"x"), "tq_batch.pt: file: not a VERL TransferQueue"),
+    ],
+)
+def test_a_bad_verl_dump_exits_2_naming_the_file_and_the_field(made, tmp_path, verl_python, spoil, expected):
+    dump = tmp_path / "dump"
+    shutil.copytree(made["replay_dir"], dump)
+    spoil(dump)
+    done = _convert(verl_python[0], dump, "verl", tmp_path / "out", "miles")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert expected in done.stderr and str(dump) in done.stderr and not (tmp_path / "out").exists(), done.stderr
