@@ -338,3 +338,27 @@ def test_a_bad_verl_dump_exits_2_naming_the_file_and_the_field(made, tmp_path, v
     done = _convert(verl_python[0], dump, "verl", tmp_path / "out", "miles")
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert expected in done.stderr and str(dump) in done.stderr and not (tmp_path / "out").exists(), done.stderr
+
+
+def test_a_step_of_several_inner_batches_reads_as_one_and_they_must_agree(made, tmp_path, verl_python):
+    """parameter_sync_step > 1: VERL saves each mini-batch of a step in {step}/{inner}/ and merges them on load."""
+    dump = tmp_path / "dump"
+    shutil.copytree(made["replay_dir"], dump)
+    shutil.copytree(dump / "1" / "0", dump / "2" / "1")
+    done = _convert(verl_python[0], dump, "verl", tmp_path / "merged", "miles")
+    assert done.returncode == 0, done.stderr
+    merged = read_recording(tmp_path / "merged", "miles").steps[1].samples
+    original = read_recording(made["tmp"] / "miles-made" / "rollouts", "miles").steps
+    assert merged == original[1].samples + tuple(
+        dataclasses.replace(s, group=s.group + 2) for s in original[0].samples
+    )
+
+    write_recording(_recording((3, 4)), tmp_path / "no-log-probs", "miles")
+    unlogged = _convert(verl_python[0], tmp_path / "no-log-probs", "miles", tmp_path / "unlogged", "verl")
+    assert unlogged.returncode == 0, unlogged.stderr
+    shutil.rmtree(dump / "2" / "1")
+    shutil.copytree(tmp_path / "unlogged" / "1" / "0", dump / "2" / "1")
+    done = _convert(verl_python[0], dump, "verl", tmp_path / "out", "miles")
+    assert (
+        done.returncode == 2 and "2: rollout_log_probs: in 4 of the step's 6 trajectories" in done.stderr
+    ), done.stderr
