@@ -22,6 +22,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from scripts.benchmark.errors import UserError
+from scripts.benchmark.frameworks import registry
+from scripts.benchmark.frameworks.adapter import AdapterDefaults
 from scripts.benchmark.frameworks.recorded import RecordedSample, RecordedStep, Recording, digest_of, float32
 from scripts.benchmark.frameworks.recording import read_recording, recording_digest, write_recording
 from scripts.benchmark.frameworks.verl.config import find_verl_root
@@ -362,3 +365,26 @@ def test_a_step_of_several_inner_batches_reads_as_one_and_they_must_agree(made, 
     assert (
         done.returncode == 2 and "2: rollout_log_probs: in 4 of the step's 6 trajectories" in done.stderr
     ), done.stderr
+
+
+def test_log_probs_on_some_samples_of_a_step_only_are_refused_for_verl(tmp_path, verl_python):
+    """VERL's batch holds a field for every trajectory of the step or for none."""
+    recording = _recording((3, 4))
+    first = dataclasses.replace(recording.steps[0].samples[0], rollout_log_probs=(-0.5, -0.5))
+    step = dataclasses.replace(recording.steps[0], samples=(first, recording.steps[0].samples[1]))
+    write_recording(Recording(steps=(step,)), tmp_path / "rollouts", "miles")
+    done = _convert(verl_python[0], tmp_path / "rollouts", "miles", tmp_path / "out", "verl")
+    assert done.returncode == 2 and "out/1: rollout_log_probs: present on some samples" in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_framework_without_a_recording_format_is_refused_by_name(tmp_path):
+    class NoRecording(AdapterDefaults):
+        name, label, sink_formats = "norecording", "No Recording", ()
+
+    registry.register(NoRecording())
+    try:
+        with pytest.raises(UserError, match="'norecording': No Recording has no rollout dump"):
+            read_recording(tmp_path, "norecording")
+    finally:
+        registry.unregister("norecording")
