@@ -23,6 +23,7 @@ from scripts.benchmark.frameworks.verl.launch import VerlData, build_verl_launch
 from scripts.benchmark.frameworks.verl.learning import LEARNING_KEYS, fill_verl_learning
 from scripts.benchmark.frameworks.verl.parity_knobs import parse_verl
 from scripts.benchmark.frameworks.verl.parity_sources import launch_words
+from scripts.benchmark.frameworks.verl.recording import CODEC as RECORDING_CODEC
 from scripts.benchmark.frameworks.verl.sink import COMPLETE_ANCHORS, verl_events, verl_record
 from scripts.benchmark.spec import BenchmarkSpec
 
@@ -78,7 +79,14 @@ class VerlAdapter(AdapterDefaults):
     sink_formats = ("verl-file-logger",)
     learning_keys = LEARNING_KEYS
     packages = {"verl": "verl"}
-    module_extras = {"hydra": "verl", "omegaconf": "verl", "pyarrow": "verl", "orjson": "verl"}
+    recording_codec = RECORDING_CODEC
+    module_extras = {
+        "hydra": "verl",
+        "omegaconf": "verl",
+        "pyarrow": "verl",
+        "orjson": "verl",
+        "tensordict": "recording",
+    }
 
     def prepare_steps(self, spec: BenchmarkSpec, ctx: LaunchContext) -> list[dict[str, Any]]:
         """The conversion of the prompt rows to VERL's parquet files (it reads the downloaded dataset)."""
