@@ -150,7 +150,8 @@ def quantities(d: np.ndarray, steps: np.ndarray, *, drift_only: bool = False) ->
 
 
 def _trend_design(t: np.ndarray) -> np.ndarray:
-    """A continuous line bent at the window's thirds (a trend that starts mid-window fits too)."""
+    """A straight line; from MIN_BENT_STEPS on, a continuous line bent at the window's thirds (a trend that starts
+    mid-window fits too)."""
     knots = np.quantile(t, [1 / 3, 2 / 3]) if len(t) >= MIN_BENT_STEPS else np.zeros(0)
     return np.column_stack([np.ones_like(t), t - t.mean(), *[np.maximum(0.0, t - k) for k in knots]])
 

@@ -10,7 +10,7 @@ standard error above its estimate: estimated from a few steps it is often too lo
 the interval too narrow (with it the bound misses 5.5% at 24 steps and 5.1% at 200 on AR(1) 0.5 noise).
 
 O(n log n): R @ x (R_ij = phi^|i-j|) is an FFT convolution, and the traces come from p x p products of the fit's
-design, so 10,000 steps cost milliseconds.
+design: 10,000 steps take about 60 ms a signal on one loaded core.
 """
 
 from __future__ import annotations
