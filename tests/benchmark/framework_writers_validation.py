@@ -30,11 +30,11 @@ from scripts.benchmark.analysis.learning import LEVEL_NOT_COMPARABLE, signal_row
 from scripts.benchmark.contracts.report import DIFFERENT, SAME
 from scripts.benchmark.frameworks.sinks import build_step_records
 from scripts.benchmark.frameworks.verl.learning import VERL_CLIP_RATIO_KEY, VERL_LEARNING_KEYS, VERL_LENGTH_MAX_KEY
-
-from miles.utils.bench_metrics import LEARNING_SIGNALS, RunContext
 from tests.benchmark.learning_validation import PLANTED, PLANTED_SIGNAL, plant, shared_level, side
 from tests.benchmark.test_miles_reader import TRAIN_RANK, miles_log_calls
 from tests.benchmark.test_verl_reader import load_file_logger_class, verl_step_metrics
+
+from miles.utils.bench_metrics import LEARNING_SIGNALS, RunContext
 
 WORKER = Path(__file__).resolve().parent / "miles_learning_log_worker.py"
 VERL_ROOT = Path(os.environ.get("VERL_ISOLATED_DIR", Path(__file__).resolve().parents[2] / ".cache" / "verl-0.9.1"))
