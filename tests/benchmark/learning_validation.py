@@ -16,8 +16,11 @@ under the default token-mean spec):
 Run `python -m tests.benchmark.learning_validation --pairs 1000` for the docs' table; test_learning_validation.py
 runs a smaller, seeded version and asserts the targets.
 
+framework_writers_validation.py runs the same pairs through Miles's and VERL's own loggers and the readers.
+
 Caveats: this is the project's own noise model; real runs can drift more slowly (longer autocorrelation), which
-the residual autocorrelation time widens the intervals for, up to the window's length.
+the fitted AR(1) coefficient widens the intervals for; at 24 steps the coefficient is poorly estimated and slower
+drift than this model's makes the intervals too narrow (analysis.md gives the figures).
 """
 
 from __future__ import annotations

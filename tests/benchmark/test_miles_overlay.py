@@ -401,3 +401,27 @@ def test_miles_own_logging_read_through_the_tracking_backend_and_stdout_agrees(o
             stdout.phases_s,
             stdout.tokens,
         )
+
+
+def test_the_learning_validation_writes_through_miles_and_verl_own_loggers(overlay, tmp_path):
+    """framework_writers_validation.py's path: Miles's own logging code (configure_logger_raw, gather_log_data over a
+    one-process gloo group, log_train_step, log_perf_data_raw) writes the candidate's log.txt, VERL's FileLogger the
+    reference's jsonl; the readers give back every generated value of every signal and step, and a planted KL 3x is
+    called different while the other signals are not."""
+    from argparse import Namespace
+
+    import numpy as np
+
+    from tests.benchmark import framework_writers_validation as writers
+
+    pairs = [writers.generate_pair(np.random.default_rng(seed), 24, "KL 3x") for seed in (1, 2)]
+    args = Namespace(miles_root=str(overlay["miles"]), miles_python=str(OVERLAY_VENV / "bin" / "python"))
+    verdicts = writers.write_and_judge(args, tmp_path, pairs, 24)
+    miles = writers.build_step_records("miles", [tmp_path / "miles-0.log"], writers.MILES_CTX)
+    verl = writers.build_step_records("verl", [tmp_path / "verl-0.jsonl"], writers.VERL_CTX)
+    assert "log_utils.py" in (tmp_path / "miles-0.log").read_text()  # printed by Miles's own module
+    for name, values in pairs[0][0].items():
+        assert [r.learning[name] for r in miles] == values.tolist(), name
+        assert [r.learning[name] for r in verl] == pairs[0][1][name].tolist(), name
+    assert all(v["approx_kl"] == "different" for v in verdicts)
+    assert not any(call == "different" for v in verdicts for name, call in v.items() if name != "approx_kl")

@@ -213,3 +213,18 @@ def test_miles_against_miles_reports_and_records_through_the_same_code(tmp_path)
     labels = {run.cell_id: run.series.label() for run in runs}
     assert labels["miles-fsdp-colocate"].split("/")[1] == "miles"  # a side named after its framework: as before
     assert labels["miles-base-fsdp-colocate"].split("/")[1] == "miles@miles-base"
+
+
+def test_a_component_larger_than_the_gap_is_named_with_what_offsets_it(tmp_path):
+    """Miles's train is 12.4 s slower and its generate 0.7 s faster: the card never calls the 12.4 s a part "of"
+    the 11.7 s gap; it names the faster phase as the offset, with its sign."""
+    run_dir = write_run_folder(tmp_path, gap_pair({"train": 12.42, "generate": -0.67}, num_steps=600, cv=0.01, seed=4))
+    write_report(analyse_run_folder(run_dir, AnalysisSettings(reps=REPS)), run_dir)
+    line = (run_dir / "headline.md").read_text()
+    pattern = (
+        r", in train \+(\d+\.\d\d) s, offset by rollout_wait -(\d+\.\d\d) s \(\+(\d+\.\d\d) s per step in all\)\."
+    )
+    found = re.search(pattern, line)
+    assert found and " of +" not in line, line
+    train, offset, gap = (float(x) for x in found.groups())
+    assert 12.0 < train < 12.9 and 0.3 < offset < 1.1 and train - offset == pytest.approx(gap, abs=0.02)

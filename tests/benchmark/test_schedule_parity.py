@@ -207,7 +207,8 @@ class TestPhaseMap:
             f"phases_s.{p}" for p in ("rollout_wait", "old_logprob", "weight_sync")
         }
         assert rest.gap_s == pytest.approx(10.0, abs=1.0)
-        assert main_component(doc, "fsdp", layout).startswith("mostly in unattributed time")
+        # "in ..., offset by" where the noise of the other phases went against the gap
+        assert main_component(doc, "fsdp", layout).startswith(("mostly in unattributed time", "in unattributed time"))
 
 
 class TestFirstSteps:

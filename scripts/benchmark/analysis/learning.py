@@ -5,11 +5,12 @@ enough steps to tell, over the steady window.
   margin) or log(candidate_s / reference_s) (relative margin) cancels prompt difficulty and the common learning
   trend.
   With repeats, each side's value of a step is the mean over its repeats first.
-- A trend (a line bent at the thirds) is fitted to d; the noise is the residual around it, inflated by its
-  autocorrelation time (two policies drift apart slowly), with a t quantile on the effective independent steps. Two
-  quantities are tested: the window mean of d and its mean over the last third, so a divergence that grows is
-  called at its size at the end, not averaged away. A signal whose two levels are not comparable (entropy under
-  different aggregations) is judged on its drift alone: last third minus first third.
+- A trend (a line, bent at the thirds from 60 steps on) is fitted to d; the noise around it is modelled as AR(1)
+  (two policies drift apart slowly) with what the fit absorbed put back (`serial_noise`), and a t quantile on
+  what the steps are worth for a variance. Two quantities are tested: the window mean of d and its mean over the
+  last third, so a divergence that grows is called at its size at the end, not averaged away. A signal whose two
+  levels are not comparable (entropy under different aggregations) is judged on its drift alone: last third minus
+  first third.
 - Three words (TOST): "same" when every 1 - 2 alpha interval lies inside (-margin, +margin); "different" when one
   1 - 2 alpha/k interval (k: judged signals x quantities, Bonferroni) lies beyond one margin; "not enough steps to
   tell" otherwise, with the paired steps that would tell at the observed noise. "not judged" says why.
@@ -29,6 +30,7 @@ from typing import Any
 
 import numpy as np
 from scipy import special
+from scripts.benchmark.analysis import serial_noise
 from scripts.benchmark.analysis.run_folder import Cell
 from scripts.benchmark.contracts.report import DIFFERENT, NOT_JUDGED, SAME, UNSETTLED
 from scripts.benchmark.contracts.sides import SidePair
@@ -41,6 +43,9 @@ LEVEL_NOT_COMPARABLE = ("entropy",)
 """Signals whose two levels may measure different things (not_comparable_reason): then only their drift is judged."""
 MIN_GENERATE_GAP = 0.02
 """Below this generate-time gap (2%) the share longer responses explain is noise over noise: not computed."""
+MIN_BENT_STEPS = 60
+"""Below this the trend is a straight line: bends at the thirds of a shorter window absorb slowly drifting noise
+until its drift can no longer be estimated (24 steps: the AR(1) coefficient came out at its cap in 15% of windows)."""
 QUANTITY_WORDS = {"level": "window mean", "late": "last third", "drift": "change from first to last third"}
 
 
@@ -120,50 +125,35 @@ def paired_differences(
     return steps, np.asarray([c[s] - r[s] for s in steps])
 
 
-def _noise_time(residuals: np.ndarray) -> float:
-    """Integrated autocorrelation time of the residuals (1 for white noise): how many steps one independent one
-    is worth. Summed to the first lag under 0.05, at most n/4 lags; each autocorrelation corrected for its
-    small-sample bias ((1 + 3 r) / n low, more after a fitted trend), which makes short windows too confident."""
-    n = len(residuals)
-    denominator = float(np.dot(residuals, residuals))
-    tau = 1.0
-    if denominator <= 0:
-        return tau
-    for lag in range(1, n // 4 + 1):
-        r = float(np.dot(residuals[:-lag], residuals[lag:])) / denominator
-        r = min(0.95, r + (1 + 3 * max(r, 0.0)) / n)
-        if r < 0.05:
-            break
-        tau += 2 * r
-    return tau
-
-
 def quantities(d: np.ndarray, steps: np.ndarray, *, drift_only: bool = False) -> dict[str, tuple[float, float, float]]:
     """Name -> (estimate, standard error, degrees of freedom) of what the verdict tests.
 
-    The noise is the residual around a trend fitted to d (`_trend_residuals`), inflated by its autocorrelation
-    time: a divergence that grows, taken as noise, would leave few independent blocks and a wide interval. `level`: the
-    window mean of d; `late`: the mean over the last third (where a growing divergence is largest); `drift` (last
-    minus first third): the change of d alone, for signals whose levels are not comparable."""
-    residuals, params = _trend_residuals(d, steps.astype(float))
-    n = len(d)
-    tau = _noise_time(residuals)
-    scale = math.sqrt(float(np.dot(residuals, residuals)) / max(1, n - params) * tau)
-    df = max(1.0, n / tau - params)
-    third = max(1, n // 3)
-    late, early = float(d[-third:].mean()), float(d[:third].mean())
-    if drift_only:
-        return {"drift": (late - early, scale * math.sqrt(2 / third), df)}
-    return {"level": (float(d.mean()), scale / math.sqrt(n), df), "late": (late, scale / math.sqrt(third), df)}
-
-
-def _trend_residuals(d: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, int]:
-    """d around a continuous line bent at the window's thirds (a trend that starts mid-window fits too), and the
-    number of fitted parameters."""
-    knots = np.quantile(t, [1 / 3, 2 / 3]) if len(t) >= 12 else np.zeros(0)
-    design = np.column_stack([np.ones_like(t), t - t.mean(), *[np.maximum(0.0, t - k) for k in knots]])
+    The noise is the residual around a trend fitted to d (`_trend_design`), modelled as AR(1) with the fit's
+    absorption undone (`serial_noise`): a divergence that grows, taken as noise, would leave a wide interval, and
+    a fit that absorbs slow noise would leave a narrow one. `level`: the window mean of d; `late`: the mean over the
+    last third (where a growing divergence is largest); `drift` (last minus first third): the change of d alone,
+    for signals whose levels are not comparable. Degrees of freedom: what the steps are worth for a variance, less
+    the fitted parameters."""
+    design = _trend_design(steps.astype(float))
     coefficients, *_ = np.linalg.lstsq(design, d, rcond=None)
-    return d - design @ coefficients, design.shape[1]
+    phi, variance = serial_noise.fit_ar1(d - design @ coefficients, design)
+    n = len(d)
+    df = max(1.0, serial_noise.variance_degrees(phi, design))
+    third = max(1, n // 3)
+    early, late = np.zeros(n), np.zeros(n)
+    early[:third], late[-third:] = 1 / third, 1 / third
+    if drift_only:
+        error = serial_noise.mean_errors(phi, variance, (late - early)[:, None])[0]
+        return {"drift": (float(d[-third:].mean() - d[:third].mean()), float(error), df)}
+    errors = serial_noise.mean_errors(phi, variance, np.column_stack([np.full(n, 1 / n), late]))
+    return {"level": (float(d.mean()), float(errors[0]), df), "late": (float(d[-third:].mean()), float(errors[1]), df)}
+
+
+def _trend_design(t: np.ndarray) -> np.ndarray:
+    """A straight line; from MIN_BENT_STEPS on, a continuous line bent at the window's thirds (a trend that starts
+    mid-window fits too)."""
+    knots = np.quantile(t, [1 / 3, 2 / 3]) if len(t) >= MIN_BENT_STEPS else np.zeros(0)
+    return np.column_stack([np.ones_like(t), t - t.mean(), *[np.maximum(0.0, t - k) for k in knots]])
 
 
 def _interval(estimate: float, error: float, df: float, level: float) -> tuple[float, float]:

@@ -6,7 +6,8 @@
   labels.
 - "mostly in <phase>": the component (a phase, or the unattributed rest) carrying the largest share of the gap in
   the gap's direction, from the additive attribution of means; "largest part in <phase>" when that share is half
-  of the gap or less.
+  of the gap or less. A component larger than the whole gap (others went the other way) is named with what
+  offset it: "in rollout +12.42 s, offset by train -0.67 s (+11.75 s per step in all)".
 - The bar: each side's mean step time split into its phases, both sides on the same scale; the totals are given in
   seconds per step and per 1k trained tokens.
 - `headline_markdown(doc)`: the same cards, one line per pair, for the GitHub step summary and the PR comment.
@@ -61,24 +62,32 @@ def _ci_text(step: ComparisonModel) -> str:
     return f"CI {signed_percent(step.ci_low - 1)} to {signed_percent(step.ci_high - 1)}"
 
 
+def _component_name(row: AttributionModel) -> str:
+    name = row.component.removeprefix("phases_s.")
+    return "unattributed time" if name == "unattributed" else name
+
+
 def main_component(doc: ReportDocument, backend: str, layout: str) -> str | None:
     """'mostly in train (+5.9 s of +6.0 s per step)': the component with the largest part of the gap, in its
-    direction; "mostly" only when it carries more than half of the gap, else "largest part in"."""
+    direction; "mostly" only when it carries more than half of the gap, else "largest part in". A component larger
+    than the whole gap is never called a part "of" it: the components against the gap are named as its offset
+    ('in rollout +12.42 s, offset by train -0.67 s (+11.75 s per step in all)')."""
     rows = _attribution(doc, backend, layout)
     step = next((a for a in rows if a.component == "step_time_s"), None)
     if step is None or step.gap_s is None or step.gap_s == 0:
         return None
     sign = math.copysign(1.0, step.gap_s)
-    parts = [
-        a for a in rows if a.component != "step_time_s" and a.comparable and a.gap_s is not None and a.gap_s * sign > 0
-    ]
-    if not parts:
+    parts = [a for a in rows if a.component != "step_time_s" and a.comparable and a.gap_s is not None]
+    along = [a for a in parts if a.gap_s * sign > 0]
+    if not along:
         return None
-    top = max(parts, key=lambda a: a.gap_s * sign)
-    name = top.component.removeprefix("phases_s.")
-    where = "unattributed time" if name == "unattributed" else name
-    words = "mostly in" if top.gap_s / step.gap_s > 0.5 else "largest part in"
-    return f"{words} {where} ({top.gap_s:+.2f} s of {step.gap_s:+.2f} s per step)"
+    top = max(along, key=lambda a: a.gap_s * sign)
+    if top.gap_s * sign < step.gap_s * sign + 0.005:  # not larger than the gap as printed (1/100 s)
+        words = "mostly in" if top.gap_s / step.gap_s > 0.5 else "largest part in"
+        return f"{words} {_component_name(top)} ({top.gap_s:+.2f} s of {step.gap_s:+.2f} s per step)"
+    against = sorted((a for a in parts if a.gap_s * sign <= -0.005), key=lambda a: a.gap_s * sign)
+    offset = " and ".join(f"{_component_name(a)} {a.gap_s:+.2f} s" for a in against) or "parts not attributed"
+    return f"in {_component_name(top)} {top.gap_s:+.2f} s, offset by {offset} ({step.gap_s:+.2f} s per step in all)"
 
 
 def pair_sentence(doc: ReportDocument, backend: str, layout: str) -> tuple[Practical, str, str]:
