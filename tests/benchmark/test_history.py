@@ -329,6 +329,18 @@ class TestCheck:
         assert runs["next"].trusted and runs["slow"].trusted, runs["slow"]
         assert "trusted again" in runs["slow"].trust_note
 
+    def test_a_night_that_could_not_be_judged_is_not_trusted_again(self, store_url, tmp_path):
+        """A night without its step time is untrusted as could-not-judge, not as flagged: a passing night after it
+        leaves it out."""
+        _seed_history(store_url, tmp_path, 8)
+        write_report(tmp_path / "broken", seed=80, drop=("step_time_s",), generated_at="2026-12-20")
+        write_report(tmp_path / "next", seed=81, generated_at="2026-12-21")
+        _record(store_url, tmp_path / "broken", commit="broken")
+        _record(store_url, tmp_path / "next", commit="next")
+        with HistoryStore(store_url) as store:
+            runs = {r.commit: r for r in store.runs(store.list_series()[0])}
+        assert (runs["broken"].trusted, runs["broken"].trust_note, runs["next"].trusted) == (False, None, True)
+
     def test_two_flagged_nights_in_a_row_stay_out_of_the_baseline(self, store_url, tmp_path):
         """A change that lasts flags two nights; a later passing night trusts neither (flagged runs say why)."""
         _seed_history(store_url, tmp_path, 8)

@@ -148,8 +148,9 @@ def record_impl(
             trusted = trust == "yes" or baseline_reset
             note = None
             if trust == "auto" and not baseline_reset:
-                trusted = exit_code([c for c in judged if c.cell_id == run.cell_id]) == 0
-                note = None if trusted else FLAGGED_NOTE
+                code = exit_code([c for c in judged if c.cell_id == run.cell_id])
+                trusted = code == 0
+                note = FLAGGED_NOTE if code == 1 else None  # a cell that could not be judged is never cleared
                 if trusted:
                     _trust_lone_flagged_run(store, run)
             run_id = store.record(run, provenance, trusted=trusted, baseline_reset=baseline_reset, trust_note=note)
