@@ -7,9 +7,9 @@
      periodic slow step (a checkpoint every 10 steps) inflated the first about 3.5x and let a warm-up step through
      in about 60% of such runs; the smaller of the two also keeps the clean runs' kept warm-up steps under 1%;
   2. the warm-up block is the run of steps from the start that are more than `WARMUP_SDS` (3) s above m, a gap of one
-     step allowed (a decaying warm-up dips under the line by chance) unless the step after the gap is more than
-     `WARMUP_SDS` s above the block's last step (a periodic spike, not a warm-up climbing back), searched while
-     `MIN_STEADY_STEPS` remain;
+     step allowed (a decaying warm-up dips under the line by chance) unless the step after the gap is a lone spike,
+     more than `WARMUP_SDS` s above the block's last step with the step after it below the line (a periodic
+     checkpoint save, not a warm-up climbing back), searched while `MIN_STEADY_STEPS` remain;
   3. the cut is one safety step past the block (its last step's successor is still slower than the steady level
      more often than not), except after a sharp end: a last block step more than `SHARP_END_SDS` (4) s above m
      followed by a step below m.
@@ -94,9 +94,10 @@ def _warmup_cut(finite: np.ndarray) -> tuple[int, float, float]:
     z = (finite - level) / scale
     last = -1
     for i in range(n - MIN_STEADY_STEPS):
-        # Past a gap a decaying warm-up does not climb back far above its last step: such a step is a periodic
-        # spike (a checkpoint save), not more warm-up.
-        resumes = last < 0 or i == last + 1 or z[i] <= z[last] + WARMUP_SDS
+        # Past a gap a decaying warm-up does not climb back far above its last step for one step alone: such a
+        # step is a periodic spike (a checkpoint save), not more warm-up.
+        spike = z[i] > z[last] + WARMUP_SDS and z[i + 1] <= WARMUP_SDS
+        resumes = last < 0 or i == last + 1 or not spike
         if z[i] > WARMUP_SDS and resumes:
             last = i
         elif i > last + 1:
