@@ -144,8 +144,20 @@ class TestCheckSimulation:
             nights=1000, seed=16, repeat_outlier_prob=0, run_outlier_prob=0, step_spike_prob=0
         )
         [row] = trust_rows(settings, (0.05,))
-        assert row.trust_at_night_level <= 0.05 + 1.645 * (0.05 * 0.95 / settings.nights) ** 0.5, row
-        assert row.trust_at_full_level >= row.trust_at_night_level + 0.03, row
+        assert row.lone_flag_restored <= 0.05 + 1.645 * (0.05 * 0.95 / settings.nights) ** 0.5, row
+        assert row.trust_at_full_level >= row.lone_flag_restored + 0.03, row
+
+    def test_trusting_a_lone_flagged_night_again_removes_the_bias_at_high_noise(self):
+        """CV 10%: flagged nights kept out for good cut the slow tail off the baseline (about a point more nights
+        alarm than with every run trusted); trusting a lone flagged night again once the next one passes brings the
+        auto-trusted history back to the fully trusted one, within the 5% target. Same nights for every rule."""
+        settings = SimulationSettings(
+            nights=1500, seed=17, repeat_outlier_prob=0, run_outlier_prob=0, step_spike_prob=0
+        )
+        [row] = trust_rows(settings, (0.10,))
+        assert row.flagged_kept_out >= row.every_run_trusted + 0.005, row
+        assert row.lone_flag_restored <= row.every_run_trusted + 0.005, row
+        assert row.lone_flag_restored <= 0.05 + 1.645 * (0.05 * 0.95 / settings.nights) ** 0.5, row
 
     def test_drift_guard_catches_a_slow_drift_that_rolling_baselines_absorb(self):
         """0.2% slower per night for 60 nights: every rolling gate misses it, the anchored check catches at least 90%
@@ -169,3 +181,10 @@ class TestCheckSimulation:
         )  # fmt: skip
         assert result.returncode == 0, result.stderr
         assert "(a) this check" in result.stdout and result.stdout.count("| 10% | 0% | false alarms |") == 1
+        trust = result.stdout[result.stdout.index("Auto trust, as `record` builds the history") :]
+        assert "| CV | every run trusted | `record` now (a lone flagged run trusted again) |" in trust
+        assert [line.split(" | ")[0] for line in trust.splitlines() if line.startswith("| ") and "CV" not in line] == [
+            "| 2%",
+            "| 5%",
+            "| 10%",
+        ]

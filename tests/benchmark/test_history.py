@@ -317,6 +317,41 @@ class TestCheck:
         code, _, _ = _check(store_url, tmp_path / "slow2", tmp_path)
         assert code == 1
 
+    def test_a_lone_flagged_night_is_trusted_again_when_the_next_night_passes(self, store_url, tmp_path):
+        """Flagged once between two passing nights: noise the baseline must keep (left out for good, the baseline
+        loses its slow tail and alarms more often), so the passing night's record trusts it again, with a note."""
+        _seed_history(store_url, tmp_path, 8)
+        for name, seed, slowdown in (("slow", 80, 1.2), ("next", 81, 1.0)):
+            write_report(tmp_path / name, seed=seed, slowdown=slowdown, generated_at=f"2026-12-{seed - 60:02d}")
+            _record(store_url, tmp_path / name, commit=name)
+        with HistoryStore(store_url) as store:
+            runs = {r.commit: r for r in store.runs(store.list_series()[0])}
+        assert runs["next"].trusted and runs["slow"].trusted, runs["slow"]
+        assert "trusted again" in runs["slow"].trust_note
+
+    def test_a_night_that_could_not_be_judged_is_not_trusted_again(self, store_url, tmp_path):
+        """A night without its step time is untrusted as could-not-judge, not as flagged: a passing night after it
+        leaves it out."""
+        _seed_history(store_url, tmp_path, 8)
+        write_report(tmp_path / "broken", seed=80, drop=("step_time_s",), generated_at="2026-12-20")
+        write_report(tmp_path / "next", seed=81, generated_at="2026-12-21")
+        _record(store_url, tmp_path / "broken", commit="broken")
+        _record(store_url, tmp_path / "next", commit="next")
+        with HistoryStore(store_url) as store:
+            runs = {r.commit: r for r in store.runs(store.list_series()[0])}
+        assert (runs["broken"].trusted, runs["broken"].trust_note, runs["next"].trusted) == (False, None, True)
+
+    def test_two_flagged_nights_in_a_row_stay_out_of_the_baseline(self, store_url, tmp_path):
+        """A change that lasts flags two nights; a later passing night trusts neither (flagged runs say why)."""
+        _seed_history(store_url, tmp_path, 8)
+        for name, seed, slowdown in (("slow1", 80, 1.2), ("slow2", 81, 1.2), ("fixed", 82, 1.0)):
+            write_report(tmp_path / name, seed=seed, slowdown=slowdown, generated_at=f"2026-12-{seed - 60:02d}")
+            _record(store_url, tmp_path / name, commit=name)
+        with HistoryStore(store_url) as store:
+            runs = {r.commit: r for r in store.runs(store.list_series()[0])}
+        assert [runs[c].trusted for c in ("slow1", "slow2", "fixed")] == [False, False, True]
+        assert runs["slow1"].trust_note == runs["slow2"].trust_note == "flagged by the check when recorded"
+
     def test_slow_drift_absorbed_by_the_rolling_baseline_is_caught_by_the_anchor(self, store_url, tmp_path):
         """0.15% slower every night: the last-30 baseline follows it, the anchor 30 runs back does not."""
         _seed_history(store_url, tmp_path, 60, level=lambda i: 1.0 + 0.0015 * i)

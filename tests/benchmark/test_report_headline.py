@@ -228,3 +228,42 @@ def test_a_component_larger_than_the_gap_is_named_with_what_offsets_it(tmp_path)
     assert found and " of +" not in line, line
     train, offset, gap = (float(x) for x in found.groups())
     assert 12.0 < train < 12.9 and 0.3 < offset < 1.1 and train - offset == pytest.approx(gap, abs=0.02)
+
+
+@pytest.mark.parametrize(
+    "spread, centre, repeats", [(0.01, 0.01, 3), (0.01, 0.035, 3), (0.006, 0.0, 2), (0.02, 0.0, 5)]
+)
+def test_repeats_to_settle_is_the_fewest_repeats_whose_interval_is_decisive(spread, centre, repeats):
+    """The pooled t interval over n repeats a side, computed here with scipy.stats: at the repeats named it is
+    decisive (inside +-2% or wholly beyond), one repeat fewer it is not."""
+    from scipy import stats
+
+    from scripts.benchmark.contracts.report import repeats_to_settle
+
+    def interval(n: int) -> tuple[float, float]:
+        half = stats.t.ppf(0.975, 2 * n - 2) * spread * (2 / n) ** 0.5
+        return centre - half, centre + half
+
+    needed = repeats_to_settle(*interval(repeats), threshold=0.02, repeats=(repeats, repeats))
+    assert needed is not None and needed > repeats
+    assert practical_verdict(*interval(needed), threshold=0.02, direction="lower") is not Practical.INCONCLUSIVE
+    assert practical_verdict(*interval(needed - 1), threshold=0.02, direction="lower") is Practical.INCONCLUSIVE
+
+
+def test_an_inconclusive_pair_at_high_noise_says_how_many_repeats_would_settle_it(tmp_path):
+    """CV 10% per step, 3 repeats of 60 steps, a 1% gap: the interval crosses the 2% threshold; the headline and the
+    paired check name the repeats a side that would settle it, the number repeats_to_settle gives."""
+    from scripts.benchmark.contracts.report import repeats_to_settle
+    from scripts.benchmark.history.pair_check import judge_pairs
+
+    cells = [dataclasses.replace(c, repeats=3) for c in gap_pair({"train": 1.0}, num_steps=60, cv=0.10, seed=0)]
+    doc = analyse_run_folder(write_run_folder(tmp_path, cells), AnalysisSettings(reps=200))
+    step = next(c for c in doc.comparisons if c.metric == "step_time_s")
+    assert step.verdict is Practical.INCONCLUSIVE, step
+    needed = repeats_to_settle(step.ci_low - 1, step.ci_high - 1, threshold=step.threshold, repeats=(3, 3))
+    assert needed is not None and needed > 3
+    assert f"about {needed} repeats a side would settle it (--repeats {needed}; 3 now)" in headline_markdown(doc)
+    [check] = [c for c in judge_pairs(doc) if c.metric == "step_time_s"]
+    assert (
+        check.note == f"inconclusive with 3 repeats a side: about {needed} a side would settle it (--repeats {needed})"
+    )

@@ -54,6 +54,15 @@ class TestSteadyState:
         series[4] = None
         assert detect_steady_state(series).start_index == clean
 
+    def test_a_lone_spike_past_the_gap_ends_the_warmup_but_two_slow_steps_continue_it(self):
+        """After one step below the line, a single step far above the warm-up (a checkpoint save) is not warm-up;
+        two slow steps in a row are (a warm-up need not decay evenly)."""
+        steady = list(100 + 0.5 * np.sin(np.arange(20)))
+        lone = detect_steady_state([150.0, 100.0, 400.0, *steady])
+        assert lone.reached and lone.start_index == 2, lone
+        stretch = detect_steady_state([150.0, 100.0, 400.0, 300.0, *steady])
+        assert stretch.reached and stretch.start_index == 5, stretch
+
     def test_empty_series(self):
         result = detect_steady_state([None, math.nan])
         assert result.start_index is None and not result.reached

@@ -1,7 +1,8 @@
 """`record`, `check`, `untrust` and `history`: the benchmark's history database and its regression check.
 
 - `record DIR --store URL`: store every cell of DIR/report.json as one run of its series, with provenance; the run is
-  trusted when it passes the check (or with --baseline-reset), untrusted with --untrusted. Cells already recorded
+  trusted when it passes the check (or with --baseline-reset), untrusted with --untrusted; a lone flagged run is
+  trusted again when the next run of its series passes. Cells already recorded
   are skipped and named, so rerunning an interrupted `record` completes it.
 - `check DIR --store URL`: judge DIR against the trusted history; writes DIR/check.md (and appends it to
   $GITHUB_STEP_SUMMARY); exit 1 regression, 0 pass, 2 could not judge.
@@ -24,8 +25,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from scripts.benchmark.contracts.history_record import Provenance
+    from scripts.benchmark.contracts.history_record import Provenance, RunToRecord
     from scripts.benchmark.history.check import CheckSettings
+    from scripts.benchmark.history.store import HistoryStore
 
 _STORE_HELP = "history database: a SQLite file path or URL (sqlite:///x.db), or postgresql://user@host/db"
 
@@ -124,12 +126,14 @@ def record_impl(
 
     Trust 'auto' means trusted iff the cell passes the check (0), as in Miles's gate, judged as `check` judges the
     run: every cell together, at the night's level split over the cells. Judged alone, each cell got the whole
-    night's level: slow-but-passing nights were left out and the baseline drifted fast.
+    night's level: slow-but-passing nights were left out and the baseline drifted fast. A flagged cell is stored
+    untrusted with a note; when the next run of its series passes and the run before the flagged one passed too,
+    the flagged run is trusted again (a lone flag is noise; kept out, it biased the baseline low).
     """
     from scripts.benchmark.history.check import exit_code
     from scripts.benchmark.history.gate import check_runs
     from scripts.benchmark.history.report_input import read_report_runs
-    from scripts.benchmark.history.store import HistoryStore
+    from scripts.benchmark.history.store import FLAGGED_NOTE, HistoryStore
 
     ids = []
     with HistoryStore(store_url, create=create) as store:
@@ -142,12 +146,28 @@ def record_impl(
         judged = check_runs(store, runs, settings)[0] if runs and trust == "auto" and not baseline_reset else []
         for run in runs:
             trusted = trust == "yes" or baseline_reset
+            note = None
             if trust == "auto" and not baseline_reset:
-                trusted = exit_code([c for c in judged if c.cell_id == run.cell_id]) == 0
-            run_id = store.record(run, provenance, trusted=trusted, baseline_reset=baseline_reset)
+                code = exit_code([c for c in judged if c.cell_id == run.cell_id])
+                trusted = code == 0
+                note = FLAGGED_NOTE if code == 1 else None  # a cell that could not be judged is never cleared
+                if trusted:
+                    _trust_lone_flagged_run(store, run)
+            run_id = store.record(run, provenance, trusted=trusted, baseline_reset=baseline_reset, trust_note=note)
             typer.echo(f"recorded run {run_id}: {run.series.label()} cell {run.cell_id} trusted={trusted}")
             ids.append(run_id)
     return ids
+
+
+def _trust_lone_flagged_run(store: HistoryStore, run: RunToRecord) -> None:
+    """A passing run clears its series' previous run when only that one was flagged: one night flagged between two
+    that pass is noise the baseline must keep (left out, the baseline loses its slow tail); two in a row stay out."""
+    from scripts.benchmark.history.store import RESTORED_NOTE, lone_flagged_run
+
+    previous = lone_flagged_run(store.runs(run.series.label()))
+    if previous is not None:
+        store.set_trusted([previous.id], trusted=True, note=RESTORED_NOTE)
+        typer.echo(f"run {previous.id} trusted again: the only flagged run before this one, which passed")
 
 
 def register(app: typer.Typer) -> None:

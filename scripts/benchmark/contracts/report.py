@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 import typing
 from pathlib import Path
 from typing import Any, Literal
@@ -338,6 +339,35 @@ def verdict_words(verdict: Practical, unit: str) -> str:
     if verdict is Practical.BETTER:
         return "faster" if is_time(unit) else "better"
     return verdict.value
+
+
+MAX_REPEATS_TO_SETTLE = 50
+"""Beyond this many repeats a side the estimate is not given: the change sits (nearly) on the threshold."""
+
+
+def repeats_to_settle(low: float, high: float, *, threshold: float, repeats: tuple[int, int]) -> int | None:
+    """Repeats a side that would make an inconclusive interval of a relative change decisive (inside +-threshold,
+    or wholly beyond it), if the change and the run-to-run spread stay as measured: the interval over repeats is a
+    pooled t, so its half-width goes as t(n_c + n_r - 2) x sqrt(1/n_c + 1/n_r). None when a side has one repeat
+    (its interval comes from the steps), when the change sits on the threshold, or beyond `MAX_REPEATS_TO_SETTLE`.
+    """
+    from scipy import special  # scipy.stats costs a second of import
+
+    if min(repeats) < 2 or not high > low:
+        return None
+    centre, half = (low + high) / 2, (high - low) / 2
+    allowed = abs(threshold - abs(centre))
+    if allowed <= 0:
+        return None
+
+    def width(n_c: int, n_r: int) -> float:
+        return float(special.stdtrit(n_c + n_r - 2, 0.975)) * math.sqrt(1 / n_c + 1 / n_r)
+
+    now = width(*repeats)
+    for n in range(max(repeats) + 1, MAX_REPEATS_TO_SETTLE + 1):
+        if half * width(n, n) / now < allowed:
+            return n
+    return None
 
 
 _EXPECTED = {"string_type": "string", "dict_type": "object", "list_type": "list", "int_type": "integer"}

@@ -9,6 +9,8 @@ and the design of the two sides is the same by construction (the nightly history
   check's terms: REGRESSED when the interval excludes 1 on the worse side and the head is worse by more than the
   metric's practical threshold (the check's rule: significant and practically relevant); IMPROVED symmetrically;
   UNCHANGED otherwise; ERROR when the pair has no step-time ratio (refused, missing or non-finite).
+- An UNCHANGED metric whose interval crosses the threshold (inconclusive, at high noise) says how many repeats a
+  side would settle it, if the change and the run-to-run spread stay as measured (`repeats_to_settle`).
 - A two-sided interval at 95% leaves at most 2.5% false "slower" on equal builds; the threshold lowers it further.
 - `moved_phase_notes(report)`: per pair, the phase whose seconds moved most and its share of the step-time gap.
 - Exit codes are the check's (history/check.py `exit_code`): 1 regression, 2 could not judge, 0 otherwise.
@@ -18,7 +20,13 @@ from __future__ import annotations
 
 import math
 
-from scripts.benchmark.contracts.report import ComparisonModel, ReportDocument
+from scripts.benchmark.contracts.report import (
+    MAX_REPEATS_TO_SETTLE,
+    ComparisonModel,
+    Practical,
+    ReportDocument,
+    repeats_to_settle,
+)
 from scripts.benchmark.history.check import MetricCheck, Verdict, step_time_family
 
 from miles.utils.bench_metrics import STEP_TIME_FAMILY
@@ -64,6 +72,9 @@ def judge_comparison(pair: str, metric: str, row: ComparisonModel | None, repeat
         verdict = Verdict.IMPROVED
     else:
         verdict = Verdict.UNCHANGED
+    note = ""
+    if verdict is Verdict.UNCHANGED and row.verdict is Practical.INCONCLUSIVE:
+        note = _settle_note(row, repeats)
     return MetricCheck(
         cell_id=pair,
         metric=metric,
@@ -76,7 +87,19 @@ def judge_comparison(pair: str, metric: str, row: ComparisonModel | None, repeat
         p_value=row.p_value,
         n_baseline=repeats.get(row.reference_cell, 0),
         threshold=row.threshold,
+        note=note,
     )
+
+
+def _settle_note(row: ComparisonModel, repeats: dict[str, int]) -> str:
+    """An inconclusive interval (at high noise) says how many repeats a side would make it decisive."""
+    sides = (repeats.get(row.candidate_cell, 0), repeats.get(row.reference_cell, 0))
+    if min(sides) < 2:
+        return "inconclusive: intervals over repeats need 2 or more a side (--repeats 3)"
+    needed = repeats_to_settle(row.ci_low - 1, row.ci_high - 1, threshold=row.threshold, repeats=sides)
+    if needed is None:
+        return f"inconclusive: not even {MAX_REPEATS_TO_SETTLE} repeats a side would settle it (on the threshold)"
+    return f"inconclusive with {min(sides)} repeats a side: about {needed} a side would settle it (--repeats {needed})"
 
 
 def moved_phase_notes(report: ReportDocument) -> list[str]:

@@ -15,8 +15,9 @@
   false alarms are compared at equal detection.
 
 - `trust_rows`: the history built night by night as `record` builds it (auto trust: a cell is trusted unless the
-  night's check flags it, or, as before, unless a check of the cell alone at the night's level does), then an
-  unchanged night judged against it; the other tables trust every history run.
+  night's check flags it, and a lone flagged run is trusted again once the next night passes), then an unchanged
+  night judged against it; beside it the rules `record` used before (flagged runs kept out for good, at the night's
+  level and at the whole night's level per cell). The other tables trust every history run.
 - Nights: `cells` independent series judged together; the per-night false-alarm rate is the share of unchanged
   nights where any cell alarms (step time and its throughputs count once per cell: they are one family).
 
@@ -114,6 +115,7 @@ class SimulationResult:
     rows: list[SimulationRow]
     drift_rows: list[DriftRow]
     night_rows: list[NightRow]
+    trust_rows: list[TrustRow]
     last_run_matched_threshold: float
     band_matched_threshold: float
     settings: SimulationSettings
@@ -201,6 +203,10 @@ def run_simulation(s: SimulationSettings) -> SimulationResult:
         rows=rows,
         drift_rows=_drift_rows(rng, s),
         night_rows=_night_rows(rng, s),
+        # Its own random stream: the tables above do not change with it.
+        trust_rows=trust_rows(
+            dataclasses.replace(s, repeat_outlier_prob=0, run_outlier_prob=0, step_spike_prob=0), s.night_cvs
+        ),
         last_run_matched_threshold=lr_thr,
         band_matched_threshold=band_thr,
         settings=s,
@@ -250,30 +256,46 @@ class TrustRow:
 
     cv: float
     every_run_trusted: float
-    trust_at_night_level: float
-    """`record` now: a cell is trusted unless the night's check (its level split over the cells) flags it."""
+    lone_flag_restored: float
+    """`record` now: a cell is trusted unless the night's check flags it; a lone flagged run is trusted again when
+    the next run of its series passes (the run before it passed too)."""
+    flagged_kept_out: float
+    """Flagged runs kept out for good, at the night's level (`record` before the lone-flag rule)."""
     trust_at_full_level: float
-    """Each cell judged alone at the whole night's level, as `record` judged before."""
+    """Each cell judged alone at the whole night's level and flagged runs kept out (`record` before that)."""
 
 
 def trust_rows(s: SimulationSettings, cvs: tuple[float, ...]) -> list[TrustRow]:
     """Per-night false alarms of an unchanged night after `history` nights recorded with auto trust on top of
     `window` runs trusted by hand; each night's cells are judged against their own last `window` trusted runs."""
     rng = np.random.default_rng(s.seed)
+    night_level, full_level = s.check.test_alpha(s.cells), s.check.alpha
     rows = []
     for cv in cvs:
-        rates = [[], [], []]
+        rates = [[], [], [], []]
         for first in range(0, s.nights, _NIGHTS_PER_CHUNK):
             nights = min(_NIGHTS_PER_CHUNK, s.nights - first)
             chunk = dataclasses.replace(s, trials=nights * s.cells, history=s.check.window + s.history)
             values = run_values(simulate_steps(rng, chunk, cv))
-            levels = (s.check.test_alpha(s.cells), s.check.alpha)
-            baselines = [values[:, -1 - s.check.window : -1]] + [_auto_trusted(values, s, a) for a in levels]
+            baselines = [
+                values[:, -1 - s.check.window : -1],
+                _auto_trusted(values, s, night_level, restore_lone=True),
+                _auto_trusted(values, s, night_level, restore_lone=False),
+                _auto_trusted(values, s, full_level, restore_lone=False),
+            ]
             for out, baseline in zip(rates, baselines, strict=True):
                 alarms = _alarms(baseline, values[:, -1], s)
                 out.append(alarms.reshape(nights, s.cells).any(axis=1))
-        every, night, full = (float(np.concatenate(r).mean()) for r in rates)
-        rows.append(TrustRow(cv=cv, every_run_trusted=every, trust_at_night_level=night, trust_at_full_level=full))
+        every, lone, kept_out, full = (float(np.concatenate(r).mean()) for r in rates)
+        rows.append(
+            TrustRow(
+                cv=cv,
+                every_run_trusted=every,
+                lone_flag_restored=lone,
+                flagged_kept_out=kept_out,
+                trust_at_full_level=full,
+            )
+        )
     return rows
 
 
@@ -283,16 +305,26 @@ def _alarms(baseline: np.ndarray, candidate: np.ndarray, s: SimulationSettings, 
     return classify(j, threshold=gate.threshold, alpha=s.check.test_alpha(s.cells) if alpha is None else alpha)
 
 
-def _auto_trusted(values: np.ndarray, s: SimulationSettings, trust_alpha: float) -> np.ndarray:
+def _last_trusted(values: np.ndarray, trusted: np.ndarray, before: int, window: int) -> np.ndarray:
+    """(trials, window): the last `window` trusted values before position `before` (oldest first)."""
+    positions = np.sort(np.where(trusted[:, :before], np.arange(before), -1), axis=1)[:, -window:]
+    return np.take_along_axis(values, positions, axis=1)
+
+
+def _auto_trusted(values: np.ndarray, s: SimulationSettings, trust_alpha: float, *, restore_lone: bool) -> np.ndarray:
     """The last `window` trusted runs before the final night, the nights after the hand-trusted first `window`
-    recorded one by one: trusted unless flagged at `trust_alpha`."""
-    window = s.check.window
-    baseline = values[:, :window].copy()
-    for t in range(window, values.shape[1] - 1):
-        trusted = ~_alarms(baseline, values[:, t], s, trust_alpha)
-        shifted = np.concatenate([baseline[:, 1:], values[:, t, None]], axis=1)
-        baseline = np.where(trusted[:, None], shifted, baseline)
-    return baseline
+    recorded one by one: trusted unless flagged at `trust_alpha`; with `restore_lone`, a flagged night between two
+    nights that passed is trusted again when the second of them is recorded."""
+    window, nights = s.check.window, values.shape[1]
+    trusted = np.zeros(values.shape, dtype=bool)
+    trusted[:, :window] = True
+    flagged = np.zeros(values.shape, dtype=bool)
+    for t in range(window, nights - 1):
+        flagged[:, t] = _alarms(_last_trusted(values, trusted, t, window), values[:, t], s, trust_alpha)
+        trusted[:, t] = ~flagged[:, t]
+        if restore_lone:
+            trusted[:, t - 1] |= flagged[:, t - 1] & ~flagged[:, t] & ~flagged[:, t - 2]
+    return _last_trusted(values, trusted, nights - 1, window)
 
 
 def _drift_rows(rng: np.random.Generator, s: SimulationSettings) -> list[DriftRow]:
@@ -362,6 +394,7 @@ def render_table(result: SimulationResult) -> str:
     ]
     lines.append(markdown_table([*header, "(c) Miles band 5%"], rows))
     lines += _night_table(result)
+    lines += _trust_table(result)
     return "\n".join(lines) + "\n"
 
 
@@ -379,5 +412,22 @@ def _night_table(result: SimulationResult) -> list[str]:
         [f"{r.cv:.0%}", "yes" if r.outliers else "no", f"{r.run_phi:g}", f"{r.false_alarms_per_cell:.2%}"]
         + [f"{r.false_alarms_per_night:.1%}", f"{r.detection:.1%}"]
         for r in result.night_rows
+    ]
+    return ["", intro, "", markdown_table(header, rows)]
+
+
+def _trust_table(result: SimulationResult) -> list[str]:
+    s = result.settings
+    intro = (
+        f"Auto trust, as `record` builds the history: {s.check.window} runs trusted by hand, then {s.history} nights "
+        f"of {s.cells} cells recorded one by one, then an unchanged night judged; no outliers, offsets AR "
+        f"{s.run_phi:g}, {s.nights} nights per row, seed {s.seed}; the share of unchanged nights with any alarm."
+    )
+    header = ["CV", "every run trusted", "`record` now (a lone flagged run trusted again)"]
+    header += ["flagged runs kept out (before)", f"each cell alone at {s.check.alpha:.0%}, kept out (before that)"]
+    rows = [
+        [f"{r.cv:.0%}"]
+        + [f"{x:.1%}" for x in (r.every_run_trusted, r.lone_flag_restored, r.flagged_kept_out, r.trust_at_full_level)]
+        for r in result.trust_rows
     ]
     return ["", intro, "", markdown_table(header, rows)]

@@ -9,6 +9,8 @@
   Miles's metric-history gate; one recorded run is one cell of one report.json.
 - Each run keeps its provenance (commit, PR, CI run id, trigger, ref, environment record) and a `trusted` flag;
   `set_trusted` flips it with a reason and a timestamp and never deletes a row.
+- A run that `record` leaves untrusted because the check flagged it carries `FLAGGED_NOTE`; `lone_flagged_run`
+  names such a run when the one before it was not flagged (what `record` trusts again once the next run passes).
 - `baseline_reset` marks a run from which baselines start again (an accepted, intended change of level).
 
 Caveats:
@@ -129,7 +131,15 @@ class HistoryStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def record(self, run: RunToRecord, provenance: Provenance, *, trusted: bool, baseline_reset: bool) -> int:
+    def record(
+        self,
+        run: RunToRecord,
+        provenance: Provenance,
+        *,
+        trusted: bool,
+        baseline_reset: bool,
+        trust_note: str | None = None,
+    ) -> int:
         """Insert one run and its values in one transaction; refuses a cell of a report already recorded."""
         row = {
             "series": run.series.label(),
@@ -150,6 +160,7 @@ class HistoryStore:
             "ref": provenance.ref,
             "environment": json.dumps(run.environment, sort_keys=True, default=str),
             "trusted": trusted,
+            "trust_note": trust_note,
             "baseline_reset": baseline_reset,
         }
         with self.engine.begin() as conn:
@@ -218,6 +229,22 @@ class HistoryStore:
                 .order_by(VALUES.c.metric)
             )
             return [r.metric for r in conn.execute(query)]
+
+
+FLAGGED_NOTE = "flagged by the check when recorded"
+RESTORED_NOTE = "trusted again: a lone flagged run, the next run of its series passed the check"
+
+
+def lone_flagged_run(runs: Sequence[StoredRun]) -> StoredRun | None:
+    """The series' last run when `record` left it untrusted because the check flagged it and the run before it was
+    not so flagged: trusted again once the next run passes. Keeping every flagged run out for good cuts the top tail
+    off the baseline, which then sits low with too small a spread and alarms more often (a point more nights at CV
+    10%); a change that lasts flags two runs in a row and stays out."""
+    if not runs or runs[-1].trusted or runs[-1].trust_note != FLAGGED_NOTE:
+        return None
+    if len(runs) > 1 and not runs[-2].trusted and runs[-2].trust_note == FLAGGED_NOTE:
+        return None
+    return runs[-1]
 
 
 def baseline_runs(runs: Sequence[StoredRun]) -> list[StoredRun]:

@@ -23,12 +23,14 @@ import math
 from typing import Any
 
 from scripts.benchmark.contracts.report import (
+    MAX_REPEATS_TO_SETTLE,
     AttributionModel,
     CellModel,
     ComparisonModel,
     Practical,
     ReportDocument,
     percent,
+    repeats_to_settle,
     signed_percent,
 )
 from scripts.benchmark.report.learning import learning_warning
@@ -113,8 +115,20 @@ def pair_sentence(doc: ReportDocument, backend: str, layout: str) -> tuple[Pract
     measured = f"({candidate}/{reference} step time {signed_percent(change)}, {_ci_text(step)}"
     if verdict is Practical.NO_PRACTICAL_DIFFERENCE:
         return verdict, "no practical difference", f"{measured}, inside ±{threshold})"
-    settle = f"{measured}, crosses the ±{threshold} threshold: more steps or repeats would settle it)"
+    settle = f"{measured}, crosses the ±{threshold} threshold: {settle_words(doc, step)})"
     return verdict, "inconclusive", settle
+
+
+def settle_words(doc: ReportDocument, step: ComparisonModel) -> str:
+    """How many repeats a side would make an inconclusive step-time interval decisive, where that can be said."""
+    repeats = {c.id: c.repeats for c in doc.cells}
+    sides = (repeats.get(step.candidate_cell, 0), repeats.get(step.reference_cell, 0))
+    if min(sides) < 2:
+        return "more steps or repeats would settle it (--repeats 3 or more: intervals over repeats)"
+    needed = repeats_to_settle(step.ci_low - 1, step.ci_high - 1, threshold=step.threshold, repeats=sides)
+    if needed is None:
+        return f"not even {MAX_REPEATS_TO_SETTLE} repeats a side would settle it, the change sits on the threshold"
+    return f"about {needed} repeats a side would settle it (--repeats {needed}; {min(sides)} now)"
 
 
 def _bar(label: str, phases: dict[str, float], step_s: float | None, cell: CellModel | None) -> CardBar:
