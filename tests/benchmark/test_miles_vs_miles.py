@@ -63,8 +63,12 @@ def test_two_miles_targets_plan_with_only_the_target_and_its_sink_declared(tmp_p
     assert [step["name"] for step in plan["prepare"]] == ["download-model", "download-dataset"]  # no conversion
     (pair,) = json.loads((tmp_path / "D" / "parity.json").read_text())["pairs"]
     differing = {row["knob"]: row for row in pair["rows"] if row["status"] != "matched"}
-    assert list(differing) == ["target", "metric_sink"]
+    assert list(differing) == ["target", "rollout_engine_version", "metric_sink"]  # colocated: both prefill off
     assert {row["status"] for row in differing.values()} == {"asymmetry"}
+    assert (differing["rollout_engine_version"]["candidate"], differing["rollout_engine_version"]["reference"]) == (
+        "sglang 0.5.16 + Miles's patches (sglang-miles)",
+        "sglang 0.5.12 (bundled with this Miles release)",
+    )
     assert (differing["metric_sink"]["candidate"], differing["metric_sink"]["reference"]) == (
         "benchmark tracking backend (BENCH_TRACKING_DIR)",
         "stdout",

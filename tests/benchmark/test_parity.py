@@ -427,6 +427,38 @@ class TestOutputs:
         ]
 
 
+class TestReleasedMilesEngineRows:
+    """A released Miles target's engine rows come from the SGLang it bundles, not from the source target's fork:
+    miles-rl 0.0.2 runs SGLang 0.5.12 and, under --colocate, turns its piecewise prefill graphs off itself."""
+
+    @staticmethod
+    def rows(layout: str, tmp_path) -> dict:
+        from scripts.benchmark.plan.build import PlanOptions, build_plan
+
+        sides = registry.option_pair(compare_verl=True, miles_version="0.0.2")
+        options = PlanOptions(backends=("megatron",), layout=layout, output_dir=tmp_path, sides=sides)
+        plan = build_plan(load_preset("qwen3-4b"), "qwen3-4b", options)
+        (pair,) = plan.parity.pairs
+        return {row.knob: row for row in pair.rows}
+
+    @pytest.mark.parametrize("layout", LAYOUTS)
+    def test_the_engine_and_prefill_rows_follow_the_bundled_sglang(self, layout, tmp_path):
+        rows = self.rows(layout, tmp_path)
+        version, prefill = rows["rollout_engine_version"], rows["prefill_cuda_graphs"]
+        assert version.candidate == "sglang 0.5.12 (bundled with this Miles release)"
+        expected = "off" if layout == "colocate" else "piecewise (sglang 0.5.12 default)"
+        assert (prefill.candidate, prefill.reference, prefill.status) == (expected, expected, "matched")
+
+    def test_an_explicit_piecewise_switch_of_the_release_is_read(self):
+        miles = registry.get("miles")
+        argv = ["train.py", "--colocate", "--sglang-enforce-piecewise-cuda-graph"]
+        assert miles.parity_knobs(argv, "megatron", None, "0.0.2")["prefill_cuda_graphs"].startswith("piecewise")
+        assert miles.parity_knobs(["train.py"], "megatron", None, "0.0.2")["prefill_cuda_graphs"].startswith("piece")
+        assert (
+            miles.parity_knobs(["train.py", "--colocate"], "megatron", None, "0.0.2")["prefill_cuda_graphs"] == "off"
+        )
+
+
 class TestMetricSinkRow:
     """The metric_sink row says what each planned cell writes: the tracking backend where its target has it."""
 

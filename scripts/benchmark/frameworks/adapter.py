@@ -108,8 +108,11 @@ class FrameworkAdapter(Protocol):
         """Problems of a built launch that the framework would refuse (unknown flags)."""
         ...
 
-    def parity_knobs(self, argv: list[str], backend: str, prepare_argv: list[str] | None) -> dict[str, Any]:
-        """The canonical parity knobs read back from a launch's framework argv."""
+    def parity_knobs(
+        self, argv: list[str], backend: str, prepare_argv: list[str] | None, target: str | None = None
+    ) -> dict[str, Any]:
+        """The canonical parity knobs read back from a launch's framework argv, for the side's target (what a
+        release bundles, such as its engine version, is not in the argv)."""
         ...
 
     def metric_sink(self, sink_format: str) -> str | None:

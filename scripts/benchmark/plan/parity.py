@@ -28,6 +28,11 @@ from scripts.benchmark.frameworks.adapter import FrameworkAdapter
 DOCS = "docs/benchmark/plan.md#the-parity-table-and-declared-asymmetries"
 NOT_SET = "not set: framework default"
 TARGET_NOTE = "the change under comparison: both sides run the same framework at these targets or checkouts"
+BUNDLED_KNOBS = ("rollout_engine_version", "prefill_cuda_graphs")
+"""Knobs a target decides by what it bundles (its engine release and that release's defaults), not by its argv."""
+BUNDLED_NOTE = (
+    "what each target bundles (its SGLang release and that release's defaults): part of the change under comparison"
+)
 SINK_NOTE = (
     "each target's own sink (a target with the benchmark tracking backend writes its files, one without it its "
     "console): the reader takes both into the same records; the sink adds no work to the step"
@@ -152,7 +157,7 @@ def _target_row(candidate: ParitySide, reference: ParitySide) -> list[ParityRow]
 def _knobs(side: ParitySide, backend: str) -> dict[str, Any]:
     """The side's knobs from its argv; the metric sink from the launch's own sink where the adapter names it (a
     sink switched on by the environment, not by a flag)."""
-    knobs = side.adapter.parity_knobs(side.argv, backend, side.prepare_argv)
+    knobs = side.adapter.parity_knobs(side.argv, backend, side.prepare_argv, side.target)
     described = side.adapter.metric_sink(side.sink_format) if side.sink_format else None
     return {**knobs, "metric_sink": described} if described else knobs
 
@@ -163,6 +168,8 @@ def build_parity(candidate: ParitySide, reference: ParitySide, backend: str, lay
     declared = declared_asymmetries(candidate.adapter, reference.adapter, backend, layout)
     if candidate.adapter.name == reference.adapter.name and candidate.sink_format != reference.sink_format:
         declared["metric_sink"] = SINK_NOTE
+    if candidate.adapter.name == reference.adapter.name and candidate.target != reference.target:
+        declared.update(dict.fromkeys(BUNDLED_KNOBS, BUNDLED_NOTE))
     rows, errors = _target_row(candidate, reference), []
     for group, knob in KNOBS:
         if knob not in a_knobs and knob not in b_knobs:

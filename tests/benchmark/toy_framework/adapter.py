@@ -51,7 +51,9 @@ class ToyAdapter(AdapterDefaults):
             sink={"format": "toy-jsonl", "path": SINK},
         )
 
-    def parity_knobs(self, argv: list[str], backend: str, prepare_argv: list[str] | None) -> dict[str, Any]:
+    def parity_knobs(
+        self, argv: list[str], backend: str, prepare_argv: list[str] | None, target: str | None = None
+    ) -> dict[str, Any]:
         return {
             "steps": int(argv[argv.index("--steps") + 1]),
             "samples_per_step": int(argv[argv.index("--samples") + 1]),

@@ -121,8 +121,11 @@ class MilesAdapter(AdapterDefaults):
     def launch_problems(self, launch: FrameworkLaunch) -> list[str]:
         return flag_problems(launch.argv, launch.backend, load_inventory())
 
-    def parity_knobs(self, argv: list[str], backend: str, prepare_argv: list[str] | None) -> dict[str, Any]:
-        return parse_miles(argv, backend, load_inventory())
+    def parity_knobs(
+        self, argv: list[str], backend: str, prepare_argv: list[str] | None, target: str | None = None
+    ) -> dict[str, Any]:
+        bundled = miles_target(target).sglang_version if target in MILES_TARGETS else None
+        return parse_miles(argv, backend, load_inventory(), bundled_sglang=bundled)
 
     def metric_sink(self, sink_format: str) -> str | None:
         """The tracking backend is switched on by the environment (BENCH_TRACKING_DIR), not by a flag."""

@@ -14,6 +14,7 @@ from typing import Any
 
 from scripts.benchmark.frameworks.knob_values import MIB, kl_type, on_off, recompute
 from scripts.benchmark.frameworks.miles.flags import flag_default, load_inventory, split_flags
+from scripts.benchmark.frameworks.sglang_version import SGLANG_DECODE_GRAPH_RENAME, version_tuple
 
 MILES_DEAD_FLAGS = {
     "--log-probs-max-tokens-per-gpu",
@@ -44,14 +45,18 @@ class _Miles:
         return None if default is None else cast(default)
 
 
-def parse_miles(argv: list[str], backend: str, inventory: dict | None = None) -> dict[str, Any]:
+def parse_miles(
+    argv: list[str], backend: str, inventory: dict | None = None, bundled_sglang: str | None = None
+) -> dict[str, Any]:
+    """`bundled_sglang`: the SGLang a released Miles target bundles (None: the sglang-miles fork of the source
+    target), which sets the engine-version and default-prefill-graph rows."""
     m = _Miles(argv, backend, inventory or load_inventory())
     colocate = m.has("--colocate")
     knobs: dict[str, Any] = {}
     knobs.update(_miles_data(m))
     knobs.update(_miles_batch_and_loss(m))
     knobs.update(_miles_optimizer(m))
-    knobs.update(_miles_rollout(m, colocate))
+    knobs.update(_miles_rollout(m, colocate, bundled_sglang))
     knobs.update(_miles_backend(m, backend, colocate))
     knobs.update(_miles_run(m, colocate))
     knobs.update(_miles_loop(m))
@@ -196,7 +201,7 @@ def _miles_optimizer(m: _Miles) -> dict[str, Any]:
     }
 
 
-def _miles_rollout(m: _Miles, colocate: bool) -> dict[str, Any]:
+def _miles_rollout(m: _Miles, colocate: bool, bundled_sglang: str | None) -> dict[str, Any]:
     concurrency = m.get("--sglang-server-concurrency", int)
     dumps = [f for f in ("--dump-details", "--save-debug-rollout-data") if m.has(f)]
     return {
@@ -216,8 +221,10 @@ def _miles_rollout(m: _Miles, colocate: bool) -> dict[str, Any]:
         "weight_sync_bucket_mb": (m.get("--update-weight-buffer-size", int) or 0) // MIB,
         "rollout_memory_release": "released after generation" if colocate else "kept",
         "rollout_memory_saver": on_off(colocate),
-        "prefill_cuda_graphs": _prefill_graphs(m, colocate),
-        "rollout_engine_version": ENGINE_VERSION,
+        "prefill_cuda_graphs": _prefill_graphs(m, colocate, bundled_sglang),
+        "rollout_engine_version": (
+            f"sglang {bundled_sglang} (bundled with this Miles release)" if bundled_sglang else ENGINE_VERSION
+        ),
         "completion_wait": "event-driven",
         "health_checks": "30 s probe + engine recovery" if m.has("--use-fault-tolerance") else "off",
         "rollout_dumps": f"on ({', '.join(dumps)})" if dumps else "off",
@@ -225,11 +232,17 @@ def _miles_rollout(m: _Miles, colocate: bool) -> dict[str, Any]:
     }
 
 
-def _prefill_graphs(m: _Miles, colocate: bool) -> str:
+def _prefill_graphs(m: _Miles, colocate: bool, bundled_sglang: str | None) -> str:
     """Miles sets --sglang-cuda-graph-backend-prefill disabled under --colocate when it is not given
-    (`miles/utils/arguments.py`)."""
+    (`miles/utils/arguments.py`); a release on SGLang before 0.5.14 sets --sglang-disable-piecewise-cuda-graph
+    under --colocate instead (miles-rl 0.0.2), and captures piecewise prefill graphs otherwise."""
     if m.has("--sglang-disable-cuda-graph"):
         return "off"
+    if bundled_sglang and version_tuple(bundled_sglang) < SGLANG_DECODE_GRAPH_RENAME:
+        off = m.has("--sglang-disable-piecewise-cuda-graph") or (
+            colocate and not m.has("--sglang-enforce-piecewise-cuda-graph")
+        )
+        return "off" if off else f"piecewise (sglang {bundled_sglang} default)"
     chosen = m.get("--sglang-cuda-graph-backend-prefill")
     if chosen is None and colocate:
         chosen = "disabled"

@@ -99,7 +99,9 @@ class VerlAdapter(AdapterDefaults):
     def native_train_flops(self, arch: ModelArch, seq_lens: list[int]) -> float | None:
         return verl_native_train_flops(arch, seq_lens)
 
-    def parity_knobs(self, argv: list[str], backend: str, prepare_argv: list[str] | None) -> dict[str, Any]:
+    def parity_knobs(
+        self, argv: list[str], backend: str, prepare_argv: list[str] | None, target: str | None = None
+    ) -> dict[str, Any]:
         return parse_verl(argv, prepare_argv)
 
     def launch_words(self, knob: str, argv: list[str]) -> str | None:
