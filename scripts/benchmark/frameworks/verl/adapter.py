@@ -19,7 +19,13 @@ from scripts.benchmark.frameworks.launch import FrameworkLaunch
 from scripts.benchmark.frameworks.native_events import NoStepsError, SinkIssue, merge_native_events
 from scripts.benchmark.frameworks.sglang_version import cuda_graph_max_bs_key
 from scripts.benchmark.frameworks.verl.data import converted_paths, prepare_step
-from scripts.benchmark.frameworks.verl.launch import VerlData, build_verl_launch, overrides_of
+from scripts.benchmark.frameworks.verl.launch import (
+    VerlData,
+    build_verl_launch,
+    overrides_of,
+    parameter_sync_step,
+    tq_project_dir,
+)
 from scripts.benchmark.frameworks.verl.learning import LEARNING_KEYS, fill_verl_learning
 from scripts.benchmark.frameworks.verl.parity_knobs import parse_verl
 from scripts.benchmark.frameworks.verl.parity_sources import launch_words
@@ -81,7 +87,14 @@ class VerlAdapter(AdapterDefaults):
 
     def build_launch(self, spec: BenchmarkSpec, backend: str, layout: str, ctx: LaunchContext) -> FrameworkLaunch:
         train_file, val_file = converted_paths(spec, ctx.output_dir / "data")
-        return build_verl_launch(spec, backend, layout, VerlData(train_file, val_file))
+        return build_verl_launch(spec, backend, layout, VerlData(train_file, val_file), ctx.recording)
+
+    def recording_path(self, spec: BenchmarkSpec, backend: str, layout: str, root: str) -> str | None:
+        return tq_project_dir(spec, backend, layout, root)
+
+    def recording_done(self, spec: BenchmarkSpec, backend: str, layout: str, root: str) -> str | None:
+        last = f"{spec.run.num_steps}/{parameter_sync_step(spec, layout) - 1}"
+        return f"{tq_project_dir(spec, backend, layout, root)}/{last}/meta.json"
 
     def native_train_flops(self, arch: ModelArch, seq_lens: list[int]) -> float | None:
         return verl_native_train_flops(arch, seq_lens)
