@@ -8,7 +8,8 @@ plan is two sides (contracts/sides.py), each an adapter plus its target.
   call, the side (its target), and the per-framework settings of the command line (`settings[adapter.name]`).
 - `OwnCheck`: the result of a framework's own acceptance check (problems per cell, or why it could not run here).
 - `FrameworkAdapter`: build a cell's launch, read its parity knobs back, read its native sink into step records,
-  name its learning signals, run its own checks, preflight a machine, report its versions and targets.
+  name its learning signals, run its own checks, preflight a machine, report its versions and targets, read and
+  write its rollout dump (`recording_codec`).
 
 Caveats:
 - `read_sink` returns records with their `learning` block set but not derived (frameworks/sinks.py derives TFLOPs,
@@ -24,6 +25,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from scripts.benchmark.contracts.sides import Side
 from scripts.benchmark.frameworks.launch import FrameworkLaunch, RecordingPass
+from scripts.benchmark.frameworks.recorded import RecordingCodec
 from scripts.benchmark.spec import BenchmarkSpec
 
 from miles.utils.bench_flops import ModelArch
@@ -77,6 +79,8 @@ class FrameworkAdapter(Protocol):
     """Top-level module -> the pyproject extra that installs it (errors.py names it when missing)."""
     runs_checkout: bool
     """Whether a side may name its own checkout (`Side.root`) for this framework's launch."""
+    recording_codec: RecordingCodec | None
+    """Reads and writes its rollout dump as a canonical recording (frameworks/recording.py); None: it has none."""
 
     def default_target(self) -> str | None: ...
 
@@ -162,6 +166,7 @@ class AdapterDefaults:
     packages: Mapping[str, str] = {}
     module_extras: Mapping[str, str] = {}
     runs_checkout: bool = False
+    recording_codec: RecordingCodec | None = None
 
     def default_target(self) -> str | None:
         return None

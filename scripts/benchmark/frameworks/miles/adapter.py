@@ -31,6 +31,7 @@ from scripts.benchmark.frameworks.miles.launch import (
 from scripts.benchmark.frameworks.miles.learning import MILES_LEARNING_KEYS, fill_miles_learning
 from scripts.benchmark.frameworks.miles.parity_knobs import parse_miles
 from scripts.benchmark.frameworks.miles.parity_sources import launch_words
+from scripts.benchmark.frameworks.miles.recording import CODEC as RECORDING_CODEC
 from scripts.benchmark.frameworks.miles.sink import (
     COMPLETE_ANCHORS,
     find_refused_flags,
@@ -79,6 +80,7 @@ class MilesAdapter(AdapterDefaults):
     learning_keys = MILES_LEARNING_KEYS
     incomplete_flags = ("miles_shift:no_next_step",)
     packages = {"miles": "miles"}
+    recording_codec = RECORDING_CODEC
     runs_checkout = True
 
     def default_target(self) -> str | None:

@@ -29,6 +29,7 @@ from scripts.benchmark.frameworks.verl.launch import (
 from scripts.benchmark.frameworks.verl.learning import LEARNING_KEYS, fill_verl_learning
 from scripts.benchmark.frameworks.verl.parity_knobs import parse_verl
 from scripts.benchmark.frameworks.verl.parity_sources import launch_words
+from scripts.benchmark.frameworks.verl.recording import CODEC as RECORDING_CODEC
 from scripts.benchmark.frameworks.verl.sink import COMPLETE_ANCHORS, verl_events, verl_record
 from scripts.benchmark.spec import BenchmarkSpec
 
@@ -79,6 +80,7 @@ class VerlAdapter(AdapterDefaults):
     sink_formats = ("verl-file-logger",)
     learning_keys = LEARNING_KEYS
     packages = {"verl": "verl"}
+    recording_codec = RECORDING_CODEC
     module_extras = {"hydra": "verl", "omegaconf": "verl", "pyarrow": "verl", "orjson": "verl"}
 
     def prepare_steps(self, spec: BenchmarkSpec, ctx: LaunchContext) -> list[dict[str, Any]]:

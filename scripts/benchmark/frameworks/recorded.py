@@ -1,0 +1,92 @@
+"""The canonical recording of a rollout: what a training step consumes, in one form every framework's dump maps onto.
+
+A recording is steps, each step its samples in training order; a sample is its prompt and response token ids, the
+loss mask over the response, the scalar reward, its GRPO group (the prompt it answers, numbered by first appearance
+within the step) and, where the rollout engine reported them, the per-token log-probs of the response.
+
+- `RecordedSample`, `RecordedStep`, `Recording`: frozen dataclasses holding exactly that content.
+- `digest_of(recording)`: sha256 over the canonical content, the same for a recording in any framework's format.
+- `RecordingCodec`: what a framework folder implements to read and write its own dump format.
+- `bad_recording(path, field, why)`: the UserError (exit 2) naming the file and the field at fault.
+
+Caveats:
+- Rewards and log-probs are held at float32, the precision one framework's dump stores them in: a float64 reward
+  converted there and back compares equal, a difference below float32 does not count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from scripts.benchmark.errors import UserError
+
+
+def float32(value: float) -> float:
+    """The value rounded to float32 (the precision a recording holds)."""
+    return struct.unpack("<f", struct.pack("<f", float(value)))[0]
+
+
+@dataclass(frozen=True)
+class RecordedSample:
+    prompt_ids: tuple[int, ...]
+    response_ids: tuple[int, ...]
+    loss_mask: tuple[int, ...]
+    """One 0/1 per response token: 1 where the token is trained on (generated), 0 where not (a tool's output)."""
+    reward: float
+    """The scalar reward the advantage is computed from, at float32."""
+    group: int
+    """The GRPO group: the prompt this sample answers, numbered 0, 1, ... by first appearance within its step."""
+    rollout_log_probs: tuple[float, ...] | None = None
+    """The rollout engine's log-prob of each response token (float32), or None when it reported none."""
+
+
+@dataclass(frozen=True)
+class RecordedStep:
+    samples: tuple[RecordedSample, ...]
+    """In training order, each group's samples together (the order the trainer sees them)."""
+
+
+@dataclass(frozen=True)
+class Recording:
+    steps: tuple[RecordedStep, ...]
+    """Step 1, 2, ... of the replay, in order."""
+
+
+class RecordingCodec(Protocol):
+    """A framework's dump format: `read` a recording from it, `write` one in it (atomically)."""
+
+    def read(self, path: Path) -> Recording: ...
+
+    def write(self, recording: Recording, path: Path) -> None: ...
+
+
+def bad_recording(path: Path, field: str, why: str) -> UserError:
+    """The error for a recording that cannot be read or written: the file and the field at fault."""
+    return UserError(f"{path}: {field}: {why}")
+
+
+def digest_of(recording: Recording) -> str:
+    """sha256 (hex) over the canonical content: per step, per sample in order, every field of `RecordedSample`
+    (lengths first, so no two recordings share a byte stream; floats as float32 little-endian)."""
+    hasher = hashlib.sha256(b"recording-v1")
+    hasher.update(struct.pack("<q", len(recording.steps)))
+    for step in recording.steps:
+        hasher.update(struct.pack("<q", len(step.samples)))
+        for sample in step.samples:
+            _hash_sample(hasher, sample)
+    return hasher.hexdigest()
+
+
+def _hash_sample(hasher: Any, sample: RecordedSample) -> None:
+    for ints in (sample.prompt_ids, sample.response_ids, sample.loss_mask):
+        hasher.update(struct.pack(f"<q{len(ints)}q", len(ints), *ints))
+    hasher.update(struct.pack("<fq", sample.reward, sample.group))
+    log_probs = sample.rollout_log_probs
+    if log_probs is None:
+        hasher.update(struct.pack("<q", -1))
+    else:
+        hasher.update(struct.pack(f"<q{len(log_probs)}f", len(log_probs), *log_probs))
