@@ -56,7 +56,7 @@ def recording_problems(sides: SidePair) -> list[str]:
     return [
         f"run.mode train-only: {side.label} has no record-and-replay of rollouts in this harness"
         for side in sides.sides()
-        if getattr(registry.get(side.framework), "recording_codec", None) is None
+        if registry.get(side.framework).recording_codec is None
     ]
 
 

@@ -41,8 +41,10 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from scripts.benchmark.frameworks.launch import BENCH_CELL_DIR, FrameworkLaunch, RecordingPass
+from scripts.benchmark.frameworks.miles.recording import debug_data_template
 from scripts.benchmark.frameworks.miles.versions import DEFAULT_MILES_TARGET, MilesTarget, miles_target
 from scripts.benchmark.frameworks.sglang_version import cuda_graph_max_bs_key
 from scripts.benchmark.spec import Backend, BenchmarkSpec, Layout
@@ -288,7 +290,7 @@ def _tracking(spec: BenchmarkSpec, backend: Backend, layout: Layout, side: str) 
 
 def recording_template(root: str) -> str:
     """Where Miles writes or reads each rollout of a recording: its own `{rollout_id}` template."""
-    return f"{root}/miles/{{rollout_id}}.pt"
+    return debug_data_template(Path(root) / "miles")
 
 
 def recording_args(recording: RecordingPass) -> list[str]:

@@ -41,9 +41,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from scripts.benchmark.frameworks.launch import BENCH_CELL_DIR, FrameworkLaunch, RecordingPass
 from scripts.benchmark.frameworks.sglang_version import cuda_graph_max_bs_key
+from scripts.benchmark.frameworks.verl.recording import project_dump_dir
 from scripts.benchmark.spec import Backend, BenchmarkSpec, Layout
 
 AR = "actor_rollout_ref"
@@ -229,10 +231,10 @@ def experiment_name(backend: Backend, layout: Layout) -> str:
 
 def tq_project_dir(spec: BenchmarkSpec, backend: Backend, layout: Layout, root: str) -> str:
     """The folder RolloutTqSkip reads and writes under the dump folder `root/verl` (its `_get_project_dump_dir`)."""
-    lengths = spec.lengths
-    shape = f"GBS{spec.batch.prompts_per_step}_N{spec.batch.samples_per_prompt}"
-    shape += f"_in{lengths.max_prompt}_out{lengths.max_response}"
-    return f"{root}/verl/{experiment_name(backend, layout)}_{spec.tracking.wandb_project}/{shape}"
+    batch, lengths = spec.batch, spec.lengths
+    where = (experiment_name(backend, layout), spec.tracking.wandb_project, batch.prompts_per_step)
+    shape = (batch.samples_per_prompt, lengths.max_prompt, lengths.max_response)
+    return str(project_dump_dir(Path(root) / "verl", *where, *shape))
 
 
 def parameter_sync_step(spec: BenchmarkSpec, layout: Layout) -> int:
