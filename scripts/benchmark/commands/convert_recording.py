@@ -42,8 +42,9 @@ def convert_recording(
 
 def _keep_digest(path, digest: str, written: str) -> None:
     """Write the digest when it is not there yet; refuse a recording whose digest differs from the one kept."""
-    from miles.utils.bench_metrics import write_text_atomic
     from scripts.benchmark.errors import UserError
+
+    from miles.utils.bench_metrics import write_text_atomic
 
     try:
         kept = path.read_text(encoding="utf-8").strip()

@@ -172,7 +172,7 @@ class MatrixRunner:
         return True
 
     def _note_recording(self) -> None:
-        """A train-only plan: the digest of the recording its cells replay, into the manifest (the report prints it)."""
+        """A train-only plan: the digest of the recording its cells replay, into the manifest (the report shows it)."""
         recording = self.plan.get("recording")
         if not recording:
             return

@@ -1,0 +1,178 @@
+"""Train-only plans: one recorded rollout replayed into every cell's training step.
+
+The spec's mode and its recording cache, the plan's recording pass and conversions (prepare steps), the replay
+switches of every cell, the recording key that makes the recording reusable, the parity row naming what each side
+still does besides training, and the command line. Both frameworks' own checks of these launches are in
+test_verl_own_checks.py (VERL's validation, trainer and RolloutTqSkip) and test_miles_overlay.py (Miles's parser).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+from scripts.benchmark.frameworks import registry
+from scripts.benchmark.plan.build import PlanOptions, build_plan
+from scripts.benchmark.plan.train_only import recording_key
+from scripts.benchmark.run import build_app
+from scripts.benchmark.spec import BACKENDS, LAYOUTS, load_preset, preset_names, spec_hash, spec_json, with_overrides
+from scripts.benchmark.spec.benchmark import BenchmarkSpec
+from typer.testing import CliRunner
+
+MILES_TEMPLATE = "/miles/{rollout_id}.pt"
+
+
+def _plan(preset: str, layout: str, spec=None, out: Path = Path("/out")) -> dict:
+    spec = spec or with_overrides(load_preset(preset), layout=layout, train_only=True)
+    sides = registry.option_pair(compare_verl=True, miles_version=None)
+    return build_plan(spec, preset, PlanOptions(backends=BACKENDS, layout=layout, output_dir=out, sides=sides))
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(build_app(), list(args))
+
+
+def _value(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+class TestSpec:
+    def test_train_only_is_its_own_hash_and_the_full_loop_spec_is_unchanged(self):
+        spec = load_preset("smoke")
+        replay = with_overrides(spec, train_only=True)
+        assert "recording" not in spec_json(spec) and "mode" not in spec_json(spec)["run"]
+        assert spec_json(replay)["run"]["mode"] == "train-only"
+        assert spec_json(replay)["recording"] == {"cache_dir": "/root/.cache/bench-recordings"}
+        assert spec_hash(replay) != spec_hash(spec)
+
+    def test_where_recordings_are_kept_is_not_measured(self):
+        data = with_overrides(load_preset("smoke"), train_only=True).model_dump()
+        moved = BenchmarkSpec.model_validate({**data, "recording": {"cache_dir": "/elsewhere/recordings"}})
+        assert spec_hash(moved) == spec_hash(BenchmarkSpec.model_validate(data))
+
+    @pytest.mark.parametrize("cache_dir", ["relative/dir", "/a b", "/a/$(x)", "/a/../b", "/a'b"])
+    def test_a_cache_folder_no_shell_line_can_carry_is_refused(self, cache_dir):
+        data = with_overrides(load_preset("smoke"), train_only=True).model_dump()
+        with pytest.raises(ValidationError, match="recording.cache_dir"):
+            BenchmarkSpec.model_validate({**data, "recording": {"cache_dir": cache_dir}})
+
+    def test_a_recording_section_needs_the_train_only_mode_and_back(self):
+        data = load_preset("smoke").model_dump()
+        with pytest.raises(ValidationError, match="run.mode=throughput with a recording section"):
+            BenchmarkSpec.model_validate({**data, "recording": {}})
+        with pytest.raises(ValidationError, match="run.mode=train-only with no recording section"):
+            BenchmarkSpec.model_validate({**data, "run": {**data["run"], "mode": "train-only"}})
+
+
+@pytest.mark.parametrize("preset", preset_names())
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_every_cell_replays_the_recording_the_candidate_records(preset, layout):
+    plan = _plan(preset, layout)
+    data, recording = plan.data, plan.data["recording"]
+    root = recording["root"]
+    assert root == f"/root/.cache/bench-recordings/{recording['key']}"
+    record = recording["record_cell"]
+    assert (record["framework"], record["backend"], record["layout"]) == ("miles", "fsdp", layout)
+    assert _value(record["argv"], "--save-debug-rollout-data") == root + MILES_TEMPLATE
+    assert "--load-debug-rollout-data" not in record["argv"]
+    num_steps = data["spec"]["run"]["num_steps"]
+    for cell in data["cells"]:
+        argv = cell["argv"]
+        if cell["framework"] == "miles":
+            assert _value(argv, "--load-debug-rollout-data") == root + MILES_TEMPLATE
+            assert "--save-debug-rollout-data" not in argv
+        else:
+            skip = {t.partition("=")[0]: t.partition("=")[2] for t in argv if t.startswith("skip.")}
+            steps = "[" + ",".join(map(str, range(1, num_steps + 1))) + "]"
+            assert skip == {
+                "skip.rollout_tq.enable": "True",
+                "skip.rollout_tq.dump_dir": f"{root}/verl",
+                "skip.rollout_tq.steps": steps,
+                "skip.rollout_tq.action": "cache",
+            }
+    names = [step["name"] for step in data["prepare"]]
+    assert names == [
+        "download-model",
+        "download-dataset",
+        "convert-data",
+        "record-rollout",
+        "digest-recording",
+        "convert-recording-verl-fsdp",
+        "convert-recording-verl-megatron",
+    ]
+    assert data["prepare"][3]["creates"] == f"{root}/miles/{num_steps - 1}.pt"
+    assert data["prepare"][3]["argv"] == ["bash", "/out/recording/record.sh"]
+    for step in data["prepare"][4:]:
+        assert (
+            _value(step["argv"], "--source") == f"{root}/miles" and _value(step["argv"], "--source-format") == "miles"
+        )
+        assert _value(step["argv"], "--digest-file") == f"{root}/digest.txt"
+
+
+def test_the_recording_key_is_what_determines_the_rollout():
+    """The same spec replans to the same recording (reused across runs and nights); a change to what is generated,
+    or to who generates it where, is another recording; where recordings are kept is not part of it."""
+    spec = with_overrides(load_preset("smoke"), train_only=True)
+    miles = registry.option_pair(compare_verl=True, miles_version=None).candidate
+    key = recording_key(spec, miles, "fsdp", "colocate")
+    assert key == recording_key(with_overrides(load_preset("smoke"), train_only=True), miles, "fsdp", "colocate")
+    assert key != recording_key(with_overrides(spec, num_steps=20), miles, "fsdp", "colocate")
+    assert key != recording_key(spec, miles, "megatron", "colocate")
+    assert key != recording_key(spec, miles, "fsdp", "disaggregated")
+    assert key != recording_key(spec, miles.model_copy(update={"target": "0.0.2"}), "fsdp", "colocate")
+    moved = BenchmarkSpec.model_validate({**spec.model_dump(), "recording": {"cache_dir": "/other"}})
+    assert recording_key(moved, miles, "fsdp", "colocate") == key
+
+
+def test_the_parity_table_names_what_each_side_does_besides_training():
+    for pair in _plan("smoke", "colocate").parity.pairs:
+        (row,) = [row for row in pair.rows if row.knob == "rollout_replay"]
+        assert row.status == "asymmetry" and "kept out of the training-step comparison" in row.note
+        assert row.candidate.startswith("recorded rollout, no SGLang engine (debug_train_only)")
+        assert "engines started and idle, weights synced" in row.reference
+        assert row.candidate_launch.startswith("--load-debug-rollout-data ")
+        assert row.reference_launch.startswith("skip.rollout_tq.enable=True skip.rollout_tq.dump_dir=")
+    full_loop = build_plan(
+        load_preset("smoke"),
+        "smoke",
+        PlanOptions(BACKENDS, "colocate", Path("/out"), registry.option_pair(compare_verl=True, miles_version=None)),
+    )
+    assert all(row.knob != "rollout_replay" for pair in full_loop.parity.pairs for row in pair.rows)
+
+
+class TestCommandLine:
+    def test_dry_run_writes_the_recording_script_and_says_where_the_recording_is(self, tmp_path):
+        out = tmp_path / "out"
+        result = _invoke("--compare-verl", "--preset", "smoke", "--output-dir", str(out), "--dry-run", "--train-only")
+        assert result.exit_code == 0, result.output
+        plan = json.loads((out / "plan.json").read_text())
+        key = plan["recording"]["key"]
+        assert f"train-only: every cell replays one recording by miles (fsdp, colocate), key {key}" in result.output
+        script = out / "recording" / "record.sh"
+        assert os.access(script, os.X_OK)
+        text = script.read_text()
+        assert f"BENCH_CELL_DEFAULT=/root/.cache/bench-recordings/{key}/run" in text
+        assert "--save-debug-rollout-data" in text and "pkill" not in text
+        assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+
+    def test_learning_run_and_train_only_together_is_bad_input(self, tmp_path):
+        result = _invoke("--preset", "smoke", "--output-dir", str(tmp_path / "o"), "--dry-run", "--train-only")
+        assert result.exit_code == 0, result.output
+        result = _invoke(
+            "--preset", "smoke", "--output-dir", str(tmp_path / "p"), "--dry-run", "--train-only", "--learning-run"
+        )
+        assert result.exit_code == 2 and "either --learning-run or --train-only" in result.output
+        assert not (tmp_path / "p").exists()
+
+    def test_a_bad_recording_folder_in_a_spec_file_is_exit_2_naming_it(self, tmp_path):
+        data = with_overrides(load_preset("smoke"), train_only=True).model_dump(mode="json")
+        data["recording"] = {"cache_dir": "/rec;rm -rf /"}
+        spec = tmp_path / "spec.yaml"
+        spec.write_text(json.dumps(data))
+        result = _invoke("--spec", str(spec), "--output-dir", str(tmp_path / "o"), "--dry-run")
+        assert result.exit_code == 2 and "recording.cache_dir" in result.output
+        assert "Traceback" not in result.output and not (tmp_path / "o").exists()
