@@ -11,16 +11,19 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+from scripts.benchmark.analysis.train_only import TRAINING_METRICS
 from scripts.benchmark.frameworks import registry
 from scripts.benchmark.plan.build import PlanOptions, build_plan
 from scripts.benchmark.plan.train_only import recording_key
 from scripts.benchmark.run import build_app
 from scripts.benchmark.spec import BACKENDS, LAYOUTS, load_preset, preset_names, spec_hash, spec_json, with_overrides
 from scripts.benchmark.spec.benchmark import BenchmarkSpec
+from tests.benchmark.standins.plans import RUN_PY, STANDINS
 from typer.testing import CliRunner
 
 MILES_TEMPLATE = "/miles/{rollout_id}.pt"
@@ -176,3 +179,100 @@ class TestCommandLine:
         result = _invoke("--spec", str(spec), "--output-dir", str(tmp_path / "o"), "--dry-run")
         assert result.exit_code == 2 and "recording.cache_dir" in result.output
         assert "Traceback" not in result.output and not (tmp_path / "o").exists()
+
+
+STEP_S = 0.03
+STANDIN_LEARNING = {
+    "miles": {"policy_loss": 0.0125, "grad_norm": 0.91, "approx_kl": 0.0, "clip_fraction": 0.10},
+    "verl": {"policy_loss": 0.0127, "grad_norm": 0.93, "approx_kl": 0.0, "clip_fraction": 0.30},
+}
+"""What each stand-in trainer logs: close on loss and grad norm, a clip fraction three times as high on one side."""
+
+
+def _run_py(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(RUN_PY), *args], capture_output=True, text=True, timeout=180)
+
+
+def _plan_standin_run(tmp_path: Path, name: str, *extra: str) -> tuple[Path, dict]:
+    """A dry-run plan of the smoke spec with the recording cache under tmp_path, its framework commands replaced by
+    the stand-in trainer (the real sinks), executed without its prepare steps."""
+    data = with_overrides(load_preset("smoke"), num_steps=12).model_dump(mode="json")
+    data["data"]["end"] = 48
+    if "--train-only" in extra:
+        data |= {"run": {**data["run"], "mode": "train-only"}, "recording": {"cache_dir": str(tmp_path / "rec")}}
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(json.dumps(data))
+    plan_dir = tmp_path / f"{name}-plan"
+    planned = _run_py("--spec", str(spec), "--backend", "fsdp", "--compare-verl", "--output-dir", str(plan_dir),
+                      "--dry-run", *extra)  # fmt: skip
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    plan = json.loads((plan_dir / "plan.json").read_text())
+    for cell in plan["cells"]:
+        sink = cell["sink"]
+        argv = [sys.executable, str(STANDINS / "standin_trainer.py"), "--format", sink["format"], "--sink"]
+        argv += [sink["path"], "--steps", str(cell["num_steps"]), "--step-s", str(STEP_S), "--startup-s", "0.01"]
+        argv += ["--learning", json.dumps(STANDIN_LEARNING[cell["framework"]])]
+        cell["argv"], cell["launch_argv"] = argv, list(argv)
+    (plan_dir / "plan.json").write_text(json.dumps(plan, indent=2))
+    return plan_dir, plan
+
+
+def _execute(plan_dir: Path, run_dir: Path) -> None:
+    executed = _run_py("execute", str(plan_dir / "plan.json"), "--output-dir", str(run_dir), "--skip-prepare",
+                       "--no-preflight", "--poll-interval-s", "0.05", "--repeats", "1")  # fmt: skip
+    assert executed.returncode == 0, executed.stdout + executed.stderr
+
+
+def test_a_stand_in_replay_run_reports_the_train_only_section(tmp_path):
+    """The replay pass run by the harness with stand-in trainers (a full-loop run of the spec beside it): the
+    recording's digest reaches the manifest and the report, whose train-only section holds the run's own
+    training-phase ratios, the full-loop run's beside them, and the first-step agreement as logged."""
+    full_plan, _ = _plan_standin_run(tmp_path, "full")
+    _execute(full_plan, tmp_path / "full")
+    assert _run_py("report", str(tmp_path / "full"), "--quiet").returncode == 0
+    replay_plan, plan = _plan_standin_run(tmp_path, "replay", "--train-only")
+    assert plan["recording"]["root"].startswith(str(tmp_path / "rec") + "/")
+    Path(plan["recording"]["digest_file"]).parent.mkdir(parents=True)
+    Path(plan["recording"]["digest_file"]).write_text("0123abcd\n")  # what the digest-recording step writes
+    run_dir = tmp_path / "replay"
+    _execute(replay_plan, run_dir)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["recording"] == {
+        "key": plan["recording"]["key"],
+        "root": plan["recording"]["root"],
+        "digest": "0123abcd",
+    }
+    reported = _run_py("report", str(run_dir), "--full-loop", str(tmp_path / "full"), "--quiet")
+    assert reported.returncode == 0, reported.stdout + reported.stderr
+    report = json.loads((run_dir / "report.json").read_text())
+    full = json.loads((tmp_path / "full" / "report.json").read_text())
+    assert full["train_only"] is None
+    view = report["train_only"]
+    assert (view["recording_key"], view["digest"], view["recorder"]) == (plan["recording"]["key"], "0123abcd", "miles")
+    assert view["full_loop_run"] == str(tmp_path / "full")
+    own = {c["metric"]: c for c in report["comparisons"]}
+    beside = {c["metric"]: c for c in full["comparisons"]}
+    assert [row["metric"] for row in view["rows"]] == [m for m in own if m in TRAINING_METRICS]
+    assert {"phases_s.train", "phases_s.old_logprob", "train_tokens_per_s"} <= {r["metric"] for r in view["rows"]}
+    for row in view["rows"]:
+        metric = row["metric"]
+        assert (row["ratio"], row["ci_low"], row["ci_high"]) == tuple(
+            own[metric][k] for k in ("ratio", "ci_low", "ci_high")
+        )
+        assert row["full_loop_ratio"] == beside[metric]["ratio"]
+    assert "step_time_s" not in {r["metric"] for r in view["rows"]}
+    first = {f["signal"]: f for f in view["first_step"]}
+    assert first["policy_loss"]["step"] == 1 and first["policy_loss"]["agrees"] is True
+    assert first["policy_loss"]["difference"] == pytest.approx(0.0125 - 0.0127)
+    assert first["grad_norm"]["difference"] == pytest.approx((0.91 - 0.93) / 0.93)
+    assert first["clip_fraction"]["agrees"] is False
+    assert first["clip_fraction"]["difference"] == pytest.approx((0.10 - 0.30) / 0.30)
+    assert first["approx_kl"]["agrees"] is True and first["approx_kl"]["difference"] == 0.0
+    markdown = (run_dir / "report.md").read_text()
+    assert "## Train-only: the training step on one recorded rollout" in markdown and "`0123abcd`" in markdown
+    assert "| clip_fraction | 1 |" in markdown and "DIFFERS" in markdown
+    before = (run_dir / "report.json").read_bytes()
+    for other, words in ((tmp_path / "nowhere", "no report.json there"), (run_dir, "a train-only run")):
+        refused = _run_py("report", str(run_dir), "--full-loop", str(other))
+        assert refused.returncode == 2 and f"--full-loop {other}: {words}" in refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr and (run_dir / "report.json").read_bytes() == before
