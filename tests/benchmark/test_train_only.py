@@ -24,6 +24,7 @@ from scripts.benchmark.run import build_app
 from scripts.benchmark.spec import BACKENDS, LAYOUTS, load_preset, preset_names, spec_hash, spec_json, with_overrides
 from scripts.benchmark.spec.benchmark import BenchmarkSpec
 from tests.benchmark.standins.plans import RUN_PY, STANDINS
+from tests.benchmark.toy_framework import ADAPTER as TOY
 from typer.testing import CliRunner
 
 MILES_TEMPLATE = "/miles/{rollout_id}.pt"
@@ -147,7 +148,27 @@ def test_the_parity_table_names_what_each_side_does_besides_training():
     assert all(row.knob != "rollout_replay" for pair in full_loop.parity.pairs for row in pair.rows)
 
 
+def test_a_side_without_record_and_replay_is_bad_input_and_nothing_is_written(tmp_path):
+    registry.register(TOY)
+    try:
+        result = _invoke("--preset", "smoke", "--backend", "fsdp", "--candidate", "toy@a", "--reference", "toy@b",
+                         "--output-dir", str(tmp_path / "o"), "--dry-run", "--train-only")  # fmt: skip
+        plain = _invoke("--preset", "smoke", "--backend", "fsdp", "--candidate", "toy@a", "--reference", "toy@b",
+                        "--output-dir", str(tmp_path / "p"), "--dry-run")  # fmt: skip
+    finally:
+        registry.unregister(TOY.name)
+    assert result.exit_code == 2, result.output
+    assert "run.mode train-only: Toy a has no record-and-replay of rollouts in this harness" in result.output
+    assert not (tmp_path / "o").exists() and plain.exit_code == 0, plain.output
+
+
 class TestCommandLine:
+    def test_convert_recording_needs_target_and_its_format_together(self, tmp_path):
+        result = _invoke("convert-recording", "--source", str(tmp_path), "--source-format", "miles",
+                         "--target", str(tmp_path / "t"), "--digest-file", str(tmp_path / "d"))  # fmt: skip
+        assert result.exit_code == 2 and "give --target and --target-format together" in result.output
+        assert not (tmp_path / "t").exists() and not (tmp_path / "d").exists()
+
     def test_dry_run_writes_the_recording_script_and_says_where_the_recording_is(self, tmp_path):
         out = tmp_path / "out"
         result = _invoke("--compare-verl", "--preset", "smoke", "--output-dir", str(out), "--dry-run", "--train-only")

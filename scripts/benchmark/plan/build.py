@@ -202,13 +202,13 @@ def _parity_pair(launches, options: PlanOptions, prepare, errors) -> ParityPair:
 
 def _train_only_parts(spec, options: PlanOptions, prepare, errors) -> tuple[PlanOptions, dict[str, Any] | None]:
     """Train-only: the options whose launches replay the recording, the recording section with its record cell, and
-    the recording steps appended to `prepare`; the options unchanged otherwise."""
+    the recording steps appended to `prepare`; the options unchanged otherwise. A side whose framework cannot record
+    or replay is bad input (UserError)."""
     if not train_only.is_train_only(spec):
         return options, None
     problems = train_only.recording_problems(options.sides)
     if problems:
-        errors += problems
-        return options, None
+        raise UserError("; ".join(problems))
     steps, section = train_only.recording_steps(
         spec, options.sides, options.backends, options.layout, options.output_dir, options.run_py
     )
