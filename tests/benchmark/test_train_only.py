@@ -20,6 +20,7 @@ from scripts.benchmark.analysis.train_only import TRAINING_METRICS
 from scripts.benchmark.frameworks import registry
 from scripts.benchmark.plan.build import PlanOptions, build_plan
 from scripts.benchmark.plan.train_only import recording_key
+from scripts.benchmark.report.headline import TRAIN_ONLY_NOTE
 from scripts.benchmark.run import build_app
 from scripts.benchmark.spec import BACKENDS, LAYOUTS, load_preset, preset_names, spec_hash, spec_json, with_overrides
 from scripts.benchmark.spec.benchmark import BenchmarkSpec
@@ -292,6 +293,8 @@ def test_a_stand_in_replay_run_reports_the_train_only_section(tmp_path):
     markdown = (run_dir / "report.md").read_text()
     assert "## Train-only: the training step on one recorded rollout" in markdown and "`0123abcd`" in markdown
     assert "| clip_fraction | 1 |" in markdown and "DIFFERS" in markdown
+    assert TRAIN_ONLY_NOTE in markdown and TRAIN_ONLY_NOTE in reported.stdout + _run_py("report", str(run_dir)).stdout
+    assert TRAIN_ONLY_NOTE not in (tmp_path / "full" / "report.md").read_text()
     before = (run_dir / "report.json").read_bytes()
     for other, words in ((tmp_path / "nowhere", "no report.json there"), (run_dir, "a train-only run")):
         refused = _run_py("report", str(run_dir), "--full-loop", str(other))
