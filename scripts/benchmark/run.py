@@ -29,7 +29,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "plan",
     "execute",
     "convert_data",
-    "convert_recording",
+    "prepare_recording",
     "metrics",
     "report",
     "history",

@@ -164,8 +164,8 @@ def test_a_side_without_record_and_replay_is_bad_input_and_nothing_is_written(tm
 
 
 class TestCommandLine:
-    def test_convert_recording_needs_target_and_its_format_together(self, tmp_path):
-        result = _invoke("convert-recording", "--source", str(tmp_path), "--source-format", "miles",
+    def test_prepare_recording_needs_target_and_its_format_together(self, tmp_path):
+        result = _invoke("prepare-recording", "--source", str(tmp_path), "--source-format", "miles",
                          "--target", str(tmp_path / "t"), "--digest-file", str(tmp_path / "d"))  # fmt: skip
         assert result.exit_code == 2 and "give --target and --target-format together" in result.output
         assert not (tmp_path / "t").exists() and not (tmp_path / "d").exists()

@@ -8,7 +8,7 @@ sides are compared on identical tokens with no generation in the step.
   spec as a full-loop run, the recorder's framework and target, backend and layout), so a recording made once is
   replayed by every later run and night of the same spec.
 - `convert-recording-<side>-<backend>` steps: a cell that reads another format or folder than the recorder wrote
-  gets the recording converted for it (`run.py convert-recording`), checked against the recording's digest.
+  gets the recording converted for it (`run.py prepare-recording`), checked against the recording's digest.
 - `digest-recording`: the recording's digest (the same whatever format it is read in), written beside it; the
   runner copies it into manifest.json and the report prints it. plan.json's `recording` holds the key, the paths,
   the record launch and the digest when the recording is already on this machine.
@@ -86,7 +86,7 @@ def recording_steps(
         }
     ]
     digest_file = f"{root}/{DIGEST_FILE}"
-    digest = ["python3", run_py, "convert-recording", "--source", source, "--source-format", fmt]
+    digest = ["python3", run_py, "prepare-recording", "--source", source, "--source-format", fmt]
     steps.append(
         {
             "name": DIGEST_STEP,

@@ -1,5 +1,6 @@
-"""`run.py convert-recording`: a train-only plan's recording converted for another framework's cells, or only its
-digest written (the plan's prepare steps, plan/train_only.py).
+"""`run.py prepare-recording`: a train-only plan's prepare step (plan/train_only.py): the recording's digest kept
+beside it, or the recording converted for another framework's cells (frameworks/recording.py, as
+`convert-recording` does) and checked against that digest.
 
 The digest file is the recording's identity: the first step writes it from the recording as recorded; a conversion
 whose output has another digest fails and names both, so a replay never trains on tokens other than the recording's.
@@ -10,19 +11,19 @@ from __future__ import annotations
 import typer
 
 
-def convert_recording(
+def prepare_recording(
     source: str = typer.Option(..., help="the recording as its recorder wrote it (a folder)"),
     source_format: str = typer.Option(..., help="its format: the registered framework that wrote it"),
     target: str = typer.Option(None, help="where to write the converted recording (a new folder)"),
     target_format: str = typer.Option(None, help="the format of --target: the framework whose cells read it"),
     digest_file: str = typer.Option(..., help="the recording's digest: written when absent, checked when present"),
 ) -> None:
-    """Convert a recorded rollout between frameworks' dump formats, or only write its digest.
+    """Keep a recorded rollout's digest, or convert it for another framework and check the digest.
 
     Example:
 
     \b
-        run.py convert-recording --source rec/a --source-format A --target rec/b --target-format B --digest-file d
+        run.py prepare-recording --source rec/a --source-format A --target rec/b --target-format B --digest-file d
     """
     from pathlib import Path
 
@@ -31,7 +32,7 @@ def convert_recording(
     from scripts.benchmark.frameworks.recording import recording_digest
 
     if (target is None) != (target_format is None):
-        raise UserError("convert-recording: give --target and --target-format together (or neither, for the digest)")
+        raise UserError("prepare-recording: give --target and --target-format together (or neither, for the digest)")
     if target is None:
         digest = recording_digest(Path(source), source_format)
     else:
@@ -61,4 +62,4 @@ def _keep_digest(path, digest: str, written: str) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("convert-recording")(convert_recording)
+    app.command("prepare-recording")(prepare_recording)
