@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -239,10 +240,28 @@ def _plan_standin_run(tmp_path: Path, name: str, *extra: str) -> tuple[Path, dic
     return plan_dir, plan
 
 
-def _execute(plan_dir: Path, run_dir: Path) -> None:
-    executed = _run_py("execute", str(plan_dir / "plan.json"), "--output-dir", str(run_dir), "--skip-prepare",
-                       "--no-preflight", "--poll-interval-s", "0.05", "--repeats", "1")  # fmt: skip
+def _execute(plan_dir: Path, run_dir: Path, *prepare: str) -> None:
+    options = [*(prepare or ["--skip-prepare"]), "--no-preflight", "--poll-interval-s", "0.05", "--repeats", "1"]
+    executed = _run_py("execute", str(plan_dir / "plan.json"), "--output-dir", str(run_dir), *options)
     assert executed.returncode == 0, executed.stdout + executed.stderr
+
+
+def _standin_recording_pass(plan_dir: Path, plan: dict) -> None:
+    """The recording pass replaced by a script that leaves what a finished pass, its digest step and conversions
+    leave (their `creates`), and the plan's other prepare steps (downloads, data) dropped: the runner runs the record
+    step from the run folder, then skips the rest because their files exist."""
+    steps = [step for step in plan["prepare"] if step["name"] in ("record-rollout", "digest-recording")]
+    steps += [step for step in plan["prepare"] if step["name"].startswith("convert-recording-")]
+    lines = ["#!/usr/bin/env bash", "set -euo pipefail"]
+    for step in steps[:1] + steps[2:]:
+        lines += [
+            f"mkdir -p {shlex.quote(str(Path(step['creates']).parent))}",
+            f"touch {shlex.quote(step['creates'])}",
+        ]
+    lines += [f"echo 0123abcd > {shlex.quote(plan['recording']['digest_file'])}"]
+    (plan_dir / "recording" / "record.sh").write_text("\n".join(lines) + "\n")
+    plan["prepare"] = steps
+    (plan_dir / "plan.json").write_text(json.dumps(plan, indent=2))
 
 
 def test_a_stand_in_replay_run_reports_the_train_only_section(tmp_path):
@@ -254,11 +273,16 @@ def test_a_stand_in_replay_run_reports_the_train_only_section(tmp_path):
     assert _run_py("report", str(tmp_path / "full"), "--quiet").returncode == 0
     replay_plan, plan = _plan_standin_run(tmp_path, "replay", "--train-only")
     assert plan["recording"]["root"].startswith(str(tmp_path / "rec") + "/")
-    Path(plan["recording"]["digest_file"]).parent.mkdir(parents=True)
-    Path(plan["recording"]["digest_file"]).write_text("0123abcd\n")  # what the digest-recording step writes
+    _standin_recording_pass(replay_plan, plan)
     run_dir = tmp_path / "replay"
-    _execute(replay_plan, run_dir)
+    _execute(replay_plan, run_dir, "--prepare")
     manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert [(step["name"], step["state"]) for step in manifest["prepare"]] == [
+        ("record-rollout", "complete"),
+        ("digest-recording", "skipped"),
+        ("convert-recording-verl-fsdp", "skipped"),
+    ]
+    assert (run_dir / "recording" / "record.sh").read_bytes() == (replay_plan / "recording" / "record.sh").read_bytes()
     assert manifest["recording"] == {
         "key": plan["recording"]["key"],
         "root": plan["recording"]["root"],

@@ -21,6 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from scripts.benchmark.contracts.plan import RECORD_SCRIPT
 from scripts.benchmark.contracts.sides import Side, SidePair
 from scripts.benchmark.frameworks import registry
 from scripts.benchmark.frameworks.launch import RecordingPass
@@ -28,7 +29,6 @@ from scripts.benchmark.spec import BenchmarkSpec, spec_json, spec_json_hash
 
 RECORD_STEP = "record-rollout"
 DIGEST_STEP = "digest-recording"
-RECORD_SCRIPT = "recording/record.sh"
 DIGEST_FILE = "digest.txt"
 
 
