@@ -185,6 +185,22 @@ class TestCommandLine:
         assert "--save-debug-rollout-data" in text and "pkill" not in text
         assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
 
+    def test_a_recording_already_made_here_gives_the_plan_its_digest(self, tmp_path):
+        """A node that recorded this spec before: the plan names the digest of the recording its cells will replay."""
+        data = with_overrides(load_preset("smoke"), train_only=True).model_dump(mode="json")
+        data["recording"] = {"cache_dir": str(tmp_path / "rec")}
+        spec = tmp_path / "spec.yaml"
+        spec.write_text(json.dumps(data))
+        first = _invoke("--spec", str(spec), "--output-dir", str(tmp_path / "a"), "--dry-run")
+        recording = json.loads((tmp_path / "a" / "plan.json").read_text())["recording"]
+        assert first.exit_code == 0 and recording["digest"] is None and "recorded by the first run" in first.output
+        Path(recording["digest_file"]).parent.mkdir(parents=True)
+        Path(recording["digest_file"]).write_text("feedc0de\n")
+        again = _invoke("--spec", str(spec), "--output-dir", str(tmp_path / "b"), "--dry-run")
+        replanned = json.loads((tmp_path / "b" / "plan.json").read_text())["recording"]
+        assert again.exit_code == 0 and replanned["digest"] == "feedc0de" and "digest feedc0de" in again.output
+        assert (replanned["key"], replanned["root"]) == (recording["key"], recording["root"])
+
     def test_learning_run_and_train_only_together_is_bad_input(self, tmp_path):
         result = _invoke("--preset", "smoke", "--output-dir", str(tmp_path / "o"), "--dry-run", "--train-only")
         assert result.exit_code == 0, result.output
