@@ -29,6 +29,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "plan",
     "execute",
     "convert_data",
+    "recording",
     "prepare_recording",
     "metrics",
     "report",

@@ -17,6 +17,8 @@ Caveats:
 from __future__ import annotations
 
 import hashlib
+import math
+import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +69,61 @@ class RecordingCodec(Protocol):
 def bad_recording(path: Path, field: str, why: str) -> UserError:
     """The error for a recording that cannot be read or written: the file and the field at fault."""
     return UserError(f"{path}: {field}: {why}")
+
+
+def numbered_files(path: Path, suffix: str, first: int, what: str) -> list[tuple[int, Path]]:
+    """(number, entry) of the entries `{number}{suffix}` of the folder `path`, first..last with none missing;
+    UserError naming the folder or the first missing entry."""
+    if not path.is_dir():
+        raise bad_recording(path, "recording", f"not a folder (a recording is a folder of {what})")
+    pattern = re.compile(r"(0|[1-9][0-9]*)" + re.escape(suffix))
+    found = {int(match.group(1)): entry for entry in path.iterdir() if (match := pattern.fullmatch(entry.name))}
+    if not found:
+        raise bad_recording(path, "steps", f"none found: no {what} in it")
+    for number in range(first, max(found) + 1):
+        if number not in found:
+            raise bad_recording(path / f"{number}{suffix}", "step", f"missing (the recording goes up to {max(found)})")
+    return sorted(found.items())
+
+
+def int_sequence(file: Path, field: str, values: Any) -> tuple[int, ...]:
+    """Token ids as ints (a list or a 1-D tensor's list); UserError naming the field otherwise."""
+    values = values.tolist() if hasattr(values, "tolist") else values
+    if not isinstance(values, (list, tuple)) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in values
+    ):
+        raise bad_recording(file, field, "not a list of integer token ids")
+    return tuple(values)
+
+
+def float_sequence(file: Path, field: str, values: Any, length: int) -> tuple[float, ...]:
+    """One finite float32 per response token; UserError naming the field otherwise."""
+    values = values.tolist() if hasattr(values, "tolist") else values
+    try:
+        floats = tuple(float32(value) for value in values)
+    except (TypeError, ValueError, OverflowError):
+        raise bad_recording(file, field, "not a list of numbers") from None
+    if len(floats) != length:
+        raise bad_recording(file, field, f"has {len(floats)} values for {length} response tokens")
+    return floats
+
+
+def loss_mask_of(file: Path, field: str, values: Any, length: int) -> tuple[int, ...]:
+    """One 0/1 per response token; UserError naming the field otherwise."""
+    mask = int_sequence(file, field, values)
+    if len(mask) != length:
+        raise bad_recording(file, field, f"has {len(mask)} values for {length} response tokens")
+    if any(value not in (0, 1) for value in mask):
+        raise bad_recording(file, field, "holds values other than 0 and 1")
+    return mask
+
+
+def reward_of(file: Path, field: str, value: Any) -> float:
+    """A finite scalar reward at float32; UserError naming the field otherwise (a dict of rewards included)."""
+    value = value.item() if hasattr(value, "item") else value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise bad_recording(file, field, f"is {value!r}, not one finite number")
+    return float32(value)
 
 
 def digest_of(recording: Recording) -> str:

@@ -15,9 +15,21 @@ and the field.
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
-from scripts.benchmark.frameworks.recorded import RecordedSample, RecordedStep, Recording, RecordingCodec
+from scripts.benchmark.errors import UserError
+from scripts.benchmark.frameworks import registry
+from scripts.benchmark.frameworks.recorded import (
+    RecordedSample,
+    RecordedStep,
+    Recording,
+    RecordingCodec,
+    bad_recording,
+    digest_of,
+)
 
 __all__ = [
     "RecordedSample",
@@ -32,24 +44,52 @@ __all__ = [
 
 def codec(fmt: str) -> RecordingCodec:
     """The codec of the framework named `fmt`; UserError when none is registered or it has no recording format."""
-    raise NotImplementedError
+    try:
+        adapter = registry.get(fmt)
+    except ValueError as exc:
+        raise UserError(f"recording format {fmt!r}: {exc}") from None
+    if adapter.recording_codec is None:
+        raise UserError(f"recording format {fmt!r}: {adapter.label} has no rollout dump this harness reads")
+    return adapter.recording_codec
 
 
 def read_recording(path: Path, fmt: str) -> Recording:
     """The canonical recording of the dump at `path`, in framework `fmt`'s format."""
-    raise NotImplementedError
+    reader = codec(fmt)
+    if not path.exists():
+        raise bad_recording(path, "recording", "does not exist")
+    return reader.read(path)
 
 
 def write_recording(recording: Recording, path: Path, fmt: str) -> None:
-    """The recording as framework `fmt`'s dump at `path` (a new folder, written atomically)."""
-    raise NotImplementedError
+    """The recording as framework `fmt`'s dump at `path` (a new folder, written atomically): written into a
+    temporary folder beside it and renamed into place, so `path` is the whole recording or absent."""
+    writer = codec(fmt)
+    if not recording.steps:
+        raise bad_recording(path, "steps", "the recording has no step to write")
+    if path.exists() or path.is_symlink():
+        raise bad_recording(path, "output", "exists already; give a new folder (a recording is never overwritten)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
+    try:
+        writer.write(recording, staging)
+        os.rename(staging, path)
+    except UserError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise UserError(str(exc).replace(str(staging), str(path))) from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
 
 
 def convert_recording(source: Path, source_format: str, target: Path, target_format: str) -> str:
     """The dump at `source` rewritten at `target` in the other format; returns the recording's digest."""
-    raise NotImplementedError
+    codec(target_format)
+    recording = read_recording(source, source_format)
+    write_recording(recording, target, target_format)
+    return digest_of(recording)
 
 
 def recording_digest(path: Path, fmt: str) -> str:
     """The digest of the recording at `path` (sha256 hex over the canonical content)."""
-    raise NotImplementedError
+    return digest_of(read_recording(path, fmt))

@@ -81,7 +81,7 @@ class VerlAdapter(AdapterDefaults):
     learning_keys = LEARNING_KEYS
     packages = {"verl": "verl"}
     recording_codec = RECORDING_CODEC
-    module_extras = {"hydra": "verl", "omegaconf": "verl", "pyarrow": "verl", "orjson": "verl"}
+    module_extras = {"hydra": "verl", "omegaconf": "verl", "pyarrow": "verl", "orjson": "verl", "tensordict": "verl"}
 
     def prepare_steps(self, spec: BenchmarkSpec, ctx: LaunchContext) -> list[dict[str, Any]]:
         """The conversion of the prompt rows to VERL's parquet files (it reads the downloaded dataset)."""
