@@ -164,6 +164,49 @@ def test_a_side_without_record_and_replay_is_bad_input_and_nothing_is_written(tm
     assert not (tmp_path / "o").exists() and plain.exit_code == 0, plain.output
 
 
+def _small_recording():
+    from scripts.benchmark.frameworks.recorded import RecordedSample, RecordedStep, Recording
+
+    def sample(group: int, index: int) -> RecordedSample:
+        response = (7 + index, 8, 9 + group)
+        return RecordedSample((1, 2, 3 + group), response, (1, 1, 1), float(index % 2), group, (-0.5, -0.25, -1.0))
+
+    return Recording(tuple(RecordedStep(tuple(sample(g, i) for g in (0, 1) for i in (0, 1))) for _ in range(2)))
+
+
+def test_prepare_recording_keeps_the_digest_and_refuses_another_recording(tmp_path):
+    """The digest step writes the recording's digest; a conversion is read back and checked against it; a recording
+    whose digest is not the kept one is refused before anything is written."""
+    pytest.importorskip("torch")
+    from scripts.benchmark.frameworks.recording import recording_digest, write_recording
+
+    source, digest_file = tmp_path / "rec" / "miles", tmp_path / "rec" / "digest.txt"
+    write_recording(_small_recording(), source, "miles")
+    digest = recording_digest(source, "miles")
+    base = [
+        "prepare-recording",
+        "--source",
+        str(source),
+        "--source-format",
+        "miles",
+        "--digest-file",
+        str(digest_file),
+    ]
+    first = _invoke(*base)
+    assert first.exit_code == 0, first.output
+    assert digest_file.read_text() == digest + "\n" and f"recording {digest}" in first.output
+    converted = _invoke(*base, "--target", str(tmp_path / "rec" / "copy"), "--target-format", "miles")
+    assert converted.exit_code == 0, converted.output
+    assert recording_digest(tmp_path / "rec" / "copy", "miles") == digest
+    digest_file.write_text("0" * len(digest) + "\n")
+    refused = _invoke(*base, "--target", str(tmp_path / "rec" / "other"), "--target-format", "miles")
+    assert (
+        refused.exit_code == 2
+        and f"--digest-file {digest_file}: the recording at {source} has digest" in refused.output
+    )
+    assert not (tmp_path / "rec" / "other").exists() and digest_file.read_text() == "0" * len(digest) + "\n"
+
+
 class TestCommandLine:
     def test_prepare_recording_needs_target_and_its_format_together(self, tmp_path):
         result = _invoke("prepare-recording", "--source", str(tmp_path), "--source-format", "miles",

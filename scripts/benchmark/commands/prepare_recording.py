@@ -28,37 +28,52 @@ def prepare_recording(
     from pathlib import Path
 
     from scripts.benchmark.errors import UserError
-    from scripts.benchmark.frameworks.recording import convert_recording as convert
-    from scripts.benchmark.frameworks.recording import recording_digest
+    from scripts.benchmark.frameworks.recording import recording_digest, write_recording
 
     if (target is None) != (target_format is None):
         raise UserError("prepare-recording: give --target and --target-format together (or neither, for the digest)")
-    if target is None:
-        digest = recording_digest(Path(source), source_format)
-    else:
-        digest = convert(Path(source), source_format, Path(target), target_format)
-    _keep_digest(Path(digest_file), digest, target or source)
+    digest = recording_digest(Path(source), source_format)
+    kept = _kept_digest(Path(digest_file), digest, source)
+    if target is not None:
+        from scripts.benchmark.frameworks.recording import read_recording
+
+        write_recording(read_recording(Path(source), source_format), Path(target), target_format)
+        _check_written(Path(target), target_format, digest)
+    if kept is None:
+        from miles.utils.bench_metrics import write_text_atomic
+
+        write_text_atomic(Path(digest_file), digest + "\n")
     typer.echo(f"recording {digest}" + (f": {source} -> {target}" if target else f": {source}"))
 
 
-def _keep_digest(path, digest: str, written: str) -> None:
-    """Write the digest when it is not there yet; refuse a recording whose digest differs from the one kept."""
+def _kept_digest(path, digest: str, source: str) -> str | None:
+    """The digest kept beside the recording (None: none yet); a recording whose digest differs is refused before
+    anything is written."""
     from scripts.benchmark.errors import UserError
-
-    from miles.utils.bench_metrics import write_text_atomic
 
     try:
         kept = path.read_text(encoding="utf-8").strip()
     except FileNotFoundError:
-        kept = None
+        return None
     except OSError as exc:
         raise UserError(f"--digest-file {path}: {exc.strerror or exc}") from None
-    if kept is None:
-        write_text_atomic(path, digest + "\n")
-    elif kept != digest:
-        raise UserError(
-            f"--digest-file {path}: the recording at {written} has digest {digest}, not the recording's {kept}"
-        )
+    if kept != digest:
+        raise UserError(f"--digest-file {path}: the recording at {source} has digest {digest}, not the kept {kept}")
+    return kept
+
+
+def _check_written(target, target_format: str, digest: str) -> None:
+    """The conversion read back in its own format is the same recording; otherwise it is removed (a step whose file
+    exists is skipped next time) and refused."""
+    import shutil
+
+    from scripts.benchmark.errors import UserError
+    from scripts.benchmark.frameworks.recording import recording_digest
+
+    written = recording_digest(target, target_format)
+    if written != digest:
+        shutil.rmtree(target, ignore_errors=True)
+        raise UserError(f"--target {target}: the conversion has digest {written}, not the recording's {digest}")
 
 
 def register(app: typer.Typer) -> None:
