@@ -112,6 +112,10 @@ class FrameworkAdapter(Protocol):
         """The file a complete recording of the spec's steps has last written (what the record step creates)."""
         ...
 
+    def replay_problems(self, spec: BenchmarkSpec, layout: str) -> list[str]:
+        """Why its cells cannot replay a converted recording of this spec in this layout ([] when they can)."""
+        ...
+
     def build_launch(self, spec: BenchmarkSpec, backend: str, layout: str, ctx: LaunchContext) -> FrameworkLaunch: ...
 
     def launch_problems(self, launch: FrameworkLaunch) -> list[str]:
@@ -191,6 +195,9 @@ class AdapterDefaults:
 
     def recording_done(self, spec: BenchmarkSpec, backend: str, layout: str, root: str) -> str | None:
         return None
+
+    def replay_problems(self, spec: BenchmarkSpec, layout: str) -> list[str]:
+        return []
 
     def launch_problems(self, launch: FrameworkLaunch) -> list[str]:
         return []

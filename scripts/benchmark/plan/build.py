@@ -206,7 +206,7 @@ def _train_only_parts(spec, options: PlanOptions, prepare, errors) -> tuple[Plan
     or replay is bad input (UserError)."""
     if not train_only.is_train_only(spec):
         return options, None
-    problems = train_only.recording_problems(options.sides)
+    problems = train_only.recording_problems(spec, options.sides, options.layout)
     if problems:
         raise UserError("; ".join(problems))
     steps, section = train_only.recording_steps(

@@ -51,13 +51,17 @@ def recording_root(spec: BenchmarkSpec, recorder: Side, backend: str, layout: st
     return f"{spec.recording.cache_dir}/{recording_key(spec, recorder, backend, layout)}"
 
 
-def recording_problems(sides: SidePair) -> list[str]:
-    """Sides whose framework has no record-and-replay switch cannot take part in a train-only plan."""
-    return [
-        f"run.mode train-only: {side.label} has no record-and-replay of rollouts in this harness"
-        for side in sides.sides()
-        if registry.get(side.framework).recording_codec is None
-    ]
+def recording_problems(spec: BenchmarkSpec, sides: SidePair, layout: str) -> list[str]:
+    """Sides whose framework has no record-and-replay of rollouts, or cannot replay a converted one of this spec in
+    this layout, cannot take part in a train-only plan."""
+    problems = []
+    for side in sides.sides():
+        adapter = registry.get(side.framework)
+        if adapter.recording_codec is None:
+            problems.append(f"run.mode train-only: {side.label} has no record-and-replay of rollouts in this harness")
+        else:
+            problems += [f"run.mode train-only: {problem}" for problem in adapter.replay_problems(spec, layout)]
+    return list(dict.fromkeys(problems))
 
 
 def replay(root: str) -> RecordingPass:

@@ -94,6 +94,18 @@ class VerlAdapter(AdapterDefaults):
     def recording_path(self, spec: BenchmarkSpec, backend: str, layout: str, root: str) -> str | None:
         return tq_project_dir(spec, backend, layout, root)
 
+    def replay_problems(self, spec: BenchmarkSpec, layout: str) -> list[str]:
+        """separate_async samples parameter_sync_step batches per step and replays a step only when every one of its
+        inner folders is there; a converted recording holds one batch per step."""
+        sync = parameter_sync_step(spec, layout)
+        if sync == 1:
+            return []
+        return [
+            f"VERL replays {sync} batches per step here (parameter_sync_step = {sync} optimizer steps per step, "
+            f"{layout}), a converted recording holds one per step: plan train-only colocated, or with "
+            "batch.samples_per_optimizer_step = the samples per step"
+        ]
+
     def recording_done(self, spec: BenchmarkSpec, backend: str, layout: str, root: str) -> str | None:
         last = f"{spec.run.num_steps}/{parameter_sync_step(spec, layout) - 1}"
         return f"{tq_project_dir(spec, backend, layout, root)}/{last}/meta.json"
