@@ -93,6 +93,7 @@ def test_every_cell_replays_the_recording_the_candidate_records(preset, layout):
     assert root == f"/root/.cache/bench-recordings/{recording['key']}"
     record = recording["record_cell"]
     assert (record["framework"], record["backend"], record["layout"]) == ("miles", "fsdp", layout)
+    assert record["script"] == "recording/record.sh" and record["prepare"] == ["download-model", "download-dataset"]
     assert _value(record["argv"], "--save-debug-rollout-data") == root + MILES_TEMPLATE
     assert "--load-debug-rollout-data" not in record["argv"]
     num_steps = data["spec"]["run"]["num_steps"]

@@ -220,6 +220,7 @@ def _train_only_parts(spec, options: PlanOptions, prepare, errors) -> tuple[Plan
     errors += [f"{launch.cell_id}: {p}" for p in adapter.launch_problems(launch)]
     cell = _plan_cell(spec, launch)
     cell["prepare"] = [step["name"] for step in cell_prepare_steps(cell, prepare)]
+    cell["script"] = train_only.RECORD_SCRIPT
     section["record_cell"] = cell
     prepare += steps
     return dataclasses.replace(options, recording=train_only.replay(section["root"])), section
