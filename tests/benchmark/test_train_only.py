@@ -255,6 +255,15 @@ class TestCommandLine:
         assert again.exit_code == 0 and replanned["digest"] == "feedc0de" and "digest feedc0de" in again.output
         assert (replanned["key"], replanned["root"]) == (recording["key"], recording["root"])
 
+    def test_the_recording_pass_goes_through_the_frameworks_own_checks_too(self, tmp_path):
+        """VERL as the recorder: its strict compose checks the replay cell and the recording launch."""
+        argv = ["--preset", "smoke", "--backend", "fsdp", "--candidate", "verl", "--reference", "miles", "--dry-run"]
+        result = _invoke(*argv, "--output-dir", str(tmp_path / "o"), "--train-only")
+        assert result.exit_code == 0, result.output
+        assert "VERL strict compose: ok for 2 cell(s)" in result.output
+        record = json.loads((tmp_path / "o" / "plan.json").read_text())["recording"]["record_cell"]
+        assert record["framework"] == "verl" and "skip.rollout_tq.action=cache" in record["argv"]
+
     def test_learning_run_and_train_only_together_is_bad_input(self, tmp_path):
         result = _invoke("--preset", "smoke", "--output-dir", str(tmp_path / "o"), "--dry-run", "--train-only")
         assert result.exit_code == 0, result.output

@@ -211,9 +211,10 @@ def _load_spec(preset: str | None, spec_file: str | None, layout: str | None, **
 def _plan_stage_checks(plan) -> None:
     """Each framework's own check that needs no installed framework (e.g. VERL's strict Hydra composition against
     its real config), on every cell of the plan (exit 3 on failure; skipped, and said, when the tool is absent)."""
+    from scripts.benchmark.contracts.plan import checked_cells
     from scripts.benchmark.frameworks import registry
 
-    for check in registry.own_checks(plan.data["cells"], "plan"):
+    for check in registry.own_checks(checked_cells(plan.data), "plan"):
         if check.problems is None:
             typer.echo(f"{check.title}: skipped ({check.unavailable})")
             continue

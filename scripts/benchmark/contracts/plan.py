@@ -223,6 +223,12 @@ def read_plan_json(path: Path, known: Known | None = None) -> dict[str, Any]:
     return data
 
 
+def checked_cells(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The launches a framework's own checks must accept: every cell, and a train-only plan's recording pass."""
+    recording = data.get("recording") or {}
+    return list(data["cells"]) + ([recording["record_cell"]] if recording.get("record_cell") else [])
+
+
 def plan_origin(run_dir: Path) -> dict[str, str]:
     """What a plan written for `run_dir` by this checkout records as its origin."""
     return {"run_dir": str(run_dir), "harness": str(HARNESS_DIR)}
