@@ -83,7 +83,7 @@ CPU_TESTS: dict[str, tuple[str, int]] = {
     "test_miles_vs_miles.py": (FAST, 70),
     "test_report_calibration.py": (FAST, 5),
     "test_third_framework.py": (FAST, 13),
-    "test_recording.py": (SLOW, 125),
+    "test_recording.py": (SLOW, 180),
     "test_train_only.py": (FAST, 30),
 }
 

@@ -22,6 +22,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from scripts.benchmark.errors import UserError
+from scripts.benchmark.frameworks import registry
+from scripts.benchmark.frameworks.adapter import AdapterDefaults
 from scripts.benchmark.frameworks.recorded import RecordedSample, RecordedStep, Recording, digest_of, float32
 from scripts.benchmark.frameworks.recording import read_recording, recording_digest, write_recording
 from scripts.benchmark.frameworks.verl.config import find_verl_root
@@ -321,3 +324,67 @@ def test_a_write_that_fails_half_way_leaves_nothing_behind(tmp_path, verl_python
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert "step 2 sample 0: empty response" in done.stderr, done.stderr
     assert list((tmp_path / "dump").iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "spoil, expected",
+    [
+        (lambda d: shutil.rmtree(d / "1"), "1: step: missing"),
+        (lambda d: (d / "2" / "0" / "meta.json").unlink(), "tq_batch.pt: file: missing"),
+        (lambda d: (d / "2" / "0" / "tq_batch.pt").write_bytes(b"x"), "tq_batch.pt: file: not a VERL TransferQueue"),
+    ],
+)
+def test_a_bad_verl_dump_exits_2_naming_the_file_and_the_field(made, tmp_path, verl_python, spoil, expected):
+    dump = tmp_path / "dump"
+    shutil.copytree(made["replay_dir"], dump)
+    spoil(dump)
+    done = _convert(verl_python[0], dump, "verl", tmp_path / "out", "miles")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert expected in done.stderr and str(dump) in done.stderr and not (tmp_path / "out").exists(), done.stderr
+
+
+def test_a_step_of_several_inner_batches_reads_as_one_and_they_must_agree(made, tmp_path, verl_python):
+    """parameter_sync_step > 1: VERL saves each mini-batch of a step in {step}/{inner}/ and merges them on load."""
+    dump = tmp_path / "dump"
+    shutil.copytree(made["replay_dir"], dump)
+    shutil.copytree(dump / "1" / "0", dump / "2" / "1")
+    done = _convert(verl_python[0], dump, "verl", tmp_path / "merged", "miles")
+    assert done.returncode == 0, done.stderr
+    merged = read_recording(tmp_path / "merged", "miles").steps[1].samples
+    original = read_recording(made["tmp"] / "miles-made" / "rollouts", "miles").steps
+    assert merged == original[1].samples + tuple(
+        dataclasses.replace(s, group=s.group + 2) for s in original[0].samples
+    )
+
+    write_recording(_recording((3, 4)), tmp_path / "no-log-probs", "miles")
+    unlogged = _convert(verl_python[0], tmp_path / "no-log-probs", "miles", tmp_path / "unlogged", "verl")
+    assert unlogged.returncode == 0, unlogged.stderr
+    shutil.rmtree(dump / "2" / "1")
+    shutil.copytree(tmp_path / "unlogged" / "1" / "0", dump / "2" / "1")
+    done = _convert(verl_python[0], dump, "verl", tmp_path / "out", "miles")
+    assert (
+        done.returncode == 2 and "2: rollout_log_probs: in 4 of the step's 6 trajectories" in done.stderr
+    ), done.stderr
+
+
+def test_log_probs_on_some_samples_of_a_step_only_are_refused_for_verl(tmp_path, verl_python):
+    """VERL's batch holds a field for every trajectory of the step or for none."""
+    recording = _recording((3, 4))
+    first = dataclasses.replace(recording.steps[0].samples[0], rollout_log_probs=(-0.5, -0.5))
+    step = dataclasses.replace(recording.steps[0], samples=(first, recording.steps[0].samples[1]))
+    write_recording(Recording(steps=(step,)), tmp_path / "rollouts", "miles")
+    done = _convert(verl_python[0], tmp_path / "rollouts", "miles", tmp_path / "out", "verl")
+    assert done.returncode == 2 and "out/1: rollout_log_probs: present on some samples" in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_framework_without_a_recording_format_is_refused_by_name(tmp_path):
+    class NoRecording(AdapterDefaults):
+        name, label, sink_formats = "norecording", "No Recording", ()
+
+    registry.register(NoRecording())
+    try:
+        with pytest.raises(UserError, match="'norecording': No Recording has no rollout dump"):
+            read_recording(tmp_path, "norecording")
+    finally:
+        registry.unregister("norecording")

@@ -99,6 +99,9 @@ def _read_step(folder: Path) -> RecordedStep:
         keys += batch_keys
         for name, values in batch_fields.items():
             fields.setdefault(name, []).extend(values)
+    for name, values in fields.items():
+        if len(values) != len(keys):  # a field some inner batches of the step have and others lack
+            raise bad_recording(folder, name, f"in {len(values)} of the step's {len(keys)} trajectories")
     return _grouped(folder / "0" / BATCH_FILE, keys, fields)
 
 
