@@ -388,3 +388,13 @@ def test_a_framework_without_a_recording_format_is_refused_by_name(tmp_path):
             read_recording(tmp_path, "norecording")
     finally:
         registry.unregister("norecording")
+
+
+def test_without_tensordict_the_verl_format_names_the_extra_to_install(tmp_path):
+    write_recording(_recording((3, 4)), tmp_path / "rollouts", "miles")
+    blocker = Path(__file__).resolve().parent / "standins" / "blocker"
+    env = _clean_env(PYTHONPATH=str(blocker), BENCH_TEST_BLOCK_MODULES="tensordict")
+    argv = [sys.executable, RUN_PY, "convert-recording", "rollouts", "--from", "miles", "--to", "verl", "--out", "out"]
+    done = _run(argv, env, cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "'verl' extra (tensordict is not installed)" in done.stderr and not (tmp_path / "out").exists()

@@ -10,6 +10,7 @@ within the step) and, where the rollout engine reported them, the per-token log-
 - `bad_recording(path, field, why)`: the UserError (exit 2) naming the file and the field at fault.
 
 Caveats:
+- Both dump formats are pickles (torch.save), loaded as the frameworks load them: read only recordings you trust.
 - Rewards and log-probs are held at float32, the precision one framework's dump stores them in: a float64 reward
   converted there and back compares equal, a difference below float32 does not count.
 """
@@ -64,6 +65,11 @@ class RecordingCodec(Protocol):
     def read(self, path: Path) -> Recording: ...
 
     def write(self, recording: Recording, path: Path) -> None: ...
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception's message on one line (a user error is one line)."""
+    return " ".join(str(exc).split())
 
 
 def bad_recording(path: Path, field: str, why: str) -> UserError:

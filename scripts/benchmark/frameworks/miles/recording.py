@@ -30,6 +30,7 @@ from scripts.benchmark.frameworks.recorded import (
     int_sequence,
     loss_mask_of,
     numbered_files,
+    one_line,
     reward_of,
 )
 
@@ -87,7 +88,9 @@ def _read_step(file: Path, rollout_id: int) -> RecordedStep:
     try:
         payload = torch.load(file, map_location="cpu", weights_only=False)
     except Exception as exc:  # a pickle of anything: what fails is the file, named
-        raise bad_recording(file, "file", f"not a Miles debug rollout dump ({type(exc).__name__}: {exc})") from None
+        raise bad_recording(
+            file, "file", f"not a Miles debug rollout dump ({type(exc).__name__}: {one_line(exc)})"
+        ) from None
     if not isinstance(payload, dict) or not isinstance(payload.get("samples"), list):
         raise bad_recording(file, "samples", "missing: not a Miles debug rollout dump (no list of samples)")
     if payload.get("rollout_id", rollout_id) != rollout_id:

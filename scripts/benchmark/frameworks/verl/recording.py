@@ -34,6 +34,7 @@ from scripts.benchmark.frameworks.recorded import (
     int_sequence,
     loss_mask_of,
     numbered_files,
+    one_line,
     reward_of,
 )
 
@@ -112,7 +113,9 @@ def _read_batch(file: Path) -> tuple[list[str], dict[str, list[Any]]]:
     try:
         payload = torch.load(file, map_location="cpu", weights_only=False)
     except Exception as exc:  # a pickle of anything: what fails is the file, named
-        raise bad_recording(file, "file", f"not a VERL TransferQueue batch ({type(exc).__name__}: {exc})") from None
+        raise bad_recording(
+            file, "file", f"not a VERL TransferQueue batch ({type(exc).__name__}: {one_line(exc)})"
+        ) from None
     if not isinstance(payload, dict) or "tensordict" not in payload or not isinstance(payload.get("keys"), list):
         raise bad_recording(file, "tensordict", "missing: not a VERL TransferQueue batch (tensordict, keys, tags)")
     data, keys = payload["tensordict"], payload["keys"]
