@@ -87,6 +87,7 @@ CPU_TESTS: dict[str, tuple[str, int]] = {
     "test_report_calibration.py": (FAST, 5),
     "test_third_framework.py": (FAST, 13),
     "test_recording.py": (SLOW, 180),
+    "test_train_only.py": (FAST, 30),
 }
 
 # file -> why its CPU registration is disabled in Miles (register_cpu_ci(..., disabled=...): run_suite lists it as

@@ -30,6 +30,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "execute",
     "convert_data",
     "recording",
+    "prepare_recording",
     "metrics",
     "report",
     "history",

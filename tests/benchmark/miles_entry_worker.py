@@ -126,6 +126,8 @@ def verdict(parse_args, launch: dict, miles_root: str | None, trains: dict) -> d
             else:
                 raise RuntimeError(f"{entry}: train() returned without reaching configure_logger")
         result.update(accepted=True, stage=None)
+        if launch.get("report_args"):
+            result["args"] = {name: getattr(args, name, "<absent>") for name in launch["report_args"]}
     except ImportError:
         raise
     except (SystemExit, Exception) as exc:  # noqa: BLE001 - every refusal is a verdict

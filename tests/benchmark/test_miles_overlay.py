@@ -297,6 +297,9 @@ def verdicts(overlay, tmp_path_factory) -> dict[str, dict]:
     for name, (cell_id, flags, _, _) in PLANTED.items():
         flags = dict(flags)
         cases[f"planted/{name}"] = changed(launches[f"smoke/{cell_id}"], flags.pop("entry", None), **flags)
+    train_only = train_only_cells()
+    for (name, cell), launch in zip(train_only.items(), parser_launches(list(train_only.values()), tmp), strict=True):
+        cases[name] = {**launch, "entry": entry_of(cell), "report_args": list(REPLAY_ARGS)}
     request, result = tmp / "request.json", tmp / "result.json"
     request.write_text(
         json.dumps(
@@ -314,8 +317,44 @@ def verdicts(overlay, tmp_path_factory) -> dict[str, dict]:
     return dict(zip(cases, json.loads(result.read_text()), strict=True))
 
 
+REPLAY_ARGS = ("debug_train_only", "load_debug_rollout_data", "save_debug_rollout_data")
+"""What Miles's parser makes of a train-only launch: the load switch forces debug_train_only (no SGLang engine)."""
+
+
+def train_only_cells() -> dict[str, dict]:
+    """Every preset x layout's train-only plan: its Miles replay cells (both backends) and its recording pass."""
+    cells = {}
+    for preset in preset_names():
+        for layout in LAYOUTS:
+            sides = registry.option_pair(compare_verl=False, miles_version=DEFAULT_MILES_TARGET)
+            options = PlanOptions(backends=BACKENDS, layout=layout, output_dir=Path("/nonexistent"), sides=sides)
+            plan = build_plan(with_overrides(load_preset(preset), layout=layout, train_only=True), preset, options)
+            cells |= {f"train-only/{preset}/{cell['id']}": cell for cell in plan.data["cells"]}
+            cells[f"train-only/{preset}/record/{layout}"] = plan.data["recording"]["record_cell"]
+    return cells
+
+
+def test_miles_own_parser_and_entry_checks_accept_every_train_only_launch(verdicts):
+    """Replay cells load the recording (debug_train_only: no engine); the recording pass dumps it, and generates."""
+    cells = train_only_cells()
+    assert len(cells) == len(preset_names()) * len(LAYOUTS) * (len(BACKENDS) + 1)
+    for name, cell in cells.items():
+        template = cell["argv"][
+            cell["argv"].index("--load-debug-rollout-data" if "/record/" not in name else "--save-debug-rollout-data")
+            + 1
+        ]
+        assert template.endswith("/miles/{rollout_id}.pt"), template
+        replay = "/record/" not in name
+        expected = {
+            "debug_train_only": replay,
+            "load_debug_rollout_data": template if replay else None,
+            "save_debug_rollout_data": None if replay else template,
+        }
+        assert verdicts[name] == {"accepted": True, "stage": None, "error": None, "args": expected}, name
+
+
 def test_miles_own_parser_and_entry_checks_accept_every_launch_of_the_target(verdicts):
-    launches = {name: v for name, v in verdicts.items() if not name.startswith("planted/")}
+    launches = {name: v for name, v in verdicts.items() if not name.startswith(("planted/", "train-only/"))}
     assert len(launches) == len(preset_names()) * (len(LAYOUTS) + 1) * len(BACKENDS)
     assert sum("/continuous/" in name for name in launches) == len(preset_names()) * len(BACKENDS)
     refused = {

@@ -99,9 +99,31 @@ def verdicts(miles_release: Path, tmp_path_factory) -> dict[str, dict]:
         for flag, value in changes:
             cell["argv"] = with_flag(cell["argv"], flag, value)
         cases[f"planted/{name}"] = cell
+    for preset, layout in CELLS:
+        plan = train_only_plan(preset, layout)
+        cases[f"train-only/{preset}/{layout}/replay"] = plan["cells"][0]
+        cases[f"train-only/{preset}/{layout}/record"] = plan["recording"]["record_cell"]
     launches = parser_launches(list(cases.values()), tmp)
     results = run_miles_parser(launches, [str(miles_release)], sys.executable, transformer_config=True)
     return dict(zip(cases, results, strict=True))
+
+
+def train_only_plan(preset: str, layout: str) -> dict:
+    """The release's train-only plan: its Megatron replay cell and its recording pass."""
+    sides = registry.option_pair(compare_verl=False, miles_version=MILES_RELEASE)
+    options = PlanOptions(backends=("megatron",), layout=layout, output_dir=Path("/nonexistent"), sides=sides)
+    return build_plan(with_overrides(load_preset(preset), layout=layout, train_only=True), preset, options).data
+
+
+@pytest.mark.parametrize("preset,layout", CELLS)
+def test_release_accepts_every_train_only_launch(verdicts, preset, layout):
+    """The replay launch (--load-debug-rollout-data) and the recording pass (--save-debug-rollout-data)."""
+    for role, flag in (("replay", "--load-debug-rollout-data"), ("record", "--save-debug-rollout-data")):
+        cell = train_only_plan(preset, layout)["cells" if role == "replay" else "recording"]
+        argv = cell[0]["argv"] if role == "replay" else cell["record_cell"]["argv"]
+        assert argv[argv.index(flag) + 1].endswith("/miles/{rollout_id}.pt")
+        verdict = verdicts[f"train-only/{preset}/{layout}/{role}"]
+        assert verdict == {"accepted": True, "error": None, "config_error": TE_ABSENT}, (role, verdict)
 
 
 @pytest.mark.parametrize("preset,layout", CELLS)

@@ -7,13 +7,16 @@ actors, model loading, SGLang). Without that interpreter the tests skip, unless 
 """
 
 import os
+from pathlib import Path
 
 import pytest
+from scripts.benchmark.frameworks import registry
 
 from scripts.benchmark.frameworks.verl.config import find_verl_root
 from scripts.benchmark.frameworks.verl.data import converted_paths
 from scripts.benchmark.frameworks.verl.launch import VerlData, build_verl_launch, overrides_of
 from scripts.benchmark.frameworks.verl.own_checks import LEFT_OUT, find_check_python, run_verl_own_checks
+from scripts.benchmark.plan.build import PlanOptions, build_plan
 from scripts.benchmark.spec import BACKENDS, LAYOUTS, load_preset, preset_names, with_overrides
 
 AR = "actor_rollout_ref"
@@ -24,6 +27,27 @@ def _overrides(preset: str, backend: str, layout: str) -> list[str]:
     spec = with_overrides(load_preset(preset), layout=layout)
     train, val = converted_paths(spec, "/out/data")
     return overrides_of(build_verl_launch(spec, backend, layout, VerlData(train, val)).argv)
+
+
+def _train_only_plan(preset: str, layout: str) -> dict:
+    spec = with_overrides(load_preset(preset), layout=layout, train_only=True)
+    sides = registry.option_pair(compare_verl=True, miles_version=None)
+    options = PlanOptions(backends=BACKENDS, layout=layout, output_dir=Path("/out"), sides=sides)
+    return build_plan(spec, preset, options).data
+
+
+def _train_only_cells() -> dict[str, tuple[list[str], dict]]:
+    """Name -> (the VERL replay cell's overrides, its plan) for every preset x backend x layout in train-only mode."""
+    cells = {}
+    for preset in preset_names():
+        for layout in LAYOUTS:
+            if layout == "disaggregated" and load_preset(preset).batch.optimizer_steps_per_step > 1:
+                continue  # refused at plan time (test_train_only.py): VERL would replay several batches per step
+            plan = _train_only_plan(preset, layout)
+            for cell in plan["cells"]:
+                if cell["framework"] == "verl":
+                    cells[f"train-only/{preset}/{cell['backend']}/{layout}"] = (overrides_of(cell["argv"]), plan)
+    return cells
 
 
 def _edit(overrides: list[str], *tokens: str) -> list[str]:
@@ -65,6 +89,7 @@ def results():
         pytest.skip(why)
     cells = [("/".join(cell), _overrides(*cell)) for cell in CELLS]
     cells += [(name, _edit(_overrides(*cell), *tokens)) for name, (cell, tokens, _) in PLANTED.items()]
+    cells += [(name, overrides) for name, (overrides, _) in _train_only_cells().items()]
     return run_verl_own_checks(cells, root=root, python=python)
 
 
@@ -87,3 +112,32 @@ def test_every_generated_cell_passes_verls_own_checks(results, preset, backend, 
 def test_planted_mistakes_are_rejected_by_verl(results, name):
     result, expected = results[name], PLANTED[name][2]
     assert result["status"] == "rejected" and expected in result["error"], result
+
+
+TRAIN_ONLY_CELLS = [
+    (p, b, lay) for p, b, lay in CELLS if lay == "colocate" or load_preset(p).batch.optimizer_steps_per_step == 1
+]
+
+
+@pytest.mark.parametrize("preset,backend,layout", TRAIN_ONLY_CELLS)
+def test_every_train_only_replay_cell_passes_verls_own_checks_and_loads_the_converted_recording(
+    results, preset, backend, layout
+):
+    """The replay cell's skip.rollout_tq is VERL's RolloutTqSkip with action cache on every step, and the folder VERL
+    loads recorded batches from is the one the plan's conversion step writes the recording into."""
+    name = f"train-only/{preset}/{backend}/{layout}"
+    result, plan = results[name], _train_only_cells()[name][1]
+    assert result["status"] == "accepted", result
+    spec = load_preset(preset)
+    conversion = next(step for step in plan["prepare"] if step["name"] == f"convert-recording-verl-{backend}")
+    target = conversion["argv"][conversion["argv"].index("--target") + 1]
+    sync = 1 if layout == "colocate" else spec.batch.optimizer_steps_per_step
+    assert result["rollout_tq"] == {
+        "class": "RolloutTqSkip",
+        "enabled": True,
+        "action": "cache",
+        "steps": list(range(1, spec.run.num_steps + 1)),
+        "parameter_sync_step": sync,
+        "project_dump_dir": target,
+    }
+    assert conversion["creates"] == f"{target}/{spec.run.num_steps}/{sync - 1}/meta.json"

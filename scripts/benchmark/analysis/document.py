@@ -47,6 +47,7 @@ from scripts.benchmark.analysis.staleness import lag_pairs, observed_lag
 from scripts.benchmark.analysis.stats import summarise
 from scripts.benchmark.analysis.steady_state import detect_steady_state
 from scripts.benchmark.analysis.step_columns import StepColumns
+from scripts.benchmark.analysis.train_only import full_loop_comparisons, train_only_view
 from scripts.benchmark.analysis.verdict import practical_thresholds
 from scripts.benchmark.contracts.parity import ParityFile, unexplained
 from scripts.benchmark.contracts.report import AttributionModel, ComparisonModel, ReportDocument
@@ -304,9 +305,12 @@ def analyse_run_folder(
     weight_sync_floor_s: WeightSyncFloor | None = None,
     roofline_spread: RooflineSpread | None = None,
     calibration_note: str | None = None,
+    full_loop: Path | None = None,
 ) -> ReportDocument:
-    """The report document (contracts/report.py) for one run folder."""
+    """The report document (contracts/report.py) for one run folder; `full_loop`: a full-loop run folder whose
+    training-phase ratios a train-only report shows beside its own."""
     settings = settings or AnalysisSettings()
+    beside = full_loop_comparisons(full_loop)
     folder = read_run_folder(run_dir)
     analysed = [
         _analyse_cell(cell, settings, first_steps_to_cut(folder.parity, cell.backend, cell.layout))
@@ -357,4 +361,5 @@ def analyse_run_folder(
         learning=learning,
         learning_margins=learning_margins(folder.plan),
         policy_lag=lags,
+        train_only=train_only_view(folder, comparisons, beside),
     )

@@ -2,7 +2,7 @@
 
     run.py --backend {fsdp,megatron,all} [--compare-verl] --preset NAME | --spec FILE
            [--layout colocate|disaggregated] --output-dir DIR [--dry-run] [--num-steps N] [--gpus-per-node N]
-           [--repeats N] [--skip-prepare] [--wandb] [--force] [--no-preflight] [--learning-run]
+           [--repeats N] [--skip-prepare] [--wandb] [--force] [--no-preflight] [--learning-run] [--train-only]
            [--candidate NAME[@TARGET]] [--reference NAME[@TARGET]]
 
 The sides: `--candidate` (default: Miles at --miles-version) and `--reference` (none unless given; --compare-verl is
@@ -54,6 +54,7 @@ def plan_impl(
     reference: str | None = None,
     roots: tuple[str | None, str | None] = (None, None),
     learning_run: bool = False,
+    train_only: bool = False,
 ) -> None:
     from pathlib import Path
 
@@ -75,6 +76,7 @@ def plan_impl(
         gpus_per_node=gpus_per_node,
         wandb=wandb,
         learning_run=learning_run,
+        train_only=train_only,
     )
     out = Path(output_dir).expanduser().absolute()
     options = PlanOptions(
@@ -186,6 +188,8 @@ def _load_spec(preset: str | None, spec_file: str | None, layout: str | None, **
         _fail(EXIT_BAD_INPUT, f"--layout must be colocate or disaggregated, got {layout!r}")
     wandb = True if overrides.pop("wandb") else None
     steps = overrides["num_steps"]
+    if overrides["learning_run"] and overrides["train_only"]:
+        _fail(EXIT_BAD_INPUT, "give either --learning-run or --train-only, not both (one run.mode)")
     if overrides["learning_run"] and steps is not None and steps < LEARNING_RUN_STEPS:
         _fail(
             EXIT_BAD_INPUT,
@@ -207,9 +211,10 @@ def _load_spec(preset: str | None, spec_file: str | None, layout: str | None, **
 def _plan_stage_checks(plan) -> None:
     """Each framework's own check that needs no installed framework (e.g. VERL's strict Hydra composition against
     its real config), on every cell of the plan (exit 3 on failure; skipped, and said, when the tool is absent)."""
+    from scripts.benchmark.contracts.plan import checked_cells
     from scripts.benchmark.frameworks import registry
 
-    for check in registry.own_checks(plan.data["cells"], "plan"):
+    for check in registry.own_checks(checked_cells(plan.data), "plan"):
         if check.problems is None:
             typer.echo(f"{check.title}: skipped ({check.unavailable})")
             continue
@@ -275,6 +280,8 @@ def _print_summary(plan, written, out, repeats: int) -> None:
     )
     if data["spec"]["run"].get("mode") == "learning":
         typer.echo(_learning_run_line(data))
+    if data.get("recording"):
+        typer.echo(_recording_line(data["recording"]))
     for step in data["prepare"]:
         typer.echo(f"  prepare {step['name']}: creates {step['creates']}")
     for pair in plan.parity.pairs:
@@ -286,6 +293,15 @@ def _print_summary(plan, written, out, repeats: int) -> None:
     for warning in data["warnings"]:
         typer.echo(f"warning: {warning}")
     typer.echo(f"wrote {len(written)} files under {out}")
+
+
+def _recording_line(recording) -> str:
+    """A train-only plan: who records, where the recording is kept, and whether it already exists here."""
+    digest = f"digest {recording['digest']}" if recording.get("digest") else "recorded by the first run, then reused"
+    return (
+        f"  train-only: every cell replays one recording by {recording['recorder']} ({recording['backend']}, "
+        f"{recording['layout']}), key {recording['key']} in {recording['root']} ({digest})"
+    )
 
 
 def _learning_run_line(data) -> str:
@@ -372,6 +388,11 @@ def main_callback(
         "--learning-run",
         help="a run for the learning guard: run.mode learning, 200 steps (or --num-steps >= 200), the same batch",
     ),
+    train_only: bool = typer.Option(
+        False,
+        "--train-only",
+        help="run.mode train-only: the candidate records one rollout (once, cached), every cell trains on it",
+    ),
 ) -> None:
     """Plan (and, without --dry-run, run) the Miles vs VERL matrix for one spec.
 
@@ -408,6 +429,7 @@ def main_callback(
         reference=reference,
         roots=(candidate_root, reference_root),
         learning_run=learning_run,
+        train_only=train_only,
     )
 
 

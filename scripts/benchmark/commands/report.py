@@ -7,6 +7,8 @@ plots for one run folder: analysis/ makes the typed document, report/ renders it
 - Exit status: 0 when the report was written; 1 when DIR has no complete cell; 2 when DIR is not a run folder
   (no or unreadable manifest.json), an option is out of range, another harness or report holds DIR/run.lock, or a
   file cannot be written (a full disk: the path and the fix are printed, the previous report stays whole).
+- `--full-loop DIR2`: a train-only run's report shows the training-phase ratios of the full-loop run in DIR2 (its
+  report.json) beside its own (analysis/train_only.py).
 - Holds DIR/run.lock while it writes, as a run does: two writers of one report never mix their files.
 
 Caveats:
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
 
 
 def analyse_and_write(
-    run_dir: Path, settings: AnalysisSettings | None = None, *, calibration: bool = True
+    run_dir: Path, settings: AnalysisSettings | None = None, *, calibration: bool = True, full_loop: Path | None = None
 ) -> tuple[ReportDocument, dict[str, Path]]:
     """Analyse a run folder (analysis/) and render it (report/); returns the document and the written files. The
     committed calibration JSON (calibration/results/) gives the measured ceilings unless `calibration` is off."""
@@ -51,7 +53,7 @@ def analyse_and_write(
             "roofline_spread": roofline_spread,
         }
     note = None if calibration else "disabled by --no-calibration"
-    doc = analyse_run_folder(run_dir, settings, calibration_note=note, **readers)
+    doc = analyse_run_folder(run_dir, settings, calibration_note=note, full_loop=full_loop, **readers)
     return doc, write_report(doc, run_dir)
 
 
@@ -63,10 +65,10 @@ def verdict_markdown(doc: ReportDocument) -> str:
 
 
 def report_impl(
-    run_dir: Path, settings: AnalysisSettings, *, calibration: bool = True
+    run_dir: Path, settings: AnalysisSettings, *, calibration: bool = True, full_loop: Path | None = None
 ) -> tuple[ReportDocument, dict[str, Path]]:
     """Analyse and write; returns the report document and the written files."""
-    return analyse_and_write(run_dir, settings, calibration=calibration)
+    return analyse_and_write(run_dir, settings, calibration=calibration, full_loop=full_loop)
 
 
 @contextmanager
@@ -110,6 +112,10 @@ def register(app: typer.Typer) -> None:
         quiet: Annotated[
             bool, typer.Option("--quiet/--verbose", help="print only the paths written, or also the verdict")
         ] = False,
+        full_loop: Annotated[
+            Path | None,
+            typer.Option(help="train-only runs: a full-loop run folder whose training-phase ratios are shown beside"),
+        ] = None,
     ) -> None:
         """Analyse a run folder and write report.md, report.json, report.html and plots into it.
 
@@ -137,10 +143,15 @@ def register(app: typer.Typer) -> None:
 
         settings = AnalysisSettings(confidence=confidence, reps=reps, seed=seed, family_wise=family_wise)
         from scripts.benchmark.analysis.step_columns import DamagedFile
+        from scripts.benchmark.analysis.train_only import full_loop_comparisons
 
         try:
+            full_loop_comparisons(full_loop)
+        except ValueError as exc:
+            raise UserError(str(exc)) from exc
+        try:
             with _run_folder_lock(run_dir):
-                doc, written = report_impl(run_dir, settings, calibration=calibration)
+                doc, written = report_impl(run_dir, settings, calibration=calibration, full_loop=full_loop)
         except DamagedFile as exc:
             raise UserError(str(exc)) from exc
         if not quiet:

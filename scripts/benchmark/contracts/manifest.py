@@ -143,6 +143,8 @@ class ManifestFile(BaseModel):
     sides: list[Side] | None = None
     options: dict[str, Any] = Field(default_factory=dict)
     prepare: list[dict[str, Any]] = Field(default_factory=list)
+    recording: dict[str, Any] | None = None
+    """Train-only runs: the recording every cell replayed (key, folder, digest); absent otherwise."""
     harness: HarnessRecord | None = None
     warnings: list[str] = Field(default_factory=list)
     cells: list[CellRun]
@@ -175,6 +177,7 @@ class Manifest:
     prepare: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     harness: HarnessRecord | None = None
+    recording: dict[str, Any] | None = None
     scrub: Callable[[Any], Any] | None = None
     """Applied to the whole document before it is written (the run's secret redaction)."""
 
@@ -192,8 +195,11 @@ class Manifest:
             harness=self.harness,
             warnings=self.warnings,
             cells=self.cells,
+            recording=self.recording,
         )
         data = document.model_dump(mode="json")
+        if data["recording"] is None:
+            del data["recording"]
         return self.scrub(data) if self.scrub is not None else data
 
     def save(self) -> None:
@@ -211,6 +217,7 @@ class Manifest:
             prepare=document.prepare,
             warnings=document.warnings,
             harness=document.harness,
+            recording=document.recording,
         )
 
     def find(self, cell_id: str, repeat: int) -> CellRun | None:

@@ -9,6 +9,7 @@ anything starts. `plan_problems(data, known)` lists every problem as one line na
   one of them. Plans written before sides existed have neither (readers rebuild them from the cells' frameworks).
 - `origin`: the run folder the plan was written for and the harness folder of the checkout that wrote it (`execute`
   moves paths under either to its own run folder and checkout: runner/relocate.py); absent in older plans.
+- `recording` (train-only plans, plan/train_only.py): the recording every cell replays, and its record launch.
 - `repeats`: what `execute` runs when no --repeats is given (the number the dry run printed); absent: 1.
 - `Known`: the frameworks and sink formats the reader of the plan can handle. Contracts name no framework: the
   runner passes the registry's (frameworks/registry.py); without it, any non-empty name passes.
@@ -29,6 +30,8 @@ SCHEMA_VERSION = 1
 HARNESS_DIR = Path(__file__).resolve().parents[1]
 """This checkout's scripts/benchmark: the run.py and model configs a plan names."""
 _Argv = list[str]
+RECORD_SCRIPT = "recording/record.sh"
+"""A train-only plan's recording pass beside plan.json (plan/train_only.py); `execute` copies it with the plan."""
 
 
 @dataclass(frozen=True)
@@ -218,6 +221,12 @@ def read_plan_json(path: Path, known: Known | None = None) -> dict[str, Any]:
     if problems:
         raise ValueError(f"plan {path} cannot be executed:\n  " + "\n  ".join(problems))
     return data
+
+
+def checked_cells(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The launches a framework's own checks must accept: every cell, and a train-only plan's recording pass."""
+    recording = data.get("recording") or {}
+    return list(data["cells"]) + ([recording["record_cell"]] if recording.get("record_cell") else [])
 
 
 def plan_origin(run_dir: Path) -> dict[str, str]:

@@ -270,6 +270,47 @@ class LearningPairModel(PairModel):
     length_explains: LengthExplainsModel
 
 
+class TrainOnlyRowModel(PairModel):
+    """A training-step metric of a train-only run: candidate/reference on the identical batch, beside the same ratio
+    of a full-loop run of the spec when one is given."""
+
+    metric: str
+    ratio: float | None
+    ci_low: float | None
+    ci_high: float | None
+    verdict: Practical = Practical.NOT_COMPARED
+    full_loop_ratio: float | None = None
+    full_loop_ci_low: float | None = None
+    full_loop_ci_high: float | None = None
+
+
+class FirstStepModel(PairModel):
+    """One learning signal at the first step both sides trained, on identical tokens and initial weights."""
+
+    signal: str
+    step: int | None
+    candidate: float | None
+    reference: float | None
+    difference: float | None
+    """candidate - reference (relative to the larger magnitude for a relative-margin signal)."""
+    tolerance: float | None
+    agrees: bool | None
+    """None: a side did not log the signal at that step."""
+
+
+class TrainOnlyModel(_Open):
+    """The train-only section: both sides replayed one recording (its key and digest) into their training steps."""
+
+    recording_key: str | None
+    digest: str | None
+    recorder: str | None
+    full_loop_run: str | None = None
+    left_out: list[str] = Field(default_factory=list)
+    """What the training-step comparison leaves out, and why (what each side does besides training in replay)."""
+    rows: list[TrainOnlyRowModel] = Field(default_factory=list)
+    first_step: list[FirstStepModel] = Field(default_factory=list)
+
+
 class ReportDocument(_Open):
     schema_version: Literal[2]
     run_dir: str
@@ -298,6 +339,8 @@ class ReportDocument(_Open):
     None in reports written before it (then `check` keeps the defaults)."""
     policy_lag: list[PolicyLagModel] = Field(default_factory=list)
     """Per pair, the policy lag each side logged against the bound its launch set (analysis/staleness.py)."""
+    train_only: TrainOnlyModel | None = None
+    """A train-only run's training-step comparison on one recording (analysis/train_only.py); None otherwise."""
 
     def side_pair(self) -> SidePair:
         return SidePair.from_list(self.sides)

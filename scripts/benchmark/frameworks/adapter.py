@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from scripts.benchmark.contracts.sides import Side
-from scripts.benchmark.frameworks.launch import FrameworkLaunch
+from scripts.benchmark.frameworks.launch import FrameworkLaunch, RecordingPass
 from scripts.benchmark.frameworks.recorded import RecordingCodec
 from scripts.benchmark.spec import BenchmarkSpec
 
@@ -43,6 +43,8 @@ class LaunchContext:
     side: Side
     settings: Mapping[str, Any] = field(default_factory=dict)
     """The command line's per-framework settings, by adapter name (a checkout path, a prefix)."""
+    recording: RecordingPass | None = None
+    """Train-only plans: whether this launch records the rollout or replays it, and where it is kept."""
 
     def own_settings(self, name: str, default: Any = None) -> Any:
         return self.settings.get(name, default)
@@ -100,6 +102,18 @@ class FrameworkAdapter(Protocol):
 
     def cannot_plan(self, backend: str, side: Side) -> list[str]:
         """Why a cell of this backend cannot be planned for the side's target ([] when it can)."""
+        ...
+
+    def recording_path(self, spec: BenchmarkSpec, backend: str, layout: str, root: str) -> str | None:
+        """Where its launches of this cell write or read the recording under `root`, in its own format."""
+        ...
+
+    def recording_done(self, spec: BenchmarkSpec, backend: str, layout: str, root: str) -> str | None:
+        """The file a complete recording of the spec's steps has last written (what the record step creates)."""
+        ...
+
+    def replay_problems(self, spec: BenchmarkSpec, layout: str) -> list[str]:
+        """Why its cells cannot replay a converted recording of this spec in this layout ([] when they can)."""
         ...
 
     def build_launch(self, spec: BenchmarkSpec, backend: str, layout: str, ctx: LaunchContext) -> FrameworkLaunch: ...
@@ -181,6 +195,15 @@ class AdapterDefaults:
         return []
 
     def cannot_plan(self, backend: str, side: Side) -> list[str]:
+        return []
+
+    def recording_path(self, spec: BenchmarkSpec, backend: str, layout: str, root: str) -> str | None:
+        return None
+
+    def recording_done(self, spec: BenchmarkSpec, backend: str, layout: str, root: str) -> str | None:
+        return None
+
+    def replay_problems(self, spec: BenchmarkSpec, layout: str) -> list[str]:
         return []
 
     def launch_problems(self, launch: FrameworkLaunch) -> list[str]:

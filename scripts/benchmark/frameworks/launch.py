@@ -6,6 +6,9 @@
   prefix of its cell id; the framework's name when empty).
 - `uses_ray_job_submit(argv)`: the launch submits a Ray job.
 - `render_argv(argv)`: one flag per line (a flag and its value share a line), shell-quoted, for goldens and scripts.
+- `RecordingPass`: a train-only plan's recorded rollout as a launch sees it: `record` (generate as usual and dump every
+  step's rollout with the framework's own switch) or `replay` (train on the recording, no generation), and `root`,
+  the recording's folder on the GPU node (each framework keeps its own format in its own subfolder).
 - `BENCH_CELL_DIR`: the literal placeholder the runner replaces by the absolute folder of one cell repeat.
 - `ray_shell_problem(path)` / `ray_entrypoint_guard()`: `ray job submit -- CMD...` joins CMD into one /bin/sh line
   (subprocess.list2cmdline, which quotes spaces only), so a path with a shell character cannot pass through it
@@ -21,10 +24,17 @@ import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 BENCH_CELL_DIR = "${BENCH_CELL_DIR}"
 RAY_SHELL_SAFE = "A-Za-z0-9 _.,:=@%+/-"
 """The characters a path may hold to reach a `ray job submit` entrypoint unchanged."""
+
+
+@dataclass(frozen=True)
+class RecordingPass:
+    role: Literal["record", "replay"]
+    root: str
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,9 @@
   `creates` + `skip_if_exists` (a present model or dataset is not fetched again) and `needed_by` (the frameworks
   whose cell scripts run it: the downloads for every side, an adapter's step for its framework only).
 - `write_plan(plan, output_dir)`: plan.json, cells/<id>.sh (runnable, set -euo pipefail, defines BENCH_CELL_DIR),
-  parity.json, parity.md.
+  parity.json, parity.md; a train-only plan also recording/record.sh (plan/train_only.py).
+- Train-only (spec run.mode train-only, plan/train_only.py): every cell replays one recorded rollout; the recording
+  pass and the conversions are prepare steps after the side's own ones, and plan.json's `recording` names it.
 
 Caveats:
 - A launch that submits a Ray job carries `ray_head_argv` (the Ray head it needs); the cell script starts it in its
@@ -41,11 +43,13 @@ from scripts.benchmark.frameworks import registry
 from scripts.benchmark.frameworks.adapter import LaunchContext
 from scripts.benchmark.frameworks.launch import (
     FrameworkLaunch,
+    RecordingPass,
     quote,
     ray_entrypoint_guard,
     render_argv,
     uses_ray_job_submit,
 )
+from scripts.benchmark.plan import train_only
 from scripts.benchmark.plan.parity import ParityError, ParitySide, build_parity, parity_file, parity_markdown
 from scripts.benchmark.spec import Backend, BenchmarkSpec, Layout, spec_hash, spec_json, steady_state_warnings
 
@@ -66,9 +70,17 @@ class PlanOptions:
     sides: SidePair = field(default_factory=registry.default_sides)
     settings: Mapping[str, Any] = field(default_factory=dict)
     run_py: str = str(RUN_PY)
+    recording: RecordingPass | None = None
+    """Train-only plans: the recording every cell replays (set by build_plan)."""
 
-    def context(self, side: Side) -> LaunchContext:
-        return LaunchContext(output_dir=self.output_dir, run_py=self.run_py, side=side, settings=self.settings)
+    def context(self, side: Side, recording: RecordingPass | None = None) -> LaunchContext:
+        return LaunchContext(
+            output_dir=self.output_dir,
+            run_py=self.run_py,
+            side=side,
+            settings=self.settings,
+            recording=recording or self.recording,
+        )
 
 
 @dataclass
@@ -195,11 +207,38 @@ def _parity_pair(launches, options: PlanOptions, prepare, errors) -> ParityPair:
     )
 
 
+def _train_only_parts(spec, options: PlanOptions, prepare, errors) -> tuple[PlanOptions, dict[str, Any] | None]:
+    """Train-only: the options whose launches replay the recording, the recording section with its record cell, and
+    the recording steps appended to `prepare`; the options unchanged otherwise. A side whose framework cannot record
+    or replay is bad input (UserError)."""
+    if not train_only.is_train_only(spec):
+        return options, None
+    problems = train_only.recording_problems(spec, options.sides, options.layout)
+    if problems:
+        raise UserError("; ".join(problems))
+    steps, section = train_only.recording_steps(
+        spec, options.sides, options.backends, options.layout, options.output_dir, options.run_py
+    )
+    recorder = options.sides.candidate
+    adapter = registry.get(recorder.framework)
+    ctx = options.context(recorder, train_only.record(section["root"]))
+    built = adapter.build_launch(spec, section["backend"], options.layout, ctx)
+    launch = dataclasses.replace(built, side=f"record-{recorder.name}")
+    errors += [f"{launch.cell_id}: {p}" for p in adapter.launch_problems(launch)]
+    cell = _plan_cell(spec, launch)
+    cell["prepare"] = [step["name"] for step in cell_prepare_steps(cell, prepare)]
+    cell["script"] = train_only.RECORD_SCRIPT
+    section["record_cell"] = cell
+    prepare += steps
+    return dataclasses.replace(options, recording=train_only.replay(section["root"])), section
+
+
 def build_plan(spec: BenchmarkSpec, preset: str | None, options: PlanOptions, repeats: int = 1) -> Plan:
     prepare = prepare_steps(spec, options)
     launches: list[FrameworkLaunch] = []
     pairs: list[ParityPair] = []
     errors: list[str] = []
+    options, recording = _train_only_parts(spec, options, prepare, errors)
     for backend in options.backends:
         built = _side_launches(spec, backend, options, errors)
         if built is None:
@@ -222,6 +261,8 @@ def build_plan(spec: BenchmarkSpec, preset: str | None, options: PlanOptions, re
         "repeats": repeats,
         "origin": plan_origin(options.output_dir),
     }
+    if recording is not None:
+        data["recording"] = recording
     _assert_no_secrets(data)
     title = f"{preset or spec.name} ({options.layout})"
     plan = Plan(data, parity_file(digest, pairs), title, options.sides)
@@ -242,8 +283,10 @@ def _assert_no_secrets(data: dict[str, Any]) -> None:
         )
 
 
-def render_cell_script(cell: dict[str, Any], prepare: list[dict[str, Any]], output_dir: Path) -> str:
-    cell_dir = f"{output_dir}/cells/{cell['id']}/rep-0"
+def render_cell_script(
+    cell: dict[str, Any], prepare: list[dict[str, Any]], output_dir: Path, cell_dir: str | None = None
+) -> str:
+    cell_dir = cell_dir or f"{output_dir}/cells/{cell['id']}/rep-0"
     lines = ["#!/usr/bin/env bash", f"# {cell['id']}: generated by scripts/benchmark/run.py; regenerate, do not edit."]
     lines += ["set -euo pipefail", f"BENCH_CELL_DEFAULT={quote(cell_dir)}"]
     lines += ['BENCH_CELL_DIR="${BENCH_CELL_DIR:-${BENCH_CELL_DEFAULT}}"', "export BENCH_CELL_DIR"]
@@ -279,4 +322,18 @@ def write_plan(plan: Plan, output_dir: Path, into: Path | None = None) -> list[P
         script.write_text(render_cell_script(cell, cell_prepare_steps(cell, plan.data["prepare"]), output_dir))
         script.chmod(0o755)
         written.append(script)
+    recording = plan.data.get("recording")
+    if recording is not None:
+        written.append(_write_record_script(recording, plan.data["prepare"], output_dir, target))
     return written
+
+
+def _write_record_script(recording: dict[str, Any], prepare: list[dict[str, Any]], output_dir: Path, into: Path):
+    """The recording pass as a cell script whose folder is beside the recording (its log and sink kept with it)."""
+    cell = recording["record_cell"]
+    own = [step for step in prepare if step["name"] in cell["prepare"]]
+    script = into / train_only.RECORD_SCRIPT
+    script.parent.mkdir(exist_ok=True)
+    script.write_text(render_cell_script(cell, own, output_dir, cell_dir=f"{recording['root']}/run"))
+    script.chmod(0o755)
+    return script

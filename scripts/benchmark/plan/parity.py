@@ -106,6 +106,7 @@ KNOBS: list[tuple[str, str]] = [
     ("loop", "first_steps_composition"),
     *[("run", k) for k in ("steps", "training_seed", "evaluation", "checkpoint_save", "resume")],
     *[("run", k) for k in ("external_trackers", "tracking", "metric_sink", "dead_or_ignored_keys")],
+    ("run", "rollout_replay"),
 ]
 
 # Notes of matched knobs whose matched value still costs time (the same cost on both sides).
@@ -115,11 +116,19 @@ _MATCHED_COST = {
 }
 
 
+REPLAY_NOTE = (
+    "kept out of the training-step comparison: a train-only report compares old_logprob, ref_logprob and train (and "
+    "training tokens/s, TFLOP/s, MFU) only, never step time, generate or weight_sync"
+)
+"""Train-only plans: what each side still does besides training in replay differs; the comparison leaves it out."""
+
+
 def declared_asymmetries(candidate: FrameworkAdapter, reference: FrameworkAdapter, backend: str, layout: str):
     """Knob -> note: both adapters' inherent differences when the frameworks differ, none otherwise."""
     if candidate.name == reference.name:
         return {}
-    return {**candidate.inherent_differences(backend, layout), **reference.inherent_differences(backend, layout)}
+    inherent = {**candidate.inherent_differences(backend, layout), **reference.inherent_differences(backend, layout)}
+    return {**inherent, "rollout_replay": REPLAY_NOTE}
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -201,7 +201,15 @@ def _notes(doc: ReportDocument) -> list[str]:
         )
     if not doc.pairs() and not doc.refused:
         notes.append(_no_pair_note(doc))
+    if doc.train_only is not None:
+        notes.append(TRAIN_ONLY_NOTE)
     return notes
+
+
+TRAIN_ONLY_NOTE = (
+    "Train-only run: every cell trained on one recorded rollout. Its step times include what each side does besides "
+    "training in replay (parity row rollout_replay); compare the training step in the Train-only section."
+)
 
 
 def _above_peak(cell: CellModel) -> bool:

@@ -1,7 +1,7 @@
 """The report's sections, from the typed report document (contracts/report.py) to text blocks, in reading order:
 the headline cards (headline.py), the candidate/reference comparison (e.g. Miles vs VERL, printed with the sides'
-labels), per-cell summaries, steady state, calibration, incomplete cells, plots, context. Nothing is decided here:
-every verdict is the document's.
+labels), a train-only run's training-step section (train_only.py), per-cell summaries, steady state, calibration,
+incomplete cells, plots, context. Nothing is decided here: every verdict is the document's.
 
 A null number is printed "n/a", never 0. Fractions (MFU, wait ratio) are printed as percentages.
 """
@@ -22,6 +22,7 @@ from scripts.benchmark.report.headline import headline_blocks, headline_markdown
 from scripts.benchmark.report.learning import learning_blocks
 from scripts.benchmark.report.palette import verdict_label
 from scripts.benchmark.report.render import Code, Details, Heading, Image, Paragraph, Table
+from scripts.benchmark.report.train_only import train_only_blocks
 
 from miles.utils.bench_metrics import REPORT_METRICS
 
@@ -424,6 +425,7 @@ def build_blocks(doc: ReportDocument, images: dict[str, str], *, environment_jso
     blocks: list[Any] = [Heading(1, report_title(doc)), Paragraph(header)]
     blocks += _headline_section(doc)
     blocks += _comparison_blocks(doc)
+    blocks += train_only_blocks(doc)
     blocks += learning_blocks(doc, images)
     blocks += _cell_blocks(doc)
     blocks += _steady_blocks(doc)

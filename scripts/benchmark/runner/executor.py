@@ -46,7 +46,7 @@ from typing import Any
 from scripts.benchmark.common.redaction import Redactor, find_plan_secrets, find_words_secrets
 from scripts.benchmark.contracts.manifest import MANIFEST_NAME, CellRun, Manifest, new_cell_run
 from scripts.benchmark.contracts.parity import read_parity_file
-from scripts.benchmark.contracts.plan import Known, read_plan_json
+from scripts.benchmark.contracts.plan import RECORD_SCRIPT, Known, read_plan_json
 from scripts.benchmark.contracts.sides import SidePair, sides_from_cells
 from scripts.benchmark.frameworks import registry
 from scripts.benchmark.runner.end_report import EndReport
@@ -266,9 +266,10 @@ def _nothing_to_rerun(plan: dict[str, Any], options: ExecuteOptions, output_dir:
 def _copy_plan_files(plan_path: Path | None, output_dir: Path, plan: dict[str, Any]) -> None:
     """The plan's files into the run folder; plan.json as it runs here (relocated), so --resume reads what ran."""
     assert plan_path is not None
-    for name in ("parity.json", "parity.md"):
+    for name in ("parity.json", "parity.md", RECORD_SCRIPT):
         sibling = plan_path.parent / name
         if sibling.exists() and not (output_dir / name).exists():
+            (output_dir / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(sibling, output_dir / name)
     text = plan_path.read_text(encoding="utf-8")
     if plan.get("origin") is not None and json.loads(text).get("origin") != plan["origin"]:

@@ -100,6 +100,7 @@ class MatrixRunner:
     def _run_matrix(self, todo: list[CellRun]) -> int:
         if not self.options.skip_prepare and not self._prepare():
             return 130 if self.stop.signal_name else 1
+        self._note_recording()
         self._gpu_baseline = gpu_memory.read_used_mib()
         for cell_run in todo:
             if self.stop.signal_name:
@@ -169,6 +170,18 @@ class MatrixRunner:
                 self.progress.message(f"prepare {step['name']} {entry['state']}: {entry['reason']}")
                 return False
         return True
+
+    def _note_recording(self) -> None:
+        """A train-only plan: the digest of the recording its cells replay, into the manifest (the report shows it)."""
+        recording = self.plan.get("recording")
+        if not recording:
+            return
+        try:
+            digest = Path(recording["digest_file"]).read_text(encoding="utf-8").strip() or None
+        except OSError:
+            digest = recording.get("digest")
+        self.manifest.recording = {"key": recording["key"], "root": recording["root"], "digest": digest}
+        self.manifest.save()
 
     def _ray_target_for(self, cell: dict[str, Any]) -> tuple[RayTarget | None, bool]:
         """(target, start a private head?) for this cell under the --ray mode."""

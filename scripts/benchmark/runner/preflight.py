@@ -22,6 +22,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from scripts.benchmark.contracts.plan import checked_cells
 from scripts.benchmark.frameworks import registry
 from scripts.benchmark.frameworks.launch import ray_shell_problem, uses_ray_job_submit
 from scripts.benchmark.runner.cell_command import find_executable_problem
@@ -90,7 +91,7 @@ def installed_check_rejections(plan: dict[str, Any]) -> tuple[list[str], list[st
     cells' PYTHONPATH names), before any GPU time: (rejections "<cell>: <why>" under their check's failure sentence,
     unavailable reasons, "<title>: ok for N cell(s)" lines)."""
     rejected, unavailable, passed = [], [], []
-    for check in registry.own_checks(plan["cells"], "installed"):
+    for check in registry.own_checks(checked_cells(plan), "installed"):
         if check.problems is None:
             unavailable.append(check.unavailable)
             continue

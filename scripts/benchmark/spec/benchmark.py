@@ -7,8 +7,10 @@
 - `model.hf_repo` / `data.hf_repo` (`owner/name`): what the prepare steps download when missing (optional).
 - `tracking.wandb` (off in presets; `run.py --wandb`): both launches also log to wandb; the key is never in the spec.
 - `report` and `learning`: how results are read and judged; outside `spec_hash(spec)` (sha256 of the resolved spec).
-- `run.mode` (`throughput`; `learning` for the learning guard, in the hash only when set): `with_overrides(...,
-  learning_run=True)` sets it with `LEARNING_RUN_STEPS` steps and the same batch.
+- `run.mode` (`throughput`; `learning` for the learning guard; `train-only` for replaying one recorded rollout into
+  every cell's training step; in the hash only when set): `with_overrides(..., learning_run=True)` sets learning with
+  `LEARNING_RUN_STEPS` steps and the same batch; `with_overrides(..., train_only=True)` sets train-only and a
+  `recording` section (where recordings are cached; absent, and out of the resolved spec, otherwise).
 - `load_preset(name)`, `load_spec_file(path)`, `with_overrides(spec, ...)`.
 """
 
@@ -41,6 +43,7 @@ from scripts.benchmark.spec.sections import (
     ModelSpec,
     OptimizerSpec,
     PlacementSpec,
+    RecordingSpec,
     RewardSpec,
     RolloutSpec,
     RunSpec,
@@ -69,6 +72,7 @@ class BenchmarkSpec(Section):
     tracking: TrackingSpec = TrackingSpec()
     report: ReportSpec = ReportSpec()
     learning: LearningSpec = LearningSpec()
+    recording: RecordingSpec | None = None
 
     def train_gpus(self, layout: Layout | None = None) -> int:
         if (layout or self.placement.layout) == "disaggregated":
@@ -178,6 +182,11 @@ def _geometry_problems(spec: BenchmarkSpec) -> list[str]:
             f"run.num_steps={spec.run.num_steps} is too few for run.mode learning: the learning guard needs at least "
             f"{LEARNING_RUN_STEPS} steps"
         )
+    if (spec.run.mode == "train-only") != (spec.recording is not None):
+        problems.append(
+            f"run.mode={spec.run.mode} with {'a' if spec.recording else 'no'} recording section: a train-only run "
+            "needs `recording` (where its recorded rollouts are kept) and no other mode takes one"
+        )
     if spec.run.warmup_steps >= spec.run.num_steps:
         problems.append(f"run.warmup_steps={spec.run.warmup_steps} leaves no measured step of {spec.run.num_steps}")
     return problems
@@ -271,6 +280,8 @@ def spec_json(spec: BenchmarkSpec) -> dict[str, Any]:
     data["model"]["config"] = spec.model.hf_config()
     if data["run"]["mode"] == "throughput":  # the default stays out: throughput hashes predate the mode
         del data["run"]["mode"]
+    if data["recording"] is None:
+        del data["recording"]
     return data
 
 
@@ -283,7 +294,8 @@ def spec_hash(spec: BenchmarkSpec) -> str:
 
 def spec_json_hash(resolved: dict[str, Any]) -> str:
     """`spec_hash` of a resolved spec as plan.json stores it (what `execute` checks a plan's `spec_hash` against)."""
-    measured = copy.deepcopy({k: v for k, v in resolved.items() if k not in ("report", "learning")})
+    unmeasured = ("report", "learning", "recording")  # where recordings are kept changes nothing measured
+    measured = copy.deepcopy({k: v for k, v in resolved.items() if k not in unmeasured})
     loop = measured.get("placement", {}).get("async_loop", {})
     if loop.get("schedule") == "drain":
         del loop["schedule"]
@@ -311,10 +323,15 @@ def with_overrides(
     gpus_per_node: int | None = None,
     wandb: bool | None = None,
     learning_run: bool = False,
+    train_only: bool = False,
 ) -> BenchmarkSpec:
     """A re-validated copy (model_copy would skip validation). `learning_run`: run.mode learning, `num_steps` (default
-    `LEARNING_RUN_STEPS`) steps of the same batch, the prompt slice grown to cover them."""
+    `LEARNING_RUN_STEPS`) steps of the same batch, the prompt slice grown to cover them. `train_only`: run.mode
+    train-only, with the spec's `recording` section or the default one."""
     data = spec.model_dump()
+    if train_only:
+        data["run"]["mode"] = "train-only"
+        data["recording"] = data["recording"] or RecordingSpec().model_dump()
     if learning_run:
         num_steps = num_steps if num_steps is not None else LEARNING_RUN_STEPS
         data["run"]["mode"] = "learning"

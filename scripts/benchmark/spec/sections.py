@@ -214,10 +214,32 @@ class RunSpec(Section):
     run: `steady_state_warnings` asks for enough steps that a warm-up this long is found and a steady tail remains."""
     gpus_per_node: Count = Field(gt=0)
     nodes: Count = Field(1, gt=0)
-    mode: Literal["throughput", "learning"] = "throughput"
+    mode: Literal["throughput", "learning", "train-only"] = "throughput"
     """`learning`: a run for the learning guard (`run.py --learning-run`): at least `LEARNING_RUN_STEPS` steps, the
-    batch unchanged. In the spec hash only when not `throughput`, so a learning run never shares a history series
-    with the throughput runs and the throughput hashes stay as they were."""
+    batch unchanged. `train-only` (`run.py --train-only`): one recorded rollout replayed into every cell's training
+    step, no generation (see `RecordingSpec`). In the spec hash only when not `throughput`, so such a run never shares
+    a history series with the throughput runs and the throughput hashes stay as they were."""
+
+
+RECORDING_PATH = re.compile(r"/[A-Za-z0-9_.,:=@%+/-]*")
+"""The characters a recording folder may hold: it reaches `ray job submit`'s /bin/sh line and Hydra overrides."""
+
+
+class RecordingSpec(Section):
+    """Where a train-only run keeps its recorded rollouts on the GPU node: one folder per recording key (what
+    determines the rollout), so a recording made once is replayed by every later run and night of the same spec."""
+
+    cache_dir: str = "/root/.cache/bench-recordings"
+
+    @field_validator("cache_dir")
+    @classmethod
+    def _plain_absolute(cls, value: str) -> str:
+        if not RECORDING_PATH.fullmatch(value) or ".." in value.split("/"):
+            raise ValueError(
+                f"recording.cache_dir: {value!r} must be an absolute folder of letters, digits and _ . , : = @ % + / -"
+                " (it is passed through a shell line and Hydra overrides)"
+            )
+        return value.rstrip("/") or "/"
 
 
 class TrackingSpec(Section):

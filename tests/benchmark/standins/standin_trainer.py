@@ -123,6 +123,28 @@ def _write_line(path: Path, obj: dict) -> None:
         f.write((json.dumps(obj) + "\n").encode())
 
 
+LEARNING_KEYS = {
+    "verl-file-logger": {
+        "policy_loss": "actor/pg_loss",
+        "grad_norm": "actor/grad_norm",
+        "approx_kl": "actor/ppo_kl",
+        "clip_fraction": "actor/pg_clipfrac",
+    },
+    "miles": {
+        "policy_loss": "train/pg_loss",
+        "grad_norm": "train/grad_norm",
+        "approx_kl": "train/ppo_kl",
+        "clip_fraction": "train/pg_clipfrac",
+    },
+}
+"""--learning: each learning signal under the native key the format's reader takes it from."""
+
+
+def _native_learning(fmt: str, learning: dict[str, float]) -> dict[str, float]:
+    keys = LEARNING_KEYS["verl-file-logger" if fmt == "verl-file-logger" else "miles"]
+    return {keys[name]: value for name, value in learning.items()}
+
+
 def _verl_step(step: int, step_s: float, rng: random.Random) -> dict:
     gen = step_s * 0.6
     response_mean = rng.uniform(200, 400)
@@ -274,7 +296,9 @@ def main() -> None:
     parser.add_argument("--restart-from", type=int, default=None)
     parser.add_argument("--hold-after", type=int, default=None, help="after this step, wait while --hold-file exists")
     parser.add_argument("--hold-file", type=Path, default=None)
+    parser.add_argument("--learning", type=json.loads, default={}, help="signal -> value logged at every step")
     args = parser.parse_args()
+    learning = _native_learning(args.format, args.learning)
 
     _record_pid(args.pid_file, os.getpid())
     if args.sigterm_file is not None:
@@ -319,13 +343,15 @@ def main() -> None:
         step_s = float(os.environ.get("STANDIN_STEP_S", args.step_s)) * scale * rng.uniform(0.9, 1.1)
         time.sleep(step_s)
         if args.format == "verl-file-logger":
-            _write_line(args.sink, _verl_step(step, step_s, rng))
+            record = _verl_step(step, step_s, rng)
+            record["data"].update(learning)
+            _write_line(args.sink, record)
         elif args.format == "miles-stdout":
             for identity, metrics in _miles_rollout_calls(step - 1, step_s, rng):  # Miles counts rollouts from 0
                 _print_miles_line(identity, metrics)
         elif backends:
             for identity, metrics in _miles_rollout_calls(step - 1, step_s, rng):
-                _log_tracking(backends, identity, metrics)
+                _log_tracking(backends, identity, {**metrics, **learning} if "train/step" in metrics else metrics)
         else:
             for identity, metrics in _miles_rollout_calls(step - 1, step_s, rng):
                 _write_line(args.sink / _process_file(identity), _event(identity, metrics))

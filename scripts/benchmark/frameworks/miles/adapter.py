@@ -22,7 +22,12 @@ from scripts.benchmark.errors import UserError
 from scripts.benchmark.frameworks.adapter import AdapterDefaults, CheckStage, LaunchContext, OwnCheck
 from scripts.benchmark.frameworks.launch import FrameworkLaunch
 from scripts.benchmark.frameworks.miles.flags import flag_problems, load_inventory
-from scripts.benchmark.frameworks.miles.launch import MilesPaths, build_miles_launch, miles_cuda_graph_flag
+from scripts.benchmark.frameworks.miles.launch import (
+    MilesPaths,
+    build_miles_launch,
+    miles_cuda_graph_flag,
+    recording_template,
+)
 from scripts.benchmark.frameworks.miles.learning import MILES_LEARNING_KEYS, fill_miles_learning
 from scripts.benchmark.frameworks.miles.parity_knobs import parse_miles
 from scripts.benchmark.frameworks.miles.parity_sources import launch_words
@@ -116,7 +121,13 @@ class MilesAdapter(AdapterDefaults):
         paths = ctx.own_settings(self.name) or MilesPaths()
         if ctx.side.root is not None:
             paths = dataclasses.replace(paths, miles_root=ctx.side.root)
-        return build_miles_launch(spec, backend, layout, paths, target, ctx.side.name)
+        return build_miles_launch(spec, backend, layout, paths, target, ctx.side.name, ctx.recording)
+
+    def recording_path(self, spec: BenchmarkSpec, backend: str, layout: str, root: str) -> str | None:
+        return f"{root}/miles"
+
+    def recording_done(self, spec: BenchmarkSpec, backend: str, layout: str, root: str) -> str | None:
+        return recording_template(root).format(rollout_id=spec.run.num_steps - 1)
 
     def launch_problems(self, launch: FrameworkLaunch) -> list[str]:
         return flag_problems(launch.argv, launch.backend, load_inventory())

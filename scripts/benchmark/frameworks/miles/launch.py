@@ -22,6 +22,10 @@ built from named blocks.
   backend's cost is one file write per log call (test_bench_tracking). No debug or event option is passed (no
   --save-debug-event-data, no MILES_EXPERIMENTAL_FT_TRAINER): nothing the harness reads makes Miles do work per
   step (`EXTRA_WORK_SWITCHES`, tested).
+- Train-only plans (`recording_args`): the recording pass adds `--save-debug-rollout-data ROOT/miles/{rollout_id}.pt`
+  (Miles pickles each rollout's samples, `save_debug_rollout_data`); a replay cell adds
+  `--load-debug-rollout-data` with the same template, which makes Miles train only (debug_train_only: no SGLang
+  engine, no weight update; arguments.py, rollout_manager.py).
 - Tracking (only with tracking.wandb): --use-wandb --wandb-project P --wandb-group <cell id>
   --disable-wandb-random-suffix; never --wandb-key: wandb reads WANDB_API_KEY, which the Ray head (and so the job)
   inherits from the runner's environment.
@@ -37,8 +41,10 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
-from scripts.benchmark.frameworks.launch import BENCH_CELL_DIR, FrameworkLaunch
+from scripts.benchmark.frameworks.launch import BENCH_CELL_DIR, FrameworkLaunch, RecordingPass
+from scripts.benchmark.frameworks.miles.recording import debug_data_template
 from scripts.benchmark.frameworks.miles.versions import DEFAULT_MILES_TARGET, MilesTarget, miles_target
 from scripts.benchmark.frameworks.sglang_version import cuda_graph_max_bs_key
 from scripts.benchmark.spec import Backend, BenchmarkSpec, Layout
@@ -282,6 +288,16 @@ def _tracking(spec: BenchmarkSpec, backend: Backend, layout: Layout, side: str) 
     return argv + ["--wandb-group", f"{side}-{backend}-{layout}", "--disable-wandb-random-suffix"]
 
 
+def recording_template(root: str) -> str:
+    """Where Miles writes or reads each rollout of a recording: its own `{rollout_id}` template."""
+    return debug_data_template(Path(root) / "miles")
+
+
+def recording_args(recording: RecordingPass) -> list[str]:
+    flag = "--save-debug-rollout-data" if recording.role == "record" else "--load-debug-rollout-data"
+    return [flag, recording_template(recording.root)]
+
+
 def miles_train_blocks(
     spec: BenchmarkSpec, backend: Backend, layout: Layout, target: MilesTarget | None = None, side: str = "miles"
 ) -> dict[str, list[str]]:
@@ -324,10 +340,13 @@ def build_miles_launch(
     paths: MilesPaths | None = None,
     target: MilesTarget | None = None,
     side: str = "miles",
+    recording: RecordingPass | None = None,
 ) -> FrameworkLaunch:
     paths = paths or MilesPaths()
     target = target or miles_target(DEFAULT_MILES_TARGET)
     blocks = miles_train_blocks(spec, backend, layout, target, side)
+    if recording is not None:
+        blocks["recording"] = recording_args(recording)
     argv = ["python3", f"{paths.miles_root}/{ENTRY_POINTS[layout]}"] + [
         token for block in blocks.values() for token in block
     ]

@@ -60,7 +60,13 @@ def parse_miles(
     knobs.update(_miles_backend(m, backend, colocate))
     knobs.update(_miles_run(m, colocate))
     knobs.update(_miles_loop(m))
+    if m.has("--load-debug-rollout-data"):
+        knobs["rollout_replay"] = REPLAY_EXTRAS
     return knobs
+
+
+REPLAY_EXTRAS = "recorded rollout, no SGLang engine (debug_train_only): no generation, no weight sync"
+"""What a Miles replay does besides training: nothing (arguments.py forces debug_train_only with the load switch)."""
 
 
 ONE_STEP_OFF_POLICY = "one-step off-policy: rollout N+1 generates while step N trains"

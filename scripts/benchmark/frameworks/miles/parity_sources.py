@@ -51,6 +51,7 @@ LAUNCH_FLAGS: dict[str, tuple[str, ...]] = {
     "train_state_offload": ("--colocate", "--offload-train", "--no-offload-train"),
     "steps": ("--num-rollout",),
     "nodes": ("--actor-num-nodes",),
+    "rollout_replay": ("--load-debug-rollout-data",),
 }
 
 

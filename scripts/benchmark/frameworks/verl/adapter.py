@@ -19,7 +19,13 @@ from scripts.benchmark.frameworks.launch import FrameworkLaunch
 from scripts.benchmark.frameworks.native_events import NoStepsError, SinkIssue, merge_native_events
 from scripts.benchmark.frameworks.sglang_version import graph_key_in
 from scripts.benchmark.frameworks.verl.data import converted_paths, prepare_step
-from scripts.benchmark.frameworks.verl.launch import VerlData, build_verl_launch, overrides_of
+from scripts.benchmark.frameworks.verl.launch import (
+    VerlData,
+    build_verl_launch,
+    overrides_of,
+    parameter_sync_step,
+    tq_project_dir,
+)
 from scripts.benchmark.frameworks.verl.learning import LEARNING_KEYS, fill_verl_learning
 from scripts.benchmark.frameworks.verl.parity_knobs import parse_verl
 from scripts.benchmark.frameworks.verl.parity_sources import launch_words
@@ -94,7 +100,26 @@ class VerlAdapter(AdapterDefaults):
 
     def build_launch(self, spec: BenchmarkSpec, backend: str, layout: str, ctx: LaunchContext) -> FrameworkLaunch:
         train_file, val_file = converted_paths(spec, ctx.output_dir / "data")
-        return build_verl_launch(spec, backend, layout, VerlData(train_file, val_file))
+        return build_verl_launch(spec, backend, layout, VerlData(train_file, val_file), ctx.recording)
+
+    def recording_path(self, spec: BenchmarkSpec, backend: str, layout: str, root: str) -> str | None:
+        return tq_project_dir(spec, backend, layout, root)
+
+    def replay_problems(self, spec: BenchmarkSpec, layout: str) -> list[str]:
+        """separate_async samples parameter_sync_step batches per step and replays a step only when every one of its
+        inner folders is there; a converted recording holds one batch per step."""
+        sync = parameter_sync_step(spec, layout)
+        if sync == 1:
+            return []
+        return [
+            f"VERL replays {sync} batches per step here (parameter_sync_step = {sync} optimizer steps per step, "
+            f"{layout}), a converted recording holds one per step: plan train-only colocated, or with "
+            "batch.samples_per_optimizer_step = the samples per step"
+        ]
+
+    def recording_done(self, spec: BenchmarkSpec, backend: str, layout: str, root: str) -> str | None:
+        last = f"{spec.run.num_steps}/{parameter_sync_step(spec, layout) - 1}"
+        return f"{tq_project_dir(spec, backend, layout, root)}/{last}/meta.json"
 
     def native_train_flops(self, arch: ModelArch, seq_lens: list[int]) -> float | None:
         return verl_native_train_flops(arch, seq_lens)

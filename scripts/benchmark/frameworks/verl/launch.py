@@ -23,6 +23,12 @@
 - SGLang keys VERL passes straight to ServerArgs (+engine_kwargs.sglang.*) use the field names of
   spec.rollout.sglang_versions.verl.
 
+- Train-only plans (`recording_overrides`): VERL's own record-and-replay of the v1 trainer, `skip.rollout_tq` with
+  action `cache` on every step: with nothing in its dump folder VERL generates and dumps each step's batch
+  (`{step}/{inner}/tq_batch.pt`), with a recording there it loads it instead of generating. VERL still starts its
+  SGLang engines and syncs weights to them (the parity table says so). `tq_project_dir` is where VERL looks: the
+  dump folder, then `{experiment}_{project}/GBS{prompts}_N{n}_in{prompt}_out{response}`.
+
 Caveats:
 - Partial rollout cannot be matched: at every weight sync VERL's separate_async aborts the in-flight requests and
   resumes them with the new weights (no switch); Miles's train_async waits for the rollout instead. Declared.
@@ -36,9 +42,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
-from scripts.benchmark.frameworks.launch import BENCH_CELL_DIR, FrameworkLaunch
+from scripts.benchmark.frameworks.launch import BENCH_CELL_DIR, FrameworkLaunch, RecordingPass
 from scripts.benchmark.frameworks.sglang_version import cuda_graph_max_bs_key, prefill_graphs_off_key
+from scripts.benchmark.frameworks.verl.recording import project_dump_dir
 from scripts.benchmark.spec import Backend, BenchmarkSpec, Layout
 
 AR = "actor_rollout_ref"
@@ -221,13 +229,36 @@ def _placement(spec: BenchmarkSpec, layout: Layout) -> list[str]:
     return argv
 
 
+def experiment_name(backend: Backend, layout: Layout) -> str:
+    return f"verl-{backend}-{layout}"
+
+
+def tq_project_dir(spec: BenchmarkSpec, backend: Backend, layout: Layout, root: str) -> str:
+    """The folder RolloutTqSkip reads and writes under the dump folder `root/verl` (its `_get_project_dump_dir`)."""
+    batch, lengths = spec.batch, spec.lengths
+    where = (experiment_name(backend, layout), spec.tracking.wandb_project, batch.prompts_per_step)
+    shape = (batch.samples_per_prompt, lengths.max_prompt, lengths.max_response)
+    return str(project_dump_dir(Path(root) / "verl", *where, *shape))
+
+
+def parameter_sync_step(spec: BenchmarkSpec, layout: Layout) -> int:
+    """How many batches VERL's v1 trainer samples per step (each dumped in its own inner folder)."""
+    return 1 if layout == "colocate" else spec.batch.optimizer_steps_per_step
+
+
+def recording_overrides(spec: BenchmarkSpec, recording: RecordingPass) -> list[str]:
+    skip, steps = "skip.rollout_tq", ",".join(str(step) for step in range(1, spec.run.num_steps + 1))
+    argv = [f"{skip}.enable=True", f"{skip}.dump_dir={hydra_string(recording.root + '/verl')}"]
+    return argv + [f"{skip}.steps=[{steps}]", f"{skip}.action=cache"]
+
+
 def _trainer(spec: BenchmarkSpec, backend: Backend, layout: Layout) -> list[str]:
     argv = [f"trainer.total_training_steps={spec.run.num_steps}", "trainer.total_epochs=1000"]
     argv += ["trainer.val_before_train=False", "trainer.test_freq=-1", "trainer.save_freq=-1"]
     logger = "[console,file,wandb]" if spec.tracking.wandb else "[console,file]"
     argv += ["trainer.resume_mode=disable", "trainer.critic_warmup=0", f"trainer.logger={logger}"]
     argv += [f"trainer.project_name={hydra_string(spec.tracking.wandb_project)}"]
-    argv += [f"trainer.experiment_name=verl-{backend}-{layout}"]
+    argv += [f"trainer.experiment_name={experiment_name(backend, layout)}"]
     return argv
 
 
@@ -246,8 +277,12 @@ def verl_blocks(spec: BenchmarkSpec, backend: Backend, layout: Layout, data: Ver
     }
 
 
-def build_verl_launch(spec: BenchmarkSpec, backend: Backend, layout: Layout, data: VerlData) -> FrameworkLaunch:
+def build_verl_launch(
+    spec: BenchmarkSpec, backend: Backend, layout: Layout, data: VerlData, recording: RecordingPass | None = None
+) -> FrameworkLaunch:
     blocks = verl_blocks(spec, backend, layout, data)
+    if recording is not None:
+        blocks["recording"] = recording_overrides(spec, recording)
     argv = ["python3", "-m", "verl.trainer.main_ppo"] + [token for block in blocks.values() for token in block]
     return FrameworkLaunch(
         framework="verl",

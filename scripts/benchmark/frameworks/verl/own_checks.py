@@ -15,6 +15,8 @@ What runs, all real VERL code from the wheel:
    and the real constructor (PPOTrainerSync / PPOTrainerSeparateAsync: parameter_sync_step x ppo_mini_batch_size ==
    train_batch_size, a rollout pool, a non-naive checkpoint engine, the replay buffer's threshold/strategy checks).
 4. conversions: rollout.checkpoint_engine and actor_rollout_ref.rollout to their dataclasses.
+5. replay (train-only cells, skip.rollout_tq on): SkipManager.init(config), what the trainer's fit() runs first, and
+   the RolloutTqSkip it builds: its action, steps and the folder it loads recorded batches from (`rollout_tq`).
 
 Left out (LEFT_OUT, reported with every result; nothing is faked into success): main_ppo.run_ppo (ray.init and
 TaskRunnerV1.remote: replaced, for the child's lifetime, by step 3, which raises whatever VERL raises),
@@ -107,6 +109,25 @@ def _construct_trainer(config, task_runner_class, progress: dict) -> None:
     progress["stage"] = "conversions"
     omega_conf_to_dataclass(config.actor_rollout_ref.rollout.checkpoint_engine)
     progress["rollout_config"] = type(omega_conf_to_dataclass(config.actor_rollout_ref.rollout)).__name__
+    if config.skip.rollout_tq.enable:
+        _replay_skip(config, progress)
+
+
+def _replay_skip(config, progress: dict) -> None:
+    """The replay a train-only cell asks for, as VERL's own SkipManager sets it up at the start of fit()."""
+    from verl.utils.skip import SkipManager
+
+    progress["stage"] = "skip"
+    SkipManager.init(config)
+    skip = SkipManager.skip_instances["rollout_tq"]
+    progress["rollout_tq"] = {
+        "class": type(skip).__name__,
+        "enabled": skip.is_enabled(),
+        "action": skip.action.value,
+        "steps": list(skip.steps),
+        "parameter_sync_step": skip.parameter_sync_step,
+        "project_dump_dir": str(skip._get_project_dump_dir()),
+    }
 
 
 def _check_cell(main_ppo, overrides: list[str], root: Path) -> dict:

@@ -190,7 +190,12 @@ def parse_verl(argv: list[str], prepare_argv: list[str] | None = None) -> dict[s
     knobs.update(_verl_backend(v))
     knobs.update(_verl_run(v))
     knobs.update(_verl_loop(v))
+    if v.get("skip.rollout_tq.enable"):
+        knobs["rollout_replay"] = REPLAY_EXTRAS
     return knobs
+
+
+REPLAY_EXTRAS = "recorded rollout (skip.rollout_tq), SGLang engines started and idle, weights synced to them each step"
 
 
 ONE_STEP_OFF_POLICY = "one-step off-policy: rollout N+1 generates while step N trains"

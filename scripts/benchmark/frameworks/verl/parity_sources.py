@@ -69,6 +69,7 @@ LAUNCH_KEYS: dict[str, tuple[str, ...]] = {
     ),
     "steps": ("trainer.total_training_steps",),
     "nodes": ("trainer.nnodes",),
+    "rollout_replay": ("skip.rollout_tq",),
 }
 
 

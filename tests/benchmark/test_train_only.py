@@ -1,0 +1,405 @@
+"""Train-only plans: one recorded rollout replayed into every cell's training step.
+
+The spec's mode and its recording cache, the plan's recording pass and conversions (prepare steps), the replay
+switches of every cell, the recording key that makes the recording reusable, the parity row naming what each side
+still does besides training, and the command line. Both frameworks' own checks of these launches are in
+test_verl_own_checks.py (VERL's validation, trainer and RolloutTqSkip) and test_miles_overlay.py (Miles's parser).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+from scripts.benchmark.analysis.train_only import TRAINING_METRICS
+from scripts.benchmark.errors import UserError
+from scripts.benchmark.frameworks import registry
+from scripts.benchmark.plan.build import PlanOptions, build_plan
+from scripts.benchmark.plan.train_only import recording_key
+from scripts.benchmark.report.headline import TRAIN_ONLY_NOTE
+from scripts.benchmark.run import build_app
+from scripts.benchmark.spec import BACKENDS, LAYOUTS, load_preset, preset_names, spec_hash, spec_json, with_overrides
+from scripts.benchmark.spec.benchmark import BenchmarkSpec
+from tests.benchmark.standins.plans import RUN_PY, STANDINS
+from tests.benchmark.toy_framework import ADAPTER as TOY
+from typer.testing import CliRunner
+
+MILES_TEMPLATE = "/miles/{rollout_id}.pt"
+
+
+def _plan(preset: str, layout: str, spec=None, out: Path = Path("/out")) -> dict:
+    spec = spec or with_overrides(load_preset(preset), layout=layout, train_only=True)
+    sides = registry.option_pair(compare_verl=True, miles_version=None)
+    return build_plan(spec, preset, PlanOptions(backends=BACKENDS, layout=layout, output_dir=out, sides=sides))
+
+
+def replayable(preset: str, layout: str) -> bool:
+    """VERL replays one converted batch per step: not where separate_async samples several per step."""
+    return layout == "colocate" or load_preset(preset).batch.optimizer_steps_per_step == 1
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(build_app(), list(args))
+
+
+def _value(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+class TestSpec:
+    def test_train_only_is_its_own_hash_and_the_full_loop_spec_is_unchanged(self):
+        spec = load_preset("smoke")
+        replay = with_overrides(spec, train_only=True)
+        assert "recording" not in spec_json(spec) and "mode" not in spec_json(spec)["run"]
+        assert spec_json(replay)["run"]["mode"] == "train-only"
+        assert spec_json(replay)["recording"] == {"cache_dir": "/root/.cache/bench-recordings"}
+        assert spec_hash(replay) != spec_hash(spec)
+
+    def test_where_recordings_are_kept_is_not_measured(self):
+        data = with_overrides(load_preset("smoke"), train_only=True).model_dump()
+        moved = BenchmarkSpec.model_validate({**data, "recording": {"cache_dir": "/elsewhere/recordings"}})
+        assert spec_hash(moved) == spec_hash(BenchmarkSpec.model_validate(data))
+
+    @pytest.mark.parametrize("cache_dir", ["relative/dir", "/a b", "/a/$(x)", "/a/../b", "/a'b"])
+    def test_a_cache_folder_no_shell_line_can_carry_is_refused(self, cache_dir):
+        data = with_overrides(load_preset("smoke"), train_only=True).model_dump()
+        with pytest.raises(ValidationError, match="recording.cache_dir"):
+            BenchmarkSpec.model_validate({**data, "recording": {"cache_dir": cache_dir}})
+
+    def test_a_recording_section_needs_the_train_only_mode_and_back(self):
+        data = load_preset("smoke").model_dump()
+        with pytest.raises(ValidationError, match="run.mode=throughput with a recording section"):
+            BenchmarkSpec.model_validate({**data, "recording": {}})
+        with pytest.raises(ValidationError, match="run.mode=train-only with no recording section"):
+            BenchmarkSpec.model_validate({**data, "run": {**data["run"], "mode": "train-only"}})
+
+
+@pytest.mark.parametrize("preset", preset_names())
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_every_cell_replays_the_recording_the_candidate_records(preset, layout):
+    if not replayable(preset, layout):
+        with pytest.raises(UserError, match="VERL replays 4 batches per step here"):
+            _plan(preset, layout)
+        return
+    plan = _plan(preset, layout)
+    data, recording = plan.data, plan.data["recording"]
+    root = recording["root"]
+    assert root == f"/root/.cache/bench-recordings/{recording['key']}"
+    record = recording["record_cell"]
+    assert (record["framework"], record["backend"], record["layout"]) == ("miles", "fsdp", layout)
+    assert record["script"] == "recording/record.sh" and record["prepare"] == ["download-model", "download-dataset"]
+    assert _value(record["argv"], "--save-debug-rollout-data") == root + MILES_TEMPLATE
+    assert "--load-debug-rollout-data" not in record["argv"]
+    num_steps = data["spec"]["run"]["num_steps"]
+    for cell in data["cells"]:
+        argv = cell["argv"]
+        if cell["framework"] == "miles":
+            assert _value(argv, "--load-debug-rollout-data") == root + MILES_TEMPLATE
+            assert "--save-debug-rollout-data" not in argv
+        else:
+            skip = {t.partition("=")[0]: t.partition("=")[2] for t in argv if t.startswith("skip.")}
+            steps = "[" + ",".join(map(str, range(1, num_steps + 1))) + "]"
+            assert skip == {
+                "skip.rollout_tq.enable": "True",
+                "skip.rollout_tq.dump_dir": f"{root}/verl",
+                "skip.rollout_tq.steps": steps,
+                "skip.rollout_tq.action": "cache",
+            }
+    names = [step["name"] for step in data["prepare"]]
+    assert names == [
+        "download-model",
+        "download-dataset",
+        "convert-data",
+        "record-rollout",
+        "digest-recording",
+        "convert-recording-verl-fsdp",
+        "convert-recording-verl-megatron",
+    ]
+    assert data["prepare"][3]["creates"] == f"{root}/miles/{num_steps - 1}.pt"
+    assert data["prepare"][3]["argv"] == ["bash", "/out/recording/record.sh"]
+    for step in data["prepare"][4:]:
+        assert (
+            _value(step["argv"], "--source") == f"{root}/miles" and _value(step["argv"], "--source-format") == "miles"
+        )
+        assert _value(step["argv"], "--digest-file") == f"{root}/digest.txt"
+
+
+def test_the_recording_key_is_what_determines_the_rollout():
+    """The same spec replans to the same recording (reused across runs and nights); a change to what is generated,
+    or to who generates it where, is another recording; where recordings are kept is not part of it."""
+    spec = with_overrides(load_preset("smoke"), train_only=True)
+    miles = registry.option_pair(compare_verl=True, miles_version=None).candidate
+    key = recording_key(spec, miles, "fsdp", "colocate")
+    assert key == recording_key(with_overrides(load_preset("smoke"), train_only=True), miles, "fsdp", "colocate")
+    assert key != recording_key(with_overrides(spec, num_steps=20), miles, "fsdp", "colocate")
+    assert key != recording_key(spec, miles, "megatron", "colocate")
+    assert key != recording_key(spec, miles, "fsdp", "disaggregated")
+    assert key != recording_key(spec, miles.model_copy(update={"target": "0.0.2"}), "fsdp", "colocate")
+    moved = BenchmarkSpec.model_validate({**spec.model_dump(), "recording": {"cache_dir": "/other"}})
+    assert recording_key(moved, miles, "fsdp", "colocate") == key
+
+
+def test_the_parity_table_names_what_each_side_does_besides_training():
+    for pair in _plan("smoke", "colocate").parity.pairs:
+        (row,) = [row for row in pair.rows if row.knob == "rollout_replay"]
+        assert row.status == "asymmetry" and "kept out of the training-step comparison" in row.note
+        assert row.candidate.startswith("recorded rollout, no SGLang engine (debug_train_only)")
+        assert "engines started and idle, weights synced" in row.reference
+        assert row.candidate_launch.startswith("--load-debug-rollout-data ")
+        assert row.reference_launch.startswith("skip.rollout_tq.enable=True skip.rollout_tq.dump_dir=")
+    full_loop = build_plan(
+        load_preset("smoke"),
+        "smoke",
+        PlanOptions(BACKENDS, "colocate", Path("/out"), registry.option_pair(compare_verl=True, miles_version=None)),
+    )
+    assert all(row.knob != "rollout_replay" for pair in full_loop.parity.pairs for row in pair.rows)
+
+
+def test_a_side_without_record_and_replay_is_bad_input_and_nothing_is_written(tmp_path):
+    registry.register(TOY)
+    try:
+        result = _invoke("--preset", "smoke", "--backend", "fsdp", "--candidate", "toy@a", "--reference", "toy@b",
+                         "--output-dir", str(tmp_path / "o"), "--dry-run", "--train-only")  # fmt: skip
+        plain = _invoke("--preset", "smoke", "--backend", "fsdp", "--candidate", "toy@a", "--reference", "toy@b",
+                        "--output-dir", str(tmp_path / "p"), "--dry-run")  # fmt: skip
+    finally:
+        registry.unregister(TOY.name)
+    assert result.exit_code == 2, result.output
+    assert "run.mode train-only: Toy a has no record-and-replay of rollouts in this harness" in result.output
+    assert not (tmp_path / "o").exists() and plain.exit_code == 0, plain.output
+
+
+def _small_recording():
+    from scripts.benchmark.frameworks.recorded import RecordedSample, RecordedStep, Recording
+
+    def sample(group: int, index: int) -> RecordedSample:
+        response = (7 + index, 8, 9 + group)
+        return RecordedSample((1, 2, 3 + group), response, (1, 1, 1), float(index % 2), group, (-0.5, -0.25, -1.0))
+
+    return Recording(tuple(RecordedStep(tuple(sample(g, i) for g in (0, 1) for i in (0, 1))) for _ in range(2)))
+
+
+def test_prepare_recording_keeps_the_digest_and_refuses_another_recording(tmp_path):
+    """The digest step writes the recording's digest; a conversion is read back and checked against it; a recording
+    whose digest is not the kept one is refused before anything is written."""
+    pytest.importorskip("torch")
+    from scripts.benchmark.frameworks.recording import recording_digest, write_recording
+
+    source, digest_file = tmp_path / "rec" / "miles", tmp_path / "rec" / "digest.txt"
+    write_recording(_small_recording(), source, "miles")
+    digest = recording_digest(source, "miles")
+    base = [
+        "prepare-recording",
+        "--source",
+        str(source),
+        "--source-format",
+        "miles",
+        "--digest-file",
+        str(digest_file),
+    ]
+    first = _invoke(*base)
+    assert first.exit_code == 0, first.output
+    assert digest_file.read_text() == digest + "\n" and f"recording {digest}" in first.output
+    converted = _invoke(*base, "--target", str(tmp_path / "rec" / "copy"), "--target-format", "miles")
+    assert converted.exit_code == 0, converted.output
+    assert recording_digest(tmp_path / "rec" / "copy", "miles") == digest
+    digest_file.write_text("0" * len(digest) + "\n")
+    refused = _invoke(*base, "--target", str(tmp_path / "rec" / "other"), "--target-format", "miles")
+    assert (
+        refused.exit_code == 2
+        and f"--digest-file {digest_file}: the recording at {source} has digest" in refused.output
+    )
+    assert not (tmp_path / "rec" / "other").exists() and digest_file.read_text() == "0" * len(digest) + "\n"
+
+
+class TestCommandLine:
+    def test_prepare_recording_needs_target_and_its_format_together(self, tmp_path):
+        result = _invoke("prepare-recording", "--source", str(tmp_path), "--source-format", "miles",
+                         "--target", str(tmp_path / "t"), "--digest-file", str(tmp_path / "d"))  # fmt: skip
+        assert result.exit_code == 2 and "give --target and --target-format together" in result.output
+        assert not (tmp_path / "t").exists() and not (tmp_path / "d").exists()
+
+    def test_dry_run_writes_the_recording_script_and_says_where_the_recording_is(self, tmp_path):
+        out = tmp_path / "out"
+        result = _invoke("--compare-verl", "--preset", "smoke", "--output-dir", str(out), "--dry-run", "--train-only")
+        assert result.exit_code == 0, result.output
+        plan = json.loads((out / "plan.json").read_text())
+        key = plan["recording"]["key"]
+        assert f"train-only: every cell replays one recording by miles (fsdp, colocate), key {key}" in result.output
+        script = out / "recording" / "record.sh"
+        assert os.access(script, os.X_OK)
+        text = script.read_text()
+        assert f"BENCH_CELL_DEFAULT=/root/.cache/bench-recordings/{key}/run" in text
+        assert "--save-debug-rollout-data" in text and "pkill" not in text
+        assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+
+    def test_a_recording_already_made_here_gives_the_plan_its_digest(self, tmp_path):
+        """A node that recorded this spec before: the plan names the digest of the recording its cells will replay."""
+        data = with_overrides(load_preset("smoke"), train_only=True).model_dump(mode="json")
+        data["recording"] = {"cache_dir": str(tmp_path / "rec")}
+        spec = tmp_path / "spec.yaml"
+        spec.write_text(json.dumps(data))
+        first = _invoke("--spec", str(spec), "--output-dir", str(tmp_path / "a"), "--dry-run")
+        recording = json.loads((tmp_path / "a" / "plan.json").read_text())["recording"]
+        assert first.exit_code == 0 and recording["digest"] is None and "recorded by the first run" in first.output
+        Path(recording["digest_file"]).parent.mkdir(parents=True)
+        Path(recording["digest_file"]).write_text("feedc0de\n")
+        again = _invoke("--spec", str(spec), "--output-dir", str(tmp_path / "b"), "--dry-run")
+        replanned = json.loads((tmp_path / "b" / "plan.json").read_text())["recording"]
+        assert again.exit_code == 0 and replanned["digest"] == "feedc0de" and "digest feedc0de" in again.output
+        assert (replanned["key"], replanned["root"]) == (recording["key"], recording["root"])
+
+    def test_the_recording_pass_goes_through_the_frameworks_own_checks_too(self, tmp_path):
+        """VERL as the recorder: its strict compose checks the replay cell and the recording launch."""
+        argv = ["--preset", "smoke", "--backend", "fsdp", "--candidate", "verl", "--reference", "miles", "--dry-run"]
+        result = _invoke(*argv, "--output-dir", str(tmp_path / "o"), "--train-only")
+        assert result.exit_code == 0, result.output
+        assert "VERL strict compose: ok for 2 cell(s)" in result.output
+        record = json.loads((tmp_path / "o" / "plan.json").read_text())["recording"]["record_cell"]
+        assert record["framework"] == "verl" and "skip.rollout_tq.action=cache" in record["argv"]
+
+    def test_learning_run_and_train_only_together_is_bad_input(self, tmp_path):
+        result = _invoke("--preset", "smoke", "--output-dir", str(tmp_path / "o"), "--dry-run", "--train-only")
+        assert result.exit_code == 0, result.output
+        result = _invoke(
+            "--preset", "smoke", "--output-dir", str(tmp_path / "p"), "--dry-run", "--train-only", "--learning-run"
+        )
+        assert result.exit_code == 2 and "either --learning-run or --train-only" in result.output
+        assert not (tmp_path / "p").exists()
+
+    def test_a_bad_recording_folder_in_a_spec_file_is_exit_2_naming_it(self, tmp_path):
+        data = with_overrides(load_preset("smoke"), train_only=True).model_dump(mode="json")
+        data["recording"] = {"cache_dir": "/rec;rm -rf /"}
+        spec = tmp_path / "spec.yaml"
+        spec.write_text(json.dumps(data))
+        result = _invoke("--spec", str(spec), "--output-dir", str(tmp_path / "o"), "--dry-run")
+        assert result.exit_code == 2 and "recording.cache_dir" in result.output
+        assert "Traceback" not in result.output and not (tmp_path / "o").exists()
+
+
+STEP_S = 0.03
+STANDIN_LEARNING = {
+    "miles": {"policy_loss": 0.0125, "grad_norm": 0.91, "approx_kl": 0.0, "clip_fraction": 0.10},
+    "verl": {"policy_loss": 0.0127, "grad_norm": 0.93, "approx_kl": 0.0, "clip_fraction": 0.30},
+}
+"""What each stand-in trainer logs: close on loss and grad norm, a clip fraction three times as high on one side."""
+
+
+def _run_py(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(RUN_PY), *args], capture_output=True, text=True, timeout=180)
+
+
+def _plan_standin_run(tmp_path: Path, name: str, *extra: str) -> tuple[Path, dict]:
+    """A dry-run plan of the smoke spec with the recording cache under tmp_path, its framework commands replaced by
+    the stand-in trainer (the real sinks), executed without its prepare steps."""
+    data = with_overrides(load_preset("smoke"), num_steps=12).model_dump(mode="json")
+    data["data"]["end"] = 48
+    if "--train-only" in extra:
+        data |= {"run": {**data["run"], "mode": "train-only"}, "recording": {"cache_dir": str(tmp_path / "rec")}}
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(json.dumps(data))
+    plan_dir = tmp_path / f"{name}-plan"
+    planned = _run_py("--spec", str(spec), "--backend", "fsdp", "--compare-verl", "--output-dir", str(plan_dir),
+                      "--dry-run", *extra)  # fmt: skip
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    plan = json.loads((plan_dir / "plan.json").read_text())
+    for cell in plan["cells"]:
+        sink = cell["sink"]
+        argv = [sys.executable, str(STANDINS / "standin_trainer.py"), "--format", sink["format"], "--sink"]
+        argv += [sink["path"], "--steps", str(cell["num_steps"]), "--step-s", str(STEP_S), "--startup-s", "0.01"]
+        argv += ["--learning", json.dumps(STANDIN_LEARNING[cell["framework"]])]
+        cell["argv"], cell["launch_argv"] = argv, list(argv)
+    (plan_dir / "plan.json").write_text(json.dumps(plan, indent=2))
+    return plan_dir, plan
+
+
+def _execute(plan_dir: Path, run_dir: Path, *prepare: str) -> None:
+    options = [*(prepare or ["--skip-prepare"]), "--no-preflight", "--poll-interval-s", "0.05", "--repeats", "1"]
+    executed = _run_py("execute", str(plan_dir / "plan.json"), "--output-dir", str(run_dir), *options)
+    assert executed.returncode == 0, executed.stdout + executed.stderr
+
+
+def _standin_recording_pass(plan_dir: Path, plan: dict) -> None:
+    """The recording pass replaced by a script that leaves what a finished pass, its digest step and conversions
+    leave (their `creates`), and the plan's other prepare steps (downloads, data) dropped: the runner runs the record
+    step from the run folder, then skips the rest because their files exist."""
+    steps = [step for step in plan["prepare"] if step["name"] in ("record-rollout", "digest-recording")]
+    steps += [step for step in plan["prepare"] if step["name"].startswith("convert-recording-")]
+    lines = ["#!/usr/bin/env bash", "set -euo pipefail"]
+    for step in steps[:1] + steps[2:]:
+        lines += [
+            f"mkdir -p {shlex.quote(str(Path(step['creates']).parent))}",
+            f"touch {shlex.quote(step['creates'])}",
+        ]
+    lines += [f"echo 0123abcd > {shlex.quote(plan['recording']['digest_file'])}"]
+    (plan_dir / "recording" / "record.sh").write_text("\n".join(lines) + "\n")
+    plan["prepare"] = steps
+    (plan_dir / "plan.json").write_text(json.dumps(plan, indent=2))
+
+
+def test_a_stand_in_replay_run_reports_the_train_only_section(tmp_path):
+    """The replay pass run by the harness with stand-in trainers (a full-loop run of the spec beside it): the
+    recording's digest reaches the manifest and the report, whose train-only section holds the run's own
+    training-phase ratios, the full-loop run's beside them, and the first-step agreement as logged."""
+    full_plan, _ = _plan_standin_run(tmp_path, "full")
+    _execute(full_plan, tmp_path / "full")
+    assert _run_py("report", str(tmp_path / "full"), "--quiet").returncode == 0
+    replay_plan, plan = _plan_standin_run(tmp_path, "replay", "--train-only")
+    assert plan["recording"]["root"].startswith(str(tmp_path / "rec") + "/")
+    _standin_recording_pass(replay_plan, plan)
+    run_dir = tmp_path / "replay"
+    _execute(replay_plan, run_dir, "--prepare")
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert [(step["name"], step["state"]) for step in manifest["prepare"]] == [
+        ("record-rollout", "complete"),
+        ("digest-recording", "skipped"),
+        ("convert-recording-verl-fsdp", "skipped"),
+    ]
+    assert (run_dir / "recording" / "record.sh").read_bytes() == (replay_plan / "recording" / "record.sh").read_bytes()
+    assert manifest["recording"] == {
+        "key": plan["recording"]["key"],
+        "root": plan["recording"]["root"],
+        "digest": "0123abcd",
+    }
+    reported = _run_py("report", str(run_dir), "--full-loop", str(tmp_path / "full"), "--quiet")
+    assert reported.returncode == 0, reported.stdout + reported.stderr
+    report = json.loads((run_dir / "report.json").read_text())
+    full = json.loads((tmp_path / "full" / "report.json").read_text())
+    assert full["train_only"] is None
+    view = report["train_only"]
+    assert (view["recording_key"], view["digest"], view["recorder"]) == (plan["recording"]["key"], "0123abcd", "miles")
+    assert view["full_loop_run"] == str(tmp_path / "full")
+    own = {c["metric"]: c for c in report["comparisons"]}
+    beside = {c["metric"]: c for c in full["comparisons"]}
+    assert [row["metric"] for row in view["rows"]] == [m for m in own if m in TRAINING_METRICS]
+    assert {"phases_s.train", "phases_s.old_logprob", "train_tokens_per_s"} <= {r["metric"] for r in view["rows"]}
+    for row in view["rows"]:
+        metric = row["metric"]
+        assert (row["ratio"], row["ci_low"], row["ci_high"]) == tuple(
+            own[metric][k] for k in ("ratio", "ci_low", "ci_high")
+        )
+        assert row["full_loop_ratio"] == beside[metric]["ratio"]
+    assert "step_time_s" not in {r["metric"] for r in view["rows"]}
+    first = {f["signal"]: f for f in view["first_step"]}
+    assert first["policy_loss"]["step"] == 1 and first["policy_loss"]["agrees"] is True
+    assert first["policy_loss"]["difference"] == pytest.approx(0.0125 - 0.0127)
+    assert first["grad_norm"]["difference"] == pytest.approx((0.91 - 0.93) / 0.93)
+    assert first["clip_fraction"]["agrees"] is False
+    assert first["clip_fraction"]["difference"] == pytest.approx((0.10 - 0.30) / 0.30)
+    assert first["approx_kl"]["agrees"] is True and first["approx_kl"]["difference"] == 0.0
+    markdown = (run_dir / "report.md").read_text()
+    assert "## Train-only: the training step on one recorded rollout" in markdown and "`0123abcd`" in markdown
+    assert "| clip_fraction | 1 |" in markdown and "DIFFERS" in markdown
+    assert TRAIN_ONLY_NOTE in markdown and TRAIN_ONLY_NOTE in reported.stdout + _run_py("report", str(run_dir)).stdout
+    assert TRAIN_ONLY_NOTE not in (tmp_path / "full" / "report.md").read_text()
+    before = (run_dir / "report.json").read_bytes()
+    for other, words in ((tmp_path / "nowhere", "no report.json there"), (run_dir, "a train-only run")):
+        refused = _run_py("report", str(run_dir), "--full-loop", str(other))
+        assert refused.returncode == 2 and f"--full-loop {other}: {words}" in refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr and (run_dir / "report.json").read_bytes() == before
