@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from scripts.benchmark.runner.ray_head import ray_environment
 from tests.benchmark.process_marks import MARK_VAR
 from tests.benchmark.standins.plans import RUN_PY, standin_cell
 
@@ -50,7 +51,9 @@ def harness(*args: str) -> list[str]:
 
 
 def marked_env(mark: dict[str, str], **extra: str) -> dict[str, str]:
-    base = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", MARK_VAR)}
+    """The environment of the tests' own Ray commands and harnesses: Ray's auth mode decided as the harness decides
+    it (a cluster a user starts where a Ray token exists runs with token authentication)."""
+    base = {k: v for k, v in ray_environment(os.environ).items() if k not in ("RAY_ADDRESS", MARK_VAR)}
     return {**base, **mark, "BENCH_RAY_START_ARGS": " ".join(SMALL_NODE), **extra}
 
 

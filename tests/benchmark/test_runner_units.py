@@ -28,7 +28,13 @@ from scripts.benchmark.runner.environment_record import build_environment_record
 from scripts.benchmark.runner.executor import interleaved_order
 from scripts.benchmark.runner.gpu_memory import read_used_mib, wait_until_released
 from scripts.benchmark.runner.progress import MatrixProgress, format_duration
-from scripts.benchmark.runner.ray_head import RayTarget, build_head_argv, external_target, extra_start_args
+from scripts.benchmark.runner.ray_head import (
+    RayTarget,
+    build_head_argv,
+    external_target,
+    extra_start_args,
+    ray_environment,
+)
 from scripts.benchmark.runner.slurm import build_sbatch
 from scripts.benchmark.runner.watchdog import Watchdog, WatchdogLimits
 from tests.benchmark.standins.plans import RUN_PY, STANDINS, standin_cell, write_plan
@@ -473,3 +479,35 @@ def test_resume_reads_per_framework_options_of_manifests_written_before_pythons_
     assert ExecuteOptions(**options).runtime("verl") == ExecuteOptions().runtime("verl")
     current = {"pythons": {"verl": "/v"}, "prefixes": {"miles": "docker exec -i m", "verl": "<redacted>"}}
     assert options_from_manifest(current) == {"pythons": {"verl": "/v"}, "prefixes": {"miles": "docker exec -i m"}}
+
+
+class TestRayAuthMode:
+    """Ray 2.60 turns token authentication on for a head it starts when a token exists and RAY_AUTH_MODE is unset,
+    while its clients read the token only in token mode: every Ray command of the harness gets the same mode."""
+
+    def test_a_token_file_in_home_makes_token_mode_explicit(self, tmp_path):
+        (tmp_path / ".ray").mkdir()
+        (tmp_path / ".ray" / "auth_token").write_text("0123456789abcdef")
+        assert ray_environment({"HOME": str(tmp_path)})["RAY_AUTH_MODE"] == "token"
+
+    def test_a_token_in_the_environment_or_at_its_path_makes_token_mode_explicit(self, tmp_path):
+        assert ray_environment({"HOME": str(tmp_path), "RAY_AUTH_TOKEN": "t"})["RAY_AUTH_MODE"] == "token"
+        (tmp_path / "token").write_text("t")
+        env = {"HOME": str(tmp_path), "RAY_AUTH_TOKEN_PATH": str(tmp_path / "token")}
+        assert ray_environment(env)["RAY_AUTH_MODE"] == "token"
+
+    def test_no_token_or_a_chosen_mode_is_left_as_it_is(self, tmp_path):
+        assert "RAY_AUTH_MODE" not in ray_environment({"HOME": str(tmp_path)})
+        (tmp_path / ".ray").mkdir()
+        (tmp_path / ".ray" / "auth_token").write_text("")  # an empty file is no token
+        assert "RAY_AUTH_MODE" not in ray_environment({"HOME": str(tmp_path)})
+        (tmp_path / ".ray" / "auth_token").write_text("t")
+        chosen = {"HOME": str(tmp_path), "RAY_AUTH_MODE": "disabled"}
+        assert ray_environment(chosen) == chosen
+
+    def test_the_sbatch_script_decides_the_mode_before_the_head_starts(self, tmp_path):
+        script = build_sbatch(
+            {"cells": [standin_cell("miles")]}, ["execute", "plan.json"], python="/usr/bin/python3", workdir=tmp_path
+        )
+        mode_at, head_at = script.index("export RAY_AUTH_MODE=token"), script.index('start_node "$head_node" --head')
+        assert mode_at < head_at and '-s "${RAY_AUTH_TOKEN_PATH:-$HOME/.ray/auth_token}"' in script

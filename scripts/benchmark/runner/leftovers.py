@@ -31,7 +31,7 @@ from scripts.benchmark.runner.process import (
     read_proc_table,
     stop_until_gone,
 )
-from scripts.benchmark.runner.ray_head import stop_ray_job
+from scripts.benchmark.runner.ray_head import ray_environment, stop_ray_job
 
 
 def _same_boot(record: CellProcesses) -> bool:
@@ -89,7 +89,11 @@ def _stop_ray_job(cell: CellRun, grace_s: float) -> str | None:
     if ray is None or ray.submission_id is None or ray.dashboard_url is None or not ray.ray_argv:
         return None
     return stop_ray_job(
-        ray.ray_argv, ray.dashboard_url, ray.submission_id, timeout_s=max(grace_s, 10.0), env=os.environ
+        ray.ray_argv,
+        ray.dashboard_url,
+        ray.submission_id,
+        timeout_s=max(grace_s, 10.0),
+        env=ray_environment(os.environ),
     )
 
 

@@ -31,6 +31,7 @@ from scripts.benchmark.runner.ray_head import (
     PrivateRayHead,
     RayTarget,
     external_target,
+    ray_environment,
     start_private_head,
     stop_ray_job,
 )
@@ -214,7 +215,7 @@ class MatrixRunner:
                 head = start_private_head(
                     runtime.ray_argv(),
                     num_gpus=int((cell.get("gpus") or {}).get("per_node") or 0),
-                    env=os.environ,
+                    env=ray_environment(os.environ),
                     log_path=cell_dir / "ray-head.log",
                     redactor=self.redactor,
                     should_stop=self._stop_requested,
@@ -233,7 +234,12 @@ class MatrixRunner:
                 write_json_atomic(cell_dir / "ray.json", head.describe())
             submission_id = f"bench-{cell_run.id}-rep{cell_run.repeat}-{int(time.time())}"
             command = build_cell_command(
-                cell, cell_dir=cell_dir, runtime=runtime, ray=target, submission_id=submission_id, base_env=os.environ
+                cell,
+                cell_dir=cell_dir,
+                runtime=runtime,
+                ray=target,
+                submission_id=submission_id,
+                base_env=ray_environment(os.environ),
             )
             self._record_ray(cell_run, head, command, target)
             cell_records.write_command_record(cell_dir, command, self.redactor)

@@ -111,6 +111,26 @@ class PrivateRayHead:
         }
 
 
+AUTH_MODE_ENV = "RAY_AUTH_MODE"
+
+
+def ray_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment of every Ray command the harness runs (head, `ray job submit/stop`, the cells).
+
+    Ray enables token authentication on a head it starts when RAY_AUTH_MODE is unset and a token exists
+    (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token), but its clients read that token only in token mode:
+    the head and its clients must be told the same mode, so the token mode is made explicit there."""
+    resolved = dict(env)
+    if resolved.get(AUTH_MODE_ENV):
+        return resolved
+    home = resolved.get("HOME") or str(Path.home())
+    token_file = Path(resolved.get("RAY_AUTH_TOKEN_PATH") or Path(home) / ".ray" / "auth_token")
+    has_token_file = token_file.is_file() and token_file.stat().st_size > 0
+    if resolved.get("RAY_AUTH_TOKEN") or has_token_file:
+        resolved[AUTH_MODE_ENV] = "token"
+    return resolved
+
+
 def extra_start_args(env: Mapping[str, str]) -> list[str]:
     """The words of BENCH_RAY_START_ARGS; ValueError naming the variable when it does not parse."""
     try:

@@ -133,6 +133,12 @@ step_alive() {{  # every step started so far still runs; else say which node's R
         return 1
     done
 }}
+# Ray turns token authentication on for a head it starts when a token exists and RAY_AUTH_MODE is unset, but its
+# clients (ray status, ray job submit/stop, the cells) read the token only in token mode: one mode for all of them.
+if [ -z "${{RAY_AUTH_MODE:-}}" ] && {{ [ -n "${{RAY_AUTH_TOKEN:-}}" ] \\
+    || [ -s "${{RAY_AUTH_TOKEN_PATH:-$HOME/.ray/auth_token}}" ]; }}; then
+    export RAY_AUTH_MODE=token
+fi
 start_node "$head_node" --head --node-ip-address="$head_ip" --port="$RAY_PORT" \\
     --dashboard-host="$head_ip" --dashboard-port="$DASHBOARD_PORT"
 port_open() {{ (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }}
