@@ -5,18 +5,13 @@ the steps, and the reader takes them into StepRecord.policy_lag. Skipped without
 MILES_BENCH_REQUIRE_VERL_CHECKS=1."""
 
 import json
-import os
-import subprocess
-from pathlib import Path
 
 import pytest
 from scripts.benchmark.frameworks.sinks import build_step_records
-from scripts.benchmark.frameworks.verl.config import find_verl_root
-from scripts.benchmark.frameworks.verl.own_checks import find_check_python
+from tests.benchmark.verl_child import verl_child_sink
 
 from miles.utils.bench_metrics import RunContext
 
-CHILD = Path(__file__).resolve().parent / "verl_children" / "staleness_steps.py"
 VERSIONS = {1: [[0, 0], [0, 0]], 2: [[0, 1], [1, 1], [0, 1], [1, 1]], 3: [[1, 2], [2, 2], [0, 2]]}
 """Step -> per trajectory (oldest, newest) weight version it was generated with (VERL tags min/max_global_steps);
 the trainer at global step s trains policy version s - 1."""
@@ -24,19 +19,7 @@ the trainer at global step s trains policy version s - 1."""
 
 @pytest.fixture(scope="module")
 def sink(tmp_path_factory):
-    python, root = find_check_python(), find_verl_root()
-    if python is None or root is None:
-        if os.environ.get("MILES_BENCH_REQUIRE_VERL_CHECKS") == "1":
-            pytest.fail("MILES_BENCH_REQUIRE_VERL_CHECKS=1 but no VERL check interpreter or wheel")
-        pytest.skip("no VERL check interpreter (.cache/verl-check-venv or VERL_CHECK_PYTHON)")
-    path = tmp_path_factory.mktemp("verl") / "verl.jsonl"
-    drop = ("PYTHONPATH", "PYTHONHOME", "RAY_ADDRESS")
-    env = {k: v for k, v in os.environ.items() if k not in drop}
-    env.update(PYTHONPATH=str(root), VERL_FILE_LOGGER_PATH=str(path))
-    argv = [str(python), str(CHILD), json.dumps(VERSIONS)]
-    done = subprocess.run(argv, env=env, cwd="/", capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return path
+    return verl_child_sink(tmp_path_factory.mktemp("verl"), "staleness_steps.py", json.dumps(VERSIONS))
 
 
 def test_verls_own_staleness_reaches_the_policy_lag(sink):

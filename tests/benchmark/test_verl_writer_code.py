@@ -2,35 +2,17 @@
 FileLogger, run in the VERL check interpreter (skipped without it, unless MILES_BENCH_REQUIRE_VERL_CHECKS=1)."""
 
 import json
-import os
-import subprocess
-from pathlib import Path
 
 import pytest
 from scripts.benchmark.frameworks.sinks import build_step_records
-from scripts.benchmark.frameworks.verl.config import find_verl_root
-from scripts.benchmark.frameworks.verl.own_checks import find_check_python
+from tests.benchmark.verl_child import verl_child_sink
 
 from miles.utils.bench_metrics import RunContext
-
-CHILD = Path(__file__).resolve().parent / "verl_children" / "write_steps.py"
 
 
 @pytest.fixture(scope="module")
 def sink(tmp_path_factory):
-    python, root = find_check_python(), find_verl_root()
-    if python is None or root is None:
-        if os.environ.get("MILES_BENCH_REQUIRE_VERL_CHECKS") == "1":
-            pytest.fail("MILES_BENCH_REQUIRE_VERL_CHECKS=1 but no VERL check interpreter or wheel")
-        pytest.skip("no VERL check interpreter (.cache/verl-check-venv or VERL_CHECK_PYTHON)")
-    path = tmp_path_factory.mktemp("verl") / "verl.jsonl"
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    env.update(PYTHONPATH=str(root), VERL_FILE_LOGGER_PATH=str(path))
-    done = subprocess.run(
-        [str(python), str(CHILD), "8"], env=env, cwd="/", capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return path
+    return verl_child_sink(tmp_path_factory.mktemp("verl"), "write_steps.py", "8")
 
 
 def _ctx(layout):

@@ -23,6 +23,7 @@ import enum
 import json
 import math
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -411,6 +412,15 @@ def repeats_to_settle(low: float, high: float, *, threshold: float, repeats: tup
         if half * width(n, n) / now < allowed:
             return n
     return None
+
+
+def settle_estimate(row: ComparisonModel, repeats_by_cell: Mapping[str, int]) -> tuple[int, int | None] | None:
+    """For an inconclusive comparison row: (repeats a side now, `repeats_to_settle` of its interval); None when a
+    side has fewer than 2 repeats (its interval comes from the steps, no estimate can be given)."""
+    sides = (repeats_by_cell.get(row.candidate_cell, 0), repeats_by_cell.get(row.reference_cell, 0))
+    if min(sides) < 2:
+        return None
+    return min(sides), repeats_to_settle(row.ci_low - 1, row.ci_high - 1, threshold=row.threshold, repeats=sides)
 
 
 _EXPECTED = {"string_type": "string", "dict_type": "object", "list_type": "list", "int_type": "integer"}

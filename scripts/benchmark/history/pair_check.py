@@ -25,7 +25,7 @@ from scripts.benchmark.contracts.report import (
     ComparisonModel,
     Practical,
     ReportDocument,
-    repeats_to_settle,
+    settle_estimate,
 )
 from scripts.benchmark.history.check import MetricCheck, Verdict, step_time_family
 
@@ -93,13 +93,13 @@ def judge_comparison(pair: str, metric: str, row: ComparisonModel | None, repeat
 
 def _settle_note(row: ComparisonModel, repeats: dict[str, int]) -> str:
     """An inconclusive interval (at high noise) says how many repeats a side would make it decisive."""
-    sides = (repeats.get(row.candidate_cell, 0), repeats.get(row.reference_cell, 0))
-    if min(sides) < 2:
+    estimate = settle_estimate(row, repeats)
+    if estimate is None:
         return "inconclusive: intervals over repeats need 2 or more a side (--repeats 3)"
-    needed = repeats_to_settle(row.ci_low - 1, row.ci_high - 1, threshold=row.threshold, repeats=sides)
+    now, needed = estimate
     if needed is None:
         return f"inconclusive: not even {MAX_REPEATS_TO_SETTLE} repeats a side would settle it (on the threshold)"
-    return f"inconclusive with {min(sides)} repeats a side: about {needed} a side would settle it (--repeats {needed})"
+    return f"inconclusive with {now} repeats a side: about {needed} a side would settle it (--repeats {needed})"
 
 
 def moved_phase_notes(report: ReportDocument) -> list[str]:

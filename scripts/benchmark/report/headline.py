@@ -30,7 +30,7 @@ from scripts.benchmark.contracts.report import (
     Practical,
     ReportDocument,
     percent,
-    repeats_to_settle,
+    settle_estimate,
     signed_percent,
 )
 from scripts.benchmark.report.learning import learning_warning
@@ -121,14 +121,13 @@ def pair_sentence(doc: ReportDocument, backend: str, layout: str) -> tuple[Pract
 
 def settle_words(doc: ReportDocument, step: ComparisonModel) -> str:
     """How many repeats a side would make an inconclusive step-time interval decisive, where that can be said."""
-    repeats = {c.id: c.repeats for c in doc.cells}
-    sides = (repeats.get(step.candidate_cell, 0), repeats.get(step.reference_cell, 0))
-    if min(sides) < 2:
+    estimate = settle_estimate(step, {c.id: c.repeats for c in doc.cells})
+    if estimate is None:
         return "more steps or repeats would settle it (--repeats 3 or more: intervals over repeats)"
-    needed = repeats_to_settle(step.ci_low - 1, step.ci_high - 1, threshold=step.threshold, repeats=sides)
+    now, needed = estimate
     if needed is None:
         return f"not even {MAX_REPEATS_TO_SETTLE} repeats a side would settle it, the change sits on the threshold"
-    return f"about {needed} repeats a side would settle it (--repeats {needed}; {min(sides)} now)"
+    return f"about {needed} repeats a side would settle it (--repeats {needed}; {now} now)"
 
 
 def _bar(label: str, phases: dict[str, float], step_s: float | None, cell: CellModel | None) -> CardBar:
