@@ -5,9 +5,7 @@
 - `interval_rates` - per-cell median coverage, Miles/VERL step-time ratio coverage (per metric and family-wise),
   the width of the family-wise interval over the per-metric one, false "significant" claims on no-difference pairs
   and detection of a real 5% gap, through the report's own code (cut_to_steady_state, summarise, compare_sides).
-- `paired_check_rates` - `run.py ab`'s false "slower" on equal builds and detection of a 5% slower head, through the
-  report's comparison and the paired check's rule; `paired_check_rates_on_simulator` the same on a second generator,
-  the check's simulator (history/simulation.py), with and without its outliers.
+- The paired PR check (`run.py ab`) has its own validation: paired_check_validation.py.
 - Run `python -m tests.benchmark.statistics_validation` for the full table (a few minutes on 2 cores); the tests in
   test_statistics_validation.py run smaller, seeded versions and assert the bounds.
 
@@ -29,11 +27,8 @@ from scripts.benchmark.analysis.settings import AnalysisSettings
 from scripts.benchmark.analysis.stats import summarise
 from scripts.benchmark.analysis.steady_state import detect_steady_state
 from scripts.benchmark.analysis.step_columns import StepColumns
-from scripts.benchmark.history.check import Verdict
-from scripts.benchmark.history.pair_check import judge_comparison
-from scripts.benchmark.history.simulation import SimulationSettings, simulate_steps
 from tests.benchmark.synthetic_runs import pair_key
-from tests.benchmark.validation_generator import PHASE_SHARES, PROMPT_TOKENS, GeneratedRuns, generate_runs
+from tests.benchmark.validation_generator import PROMPT_TOKENS, GeneratedRuns, generate_runs
 
 from miles.utils.bench_metrics import PHASES, STEP_TIME_FAMILY
 
@@ -164,82 +159,6 @@ def interval_rates(seed: int, pairs: int, *, repeats: int = 3, steps: int = 24, 
     )
 
 
-@dataclass(frozen=True, kw_only=True)
-class PairedCheckRates:
-    pairs: int
-    repeats: int
-    cv: float
-    false_slower: float
-    """Equal builds called REGRESSED by `run.py ab`'s rule."""
-    detection_5pct: float
-    """A head 5% slower called REGRESSED."""
-
-
-def paired_check_rates(seed: int, pairs: int, *, repeats: int = 3, cv: float = 0.02) -> PairedCheckRates:
-    """`run.py ab` on head/base pairs of one build (equal) and of a 5% slower head, through the report's comparison
-    and the check's rule (history/pair_check.py); `cv` is the step-to-step noise of both sides."""
-    rng = np.random.default_rng(seed)
-    settings = AnalysisSettings(reps=200)
-
-    def regressed(gap: float) -> bool:
-        head = generate_runs(rng, repeats, steps=24, gap=gap, cv=cv)
-        base = generate_runs(rng, repeats, steps=24, cv=cv)
-        sides = side_samples(_cell(head, repeats, 0), METRICS), side_samples(_cell(base, repeats, 0), METRICS)
-        rows, _ = compare_sides(*sides, pair=pair_key(), phases=PHASES, settings=settings)
-        row = next(r for r in rows if r.metric == "step_time_s")
-        return judge_comparison("pair", "step_time_s", row, {}).verdict is Verdict.REGRESSED
-
-    equal = [regressed(1.0) for _ in range(pairs)]
-    slower = [regressed(1.05) for _ in range(pairs)]
-    return PairedCheckRates(
-        pairs=pairs,
-        repeats=repeats,
-        cv=cv,
-        false_slower=float(np.mean(equal)),
-        detection_5pct=float(np.mean(slower)),
-    )
-
-
-def simulator_columns(step_time: np.ndarray) -> StepColumns:
-    """Steady steps of the check's simulator (history/simulation.py) as the report's columns: phases at their mean
-    shares of the step, throughputs inversely proportional to it."""
-    values = {"step_time_s": step_time}
-    values |= {f"phases_s.{p}": step_time * PHASE_SHARES.get(p, 0.0) for p in PHASES}
-    values |= {"train_tokens_per_s": 1e6 / step_time, "rollout_tokens_per_gpu_s": 1e5 / step_time}
-    values |= {"train_tflops_per_gpu": 300.0 / step_time, "train_mfu": 0.3 / step_time}
-    measured = {n: np.isfinite(v) for n, v in values.items()}
-    return StepColumns(steps=np.arange(len(step_time)), values=values, measured=measured)
-
-
-def paired_check_rates_on_simulator(
-    seed: int, pairs: int, *, repeats: int = 3, cv: float = 0.02, outliers: bool = False
-) -> PairedCheckRates:
-    """`run.py ab`'s rule on a second generator, the check's simulator: AR(1) 0.6 steps, 22 steady steps a repeat
-    (24 less the preset's 2 warm-up steps), the night's offset common to both builds (one node, one hour); with
-    `outliers`, its slow repeats (3%, 10-40%) and slow steps (1%, 1.5-3x)."""
-    s = SimulationSettings(trials=pairs, history=0, repeats=2 * repeats, steps=22, seed=seed)
-    if not outliers:
-        s = replace(s, repeat_outlier_prob=0, run_outlier_prob=0, step_spike_prob=0)
-    steps = 100.0 * simulate_steps(np.random.default_rng(seed), s, cv)[:, 0]
-    settings = AnalysisSettings(reps=200)
-
-    def regressed(trial: int, gap: float) -> bool:
-        head = [simulator_columns(gap * steps[trial, 2 * r]) for r in range(repeats)]
-        base = [simulator_columns(steps[trial, 2 * r + 1]) for r in range(repeats)]
-        sides = side_samples(head, METRICS), side_samples(base, METRICS)
-        rows, _ = compare_sides(*sides, pair=pair_key(), phases=PHASES, settings=settings)
-        row = next(r for r in rows if r.metric == "step_time_s")
-        return judge_comparison("pair", "step_time_s", row, {}).verdict is Verdict.REGRESSED
-
-    return PairedCheckRates(
-        pairs=pairs,
-        repeats=repeats,
-        cv=cv,
-        false_slower=float(np.mean([regressed(t, 1.0) for t in range(pairs)])),
-        detection_5pct=float(np.mean([regressed(t, 1.05) for t in range(pairs)])),
-    )
-
-
 def _holds(low: float | None, high: float | None, truth: float) -> bool:
     return low is not None and high is not None and low <= truth <= high
 
@@ -273,24 +192,6 @@ def main() -> None:
             f"{r.family_coverage:.1%} | {r.width_family_over_per_metric:.2f} | {r.false_claims:.1%} | "
             f"{r.family_false_claims:.1%} | {r.detection_5pct:.1%} |"
         )
-    print()
-    print(
-        '| `run.py ab`: repeats a side | step CV | pairs | false "slower" (equal builds) | 5% slower head detected |'
-    )
-    print("|---|---|---|---|---|")
-    for repeats, cv in ((3, 0.02), (3, 0.05), (4, 0.02), (5, 0.05)):
-        r = paired_check_rates(args.seed, args.pairs, repeats=repeats, cv=cv)
-        print(f"| {repeats} | {cv:.0%} | {r.pairs} | {r.false_slower:.1%} | {r.detection_5pct:.1%} |")
-    print()
-    print(
-        '| `run.py ab` on the check\'s simulator: repeats a side | step CV | outliers | pairs | false "slower" | 5% |'
-    )
-    print("|---|---|---|---|---|---|")
-    for outliers in (False, True):
-        for cv in (0.02, 0.05):
-            r = paired_check_rates_on_simulator(args.seed, args.pairs, cv=cv, outliers=outliers)
-            row = f"| 3 | {cv:.0%} | {'yes' if outliers else 'no'} | {r.pairs} | {r.false_slower:.1%} |"
-            print(f"{row} {r.detection_5pct:.1%} |")
 
 
 if __name__ == "__main__":

@@ -251,10 +251,13 @@ def test_repeats_to_settle_is_the_fewest_repeats_whose_interval_is_decisive(spre
 
 
 def test_an_inconclusive_pair_at_high_noise_says_how_many_repeats_would_settle_it(tmp_path):
-    """CV 10% per step, 3 repeats of 60 steps, a 1% gap: the interval crosses the 2% threshold; the headline and the
-    paired check name the repeats a side that would settle it, the number repeats_to_settle gives."""
+    """CV 10% per step, 3 repeats of 60 steps, a 1% gap: the interval crosses the 2% threshold; the headline names
+    the repeats a side that would settle it, the number repeats_to_settle gives; so does the paired check (its own
+    interval, against its 3% threshold)."""
+    import math
+
     from scripts.benchmark.contracts.report import repeats_to_settle
-    from scripts.benchmark.history.pair_check import judge_pairs
+    from scripts.benchmark.history.pair_check import THRESHOLD, look, pair_units
 
     cells = [dataclasses.replace(c, repeats=3) for c in gap_pair({"train": 1.0}, num_steps=60, cv=0.10, seed=0)]
     doc = analyse_run_folder(write_run_folder(tmp_path, cells), AnalysisSettings(reps=200))
@@ -263,7 +266,13 @@ def test_an_inconclusive_pair_at_high_noise_says_how_many_repeats_would_settle_i
     needed = repeats_to_settle(step.ci_low - 1, step.ci_high - 1, threshold=step.threshold, repeats=(3, 3))
     assert needed is not None and needed > 3
     assert f"about {needed} repeats a side would settle it (--repeats {needed}; 3 now)" in headline_markdown(doc)
-    [check] = [c for c in judge_pairs(doc) if c.metric == "step_time_s"]
+    [(head, base)] = pair_units(doc).values()
+    decided = look(head, base, round_number=3, alpha=0.024, final=True)
+    assert decided.decision == "INCONCLUSIVE", decided
+    low, high = decided.ci_low - 1, decided.ci_high - 1
+    settle = repeats_to_settle(low, high, threshold=THRESHOLD, repeats=(3, 3))
+    assert not math.isclose(abs((low + high) / 2), THRESHOLD)
     assert (
-        check.note == f"inconclusive with 3 repeats a side: about {needed} a side would settle it (--repeats {needed})"
+        decided.note
+        == f"inconclusive with 3 repeats a side: about {settle} a side would settle it (--repeats {settle})"
     )

@@ -13,12 +13,7 @@ import numpy as np
 import pytest
 
 from scripts.benchmark.analysis.steady_state import detect_steady_state
-from tests.benchmark.statistics_validation import (
-    interval_rates,
-    paired_check_rates,
-    paired_check_rates_on_simulator,
-    steady_state_rates,
-)
+from tests.benchmark.statistics_validation import interval_rates, steady_state_rates
 from tests.benchmark.validation_generator import generate_runs
 
 PAIRS = 500
@@ -99,27 +94,3 @@ class TestIntervals:
     def test_a_real_five_percent_gap_is_seen(self, default_rates):
         """About 91% on this generator with 3 repeats a side; the bound leaves the sampling error of 500 pairs."""
         assert default_rates.detection_5pct >= 0.90 - sampling_margin(0.9, PAIRS)
-
-
-class TestPairedCheck:
-    """`run.py ab` with the default 3 repeats a side: the bounds of the PR check, with the sampling error of the
-    pairs (about 1% false "slower" and 92% detection at CV 2% with 1000 pairs; docs/benchmark/history.md)."""
-
-    def test_equal_builds_are_rarely_called_slower_and_a_5pct_slower_head_is_caught(self):
-        r = paired_check_rates(seed=5, pairs=PAIRS, repeats=3, cv=0.02)
-        assert r.false_slower <= 0.05 + sampling_margin(0.05, r.pairs), r
-        assert r.detection_5pct >= 0.90 - sampling_margin(0.9, r.pairs), r
-
-    def test_equal_builds_at_5pct_step_noise_are_rarely_called_slower(self):
-        r = paired_check_rates(seed=6, pairs=PAIRS, repeats=3, cv=0.05)
-        assert r.false_slower <= 0.05 + sampling_margin(0.05, r.pairs), r
-
-
-@pytest.mark.parametrize("cv", [0.02, 0.05])
-def test_the_paired_check_holds_on_a_second_generator(cv):
-    """The check's simulator (AR(1) 0.6 steps, no warm-up, the night's offset common to head and base), 3 repeats a
-    side: equal builds called slower in at most 5% of PRs; a 5% slower head caught in at least 90% at CV 2%."""
-    r = paired_check_rates_on_simulator(seed=31, pairs=200, cv=cv)
-    assert r.false_slower <= 0.05 + sampling_margin(0.05, r.pairs), r
-    if cv == 0.02:
-        assert r.detection_5pct >= 0.90, r

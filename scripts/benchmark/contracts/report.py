@@ -99,6 +99,15 @@ class CellLearningModel(_Open):
     unit: str
 
 
+class LaunchTimingModel(_Open):
+    """A cell's launches in wall time (the manifest's start to end) and start-up (that less its steps' times)."""
+
+    wall_s: float | None = None
+    startup_s: float | None = None
+    """Medians over the repeats."""
+    repeats: list[dict[str, float]] = Field(default_factory=list)
+
+
 class CellModel(_Open):
     id: str
     framework: str
@@ -120,6 +129,7 @@ class CellModel(_Open):
     tokens_per_step: float | None = None
     """Mean trained (prompt + response) tokens per steady step."""
     learning: dict[str, CellLearningModel] = Field(default_factory=dict)
+    launch: LaunchTimingModel = Field(default_factory=LaunchTimingModel)
 
 
 class PairModel(_Open):
@@ -386,7 +396,8 @@ def verdict_words(verdict: Practical, unit: str) -> str:
 
 
 MAX_REPEATS_TO_SETTLE = 50
-"""Beyond this many repeats a side the estimate is not given: the change sits (nearly) on the threshold."""
+"""Beyond this many repeats a side no estimate is given: the change sits near the threshold, or the spread the
+repeats show is too wide (one of them far from the others) for an estimate to mean anything."""
 
 
 def repeats_to_settle(low: float, high: float, *, threshold: float, repeats: tuple[int, int]) -> int | None:
@@ -462,6 +473,17 @@ def _annotation_at(loc: list[Any]) -> Any:
 
 def _has(container: Any, key: Any) -> bool:
     return key in container if isinstance(container, dict) else isinstance(key, int) and key < len(container)
+
+
+REPORT_FILE = "report.json"
+
+
+def read_run_report(run_dir: Path) -> ReportDocument:
+    """A run folder's report.json through its typed definition; a missing one says how to make it."""
+    path = Path(run_dir) / REPORT_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist: run `python scripts/benchmark/run.py report {run_dir}` first")
+    return validate_report_file(path)
 
 
 def validate_report_file(path: Path) -> ReportDocument:

@@ -20,20 +20,16 @@ import statistics
 from pathlib import Path
 
 from scripts.benchmark.contracts.history_record import MetricValue, Provenance, RunToRecord, SeriesKey
-from scripts.benchmark.contracts.report import ReportDocument, SummaryModel, validate_report_file
+from scripts.benchmark.contracts.report import REPORT_FILE, CellModel, ReportDocument, SummaryModel, read_run_report
 from scripts.benchmark.history.learning_check import learning_metric_values
 
 from miles.utils.bench_metrics import METRICS, is_finite_number
 
-REPORT_FILE = "report.json"
-
 
 def read_report(run_dir: Path) -> ReportDocument:
     """report.json validated through its typed definition; a run without a spec hash cannot be recorded."""
+    report = read_run_report(run_dir)
     path = Path(run_dir) / REPORT_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist: run `python scripts/benchmark/run.py report {run_dir}` first")
-    report = validate_report_file(path)
     if not report.spec_hash:
         raise ValueError(f"{path}: spec_hash is {report.spec_hash!r}; a run without a spec hash has no series")
     return report
@@ -66,10 +62,29 @@ def read_report_runs(run_dir: Path) -> list[RunToRecord]:
                 report_generated_at=report.generated_at,
                 run_dir=str(report.run_dir or run_dir),
                 environment=cell.environment,
-                values=values + learning_metric_values(cell),
+                values=values + learning_metric_values(cell) + launch_metric_values(cell),
             )
         )
     return runs
+
+
+LAUNCH_PREFIX = "launch."
+"""History metrics of a cell's launches (not of its steps): what the cost model reads back (history/costs.py)."""
+
+
+def launch_metric_values(cell: CellModel) -> list[MetricValue]:
+    """The cell's launch wall time and start-up as history values: medians over its repeats, each repeat kept."""
+    return [
+        MetricValue(
+            metric=LAUNCH_PREFIX + key,
+            value=getattr(cell.launch, key),
+            repeat_values=[row[key] for row in cell.launch.repeats],
+            n=len(cell.launch.repeats),
+            unit="s",
+            direction="lower",
+        )
+        for key in ("wall_s", "startup_s")
+    ]
 
 
 def _metric_value(name: str, summary: SummaryModel, samples: list[list[float]] | None) -> MetricValue:

@@ -126,7 +126,10 @@ def settle_words(doc: ReportDocument, step: ComparisonModel) -> str:
         return "more steps or repeats would settle it (--repeats 3 or more: intervals over repeats)"
     now, needed = estimate
     if needed is None:
-        return f"not even {MAX_REPEATS_TO_SETTLE} repeats a side would settle it, the change sits on the threshold"
+        return (
+            f"more than {MAX_REPEATS_TO_SETTLE} repeats a side if the change and the spread of these {now} held: the "
+            "change is near the threshold, or one repeat far from the others widens the spread (see each repeat)"
+        )
     return f"about {needed} repeats a side would settle it (--repeats {needed}; {now} now)"
 
 
