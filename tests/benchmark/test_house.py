@@ -21,7 +21,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "spec": {"common", "schema"},
     "contracts": {"spec", "common", "schema"},
     "frameworks": {"contracts", "spec", "common", "schema"},
-    "plan": {"frameworks", "contracts", "spec", "common", "schema"},
+    "plan": {"frameworks", "calibration", "contracts", "spec", "common", "schema"},
     "runner": {"frameworks", "contracts", "spec", "common", "schema"},
     "analysis": {"frameworks.registry", "calibration", "contracts", "spec", "common", "schema"},
     "report": {"contracts", "spec", "common", "schema"},
@@ -34,7 +34,8 @@ MAY_IMPORT: dict[str, set[str]] = {
 """Which stage may import which, lowest first (docs/benchmark.md, "Layout", draws the same table). `schema` is
 miles/utils/bench_*.py; top-level errors.py counts as common, model_config.py as spec, run.py and calibrate.py as
 entry points. `frameworks.registry` is the one module of frameworks/ the analysis may read (side labels); the
-analysis reads measured ceilings from calibration/ (MFU against the measured peak, the roofline)."""
+analysis reads measured ceilings from calibration/ (MFU against the measured peak, the roofline), the plan its
+rooflines (the cost estimate, plan/cost.py)."""
 
 TOP_LEVEL_STAGE = {"errors": "common", "model_config": "spec", "run": "entry", "calibrate": "entry"}
 FRAMEWORK_WORDS = ("miles", "verl")

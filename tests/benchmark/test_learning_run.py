@@ -61,12 +61,14 @@ class TestLearningRunPlan:
         assert learning["spec_hash"] == spec_hash(with_overrides(spec, learning_run=True))
         assert throughput["spec_hash"] == spec_hash(spec)
 
-    def test_the_summary_prints_the_gpu_cost_and_says_the_step_time_is_unknown(self, tmp_path, monkeypatch):
+    def test_the_summary_prints_the_cost_of_200_steps_and_what_the_run_is(self, tmp_path, monkeypatch):
         result, plan = _plan(tmp_path, monkeypatch, "--learning-run")
-        gpu_steps = 3 * sum(c["gpus"]["total"] * 200 for c in plan["cells"])  # 3 repeats when comparing
-        assert f"GPU cost: {3 * len(plan['cells'])} launches, {gpu_steps} GPU-steps" in result.output
         assert "learning run: 200 steps of the same batch" in result.output
-        assert "step time unknown until a run measures it" in result.output
+        assert all(
+            f"cost {c['id']}: start-up" in result.output and "200 steps x" in result.output for c in plan["cells"]
+        )
+        assert "cost, 3 repeat(s): node wall time" in result.output  # 3 repeats when comparing
+        assert {c["steps"] for c in plan["cost"]["cells"].values()} == {200}
         throughput, _ = _plan(tmp_path, monkeypatch)
         assert "learning run:" not in throughput.output
 

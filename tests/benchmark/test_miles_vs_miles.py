@@ -164,9 +164,7 @@ def _head_and_base_run(root: Path, step_s: dict[str, float]) -> Path:
     planned = _run_py("--preset", "smoke", "--backend", "fsdp", "--output-dir", str(plan_dir), "--dry-run", *sides)
     assert planned.returncode == 0, planned.stdout + planned.stderr
     assert "repeats: 3 interleaved per cell" in planned.stdout
-    cells = json.loads((plan_dir / "plan.json").read_text())["cells"]
-    gpu_steps = 3 * sum(c["gpus"]["total"] * c["num_steps"] for c in cells)
-    assert f"GPU cost: 6 launches, {gpu_steps} GPU-steps" in planned.stdout
+    assert "cost, 3 repeat(s): node wall time" in planned.stdout
     STEP_S.update(step_s)
     try:
         _substitute_standins(plan_dir / "plan.json")
@@ -204,35 +202,3 @@ def test_the_paired_check_without_a_report_could_not_judge(tmp_path):
     judged = _run_py("ab", str(tmp_path))
     assert judged.returncode == 2 and "could not judge" in judged.stderr and "report.json" in judged.stderr
     assert "Traceback" not in judged.stderr and not (tmp_path / "ab.md").exists()
-
-
-def test_the_docs_gpu_hours_per_pr_are_the_pr_workflows_plan(tmp_path):
-    """history.md's GPU hours per PR: launches, steps and GPUs from the dry run of the PR workflow's own command,
-    and each row of its table is GPU-steps x seconds per step / 3600."""
-    sides = [
-        "--candidate",
-        "miles",
-        "--candidate-root",
-        "/ci/head",
-        "--reference",
-        "miles",
-        "--reference-root",
-        "/ci/base",
-    ]
-    planned = _run_py(
-        "--backend", "fsdp", "--preset", "qwen3-1.7b-base", "--output-dir", str(tmp_path), "--dry-run", *sides
-    )
-    assert planned.returncode == 0, planned.stdout + planned.stderr
-    plan = json.loads((tmp_path / "plan.json").read_text())
-    launches = plan["repeats"] * len(plan["cells"])
-    [steps] = {c["num_steps"] for c in plan["cells"]}
-    [gpus] = {c["gpus"]["total"] for c in plan["cells"]}
-    assert f"GPU cost: {launches} launches, {launches * steps * gpus} GPU-steps" in planned.stdout
-    docs = (REPO_ROOT / "docs/benchmark/history.md").read_text()
-    section = docs[docs.index("**GPU hours per PR**") :]
-    assert f"{launches} x {steps} x {gpus} = {launches * steps * gpus} GPU-steps" in section
-    for seconds in (60, 120, 170):
-        hours = launches * steps * gpus * seconds / 3600
-        wall = launches * steps * seconds / 3600
-        row = next(line.strip() for line in section.splitlines() if line.strip().startswith(f"| {seconds}"))
-        assert row.endswith(f"| {hours:.1f} | {wall:.1f} h |"), row

@@ -4,7 +4,6 @@
   backend)` it gives, per cell, MFU against the measured peak and training TFLOPs/GPU as a fraction of the roofline,
   next to the datasheet MFU of the records; given `weight_sync_floor_s(device, model, path)` also the weight-sync
   phase against its floor (colocated: one on-GPU copy of all weights; disaggregated: one NCCL broadcast of them).
-- `grad_ckpt_by_backend(plan)` and `roofline_model_key(plan)` read what the roofline needs from plan.json.
 """
 
 from __future__ import annotations
@@ -83,22 +82,3 @@ def _roofline_spread_fields(tflops: float | None, spread: dict[str, Any] | None)
         "fraction_of_roofline_range": [tflops / spread["p90"], tflops / spread["p10"]],
         "roofline_run_to_run_pct": spread.get("run_to_run_pct"),
     }
-
-
-def grad_ckpt_by_backend(plan: dict[str, Any] | None) -> dict[str, bool]:
-    """Whether each backend recomputes activations, from the resolved spec in plan.json (absent when unknown)."""
-    spec = (plan or {}).get("spec") or {}
-    found: dict[str, bool] = {}
-    fsdp, megatron = spec.get("fsdp"), spec.get("megatron")
-    if isinstance(fsdp, dict) and "gradient_checkpointing" in fsdp:
-        found["fsdp"] = bool(fsdp["gradient_checkpointing"])
-    if isinstance(megatron, dict) and "recompute" in megatron:
-        found["megatron"] = megatron["recompute"] not in (None, False, "none")
-    return found
-
-
-def roofline_model_key(plan: dict[str, Any] | None) -> str | None:
-    """The calibration roofline is keyed by model config name (spec.model.config); the preset name otherwise."""
-    plan = plan or {}
-    config = ((plan.get("spec") or {}).get("model") or {}).get("config")
-    return config if isinstance(config, str) else plan.get("preset")

@@ -29,14 +29,13 @@ from scripts.benchmark.analysis.calibration_view import (
     RooflineSpread,
     WeightSyncFloor,
     calibration_view,
-    grad_ckpt_by_backend,
-    roofline_model_key,
 )
 from scripts.benchmark.analysis.compare import PairKey, SideSamples, compare_sides, refusal_reason
 from scripts.benchmark.analysis.learning import analyse_learning, learning_margins
 from scripts.benchmark.analysis.run_folder import (
     RESPONSE_LENGTH_EXTREMES,
     Cell,
+    Repeat,
     RunFolder,
     hardware_of,
     read_run_folder,
@@ -49,6 +48,7 @@ from scripts.benchmark.analysis.steady_state import detect_steady_state
 from scripts.benchmark.analysis.step_columns import StepColumns
 from scripts.benchmark.analysis.train_only import full_loop_comparisons, train_only_view
 from scripts.benchmark.analysis.verdict import practical_thresholds
+from scripts.benchmark.calibration.results import grad_ckpt_by_backend, roofline_model_key
 from scripts.benchmark.contracts.parity import ParityFile, unexplained
 from scripts.benchmark.contracts.report import AttributionModel, ComparisonModel, ReportDocument
 from scripts.benchmark.frameworks.registry import incomparable_phases
@@ -200,12 +200,39 @@ def _analyse_cell(cell: Cell, settings: AnalysisSettings, skip_first: int = 0) -
         "response_length": _response_length(steady),
         "tokens_per_step": tokens_per_step(steady),
         "policy_lag": observed_lag(columns),
+        "launch": launch_timing(cell.repeats),
         "step_time_series": [
             {"repeat": rep.repeat, "steps": c.steps.tolist(), "step_time_s": _nulls(c.values["step_time_s"])}
             for rep, c in zip(cell.repeats, columns, strict=True)
         ],
     }
     return entry, side_samples(steady, tuple(REPORT_METRICS))
+
+
+def launch_timing(repeats: list[Repeat]) -> dict[str, Any]:
+    """Each launch's wall time (the manifest's start to end: Ray, start-up, steps, stop) and its start-up (the wall
+    time less the steps' own times), with their medians: what the cost model reads back (plan/cost.py)."""
+    rows = []
+    for rep in repeats:
+        start, end = _instant(rep.started_at), _instant(rep.ended_at)
+        if start is None or end is None or end < start:
+            continue
+        wall = (end - start).total_seconds()
+        steps = rep.columns.values["step_time_s"]
+        stepped = float(np.nansum(steps)) if np.isfinite(steps).any() else 0.0
+        rows.append({"repeat": rep.repeat, "wall_s": wall, "startup_s": max(wall - stepped, 0.0)})
+
+    def median(key: str) -> float | None:
+        return float(np.median([r[key] for r in rows])) if rows else None
+
+    return {"wall_s": median("wall_s"), "startup_s": median("startup_s"), "repeats": rows}
+
+
+def _instant(text: str | None) -> datetime.datetime | None:
+    try:
+        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+    except ValueError:
+        return None
 
 
 def _sink_formats(plan: dict[str, Any]) -> dict[str, str]:

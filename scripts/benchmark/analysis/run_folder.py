@@ -5,7 +5,8 @@
   "complete", its metrics.jsonl (schema v2 or v1) and environment.json.
 - Each complete repeat holds every metric the report summarises (bench_metrics.REPORT_METRICS, the registry's
   shown metrics) as columns (step_columns.py).
-- Repeats in any other state are kept as `IncompleteRepeat`s so the report can say what is missing and why.
+- Repeats in any other state are kept as `IncompleteRepeat`s so the report can say what is missing and why, but for
+  the rounds a sequential pair did not need (state "not-needed"): the paired check decided before them.
 
 Caveats:
 - A metric a framework does not report is None in the record and stays None here (never 0).
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 from scripts.benchmark.analysis.sides import cell_side, run_sides
 from scripts.benchmark.analysis.step_columns import DamagedFile, StepColumns, read_step_columns, read_utf8
-from scripts.benchmark.contracts.manifest import MANIFEST_NAME, read_manifest_json
+from scripts.benchmark.contracts.manifest import MANIFEST_NAME, NOT_NEEDED, read_manifest_json
 from scripts.benchmark.contracts.parity import ParityFile, read_parity_file
 from scripts.benchmark.contracts.sides import SidePair
 
@@ -47,6 +48,9 @@ class Repeat:
     columns: StepColumns
     """Every report metric (and the raw response-length extremes) of every step, in step order."""
     environment: dict[str, Any]
+    started_at: str | None = None
+    ended_at: str | None = None
+    """The launch's start and end as the manifest recorded them (ISO-8601 UTC): its wall time, start-up included."""
 
 
 @dataclass(kw_only=True)
@@ -119,6 +123,8 @@ def read_run_folder(run_dir: Path) -> RunFolder:
             ),
         )
         metrics_path = run_dir / entry.get("metrics", f"{entry.get('dir', '')}/metrics.jsonl")
+        if entry["state"] == NOT_NEEDED:  # a sequential pair decided before this round: nothing is missing
+            continue
         if entry["state"] != "complete" or not metrics_path.is_file():
             reason = entry.get("reason") if metrics_path.is_file() else (entry.get("reason") or "no metrics.jsonl")
             incomplete.append(
@@ -134,10 +140,7 @@ def read_run_folder(run_dir: Path) -> RunFolder:
                 IncompleteRepeat(cell_id=entry["id"], repeat=entry["repeat"], state="empty", reason=reason)
             )
             continue
-        environment = _read_json(metrics_path.parent / "environment.json", required=False) or {}
-        cell.repeats.append(
-            Repeat(repeat=entry["repeat"], dir=str(metrics_path.parent), columns=columns, environment=environment)
-        )
+        cell.repeats.append(_repeat(entry, metrics_path, columns))
     for cell in cells.values():
         cell.repeats.sort(key=lambda r: r.repeat)
     return RunFolder(
@@ -149,6 +152,18 @@ def read_run_folder(run_dir: Path) -> RunFolder:
         parity_error=parity_error,
         cells=[c for c in cells.values() if c.repeats],
         incomplete=incomplete,
+    )
+
+
+def _repeat(entry: dict[str, Any], metrics_path: Path, columns: StepColumns) -> Repeat:
+    environment = _read_json(metrics_path.parent / "environment.json", required=False) or {}
+    return Repeat(
+        repeat=entry["repeat"],
+        dir=str(metrics_path.parent),
+        columns=columns,
+        environment=environment,
+        started_at=entry.get("started_at"),
+        ended_at=entry.get("ended_at"),
     )
 
 

@@ -7,6 +7,8 @@
   `roofline_tflops(device_name, preset, grad_ckpt)`, `roofline_spread(...)` (its p10/p90 and run-to-run spread) and
   `weight_sync_floor_s(device_name, model, path)` return None (never 0 or inf) when the GPU or the number was not
   measured.
+- `grad_ckpt_by_backend(plan)` and `roofline_model_key(plan)` read what the roofline needs from plan.json (the
+  report's calibration view and the plan's cost estimate).
 - `parameter_count(config)` counts a Qwen3 / Qwen3 MoE model's parameters from its HF config.json (checked in the
   tests against the real transformers model); weight-sync floors move `bf16 bytes = 2 * parameter_count`.
 
@@ -181,3 +183,22 @@ def weight_sync_floor_s(
         return None if copy is None else 2 * param_bytes / (copy * 1e9)
     algbw = _saturated_algbw_gb_per_s(data, path)
     return None if algbw is None else param_bytes / (algbw * 1e9)
+
+
+def grad_ckpt_by_backend(plan: dict[str, Any] | None) -> dict[str, bool]:
+    """Whether each backend recomputes activations, from the resolved spec in plan.json (absent when unknown)."""
+    spec = (plan or {}).get("spec") or {}
+    found: dict[str, bool] = {}
+    fsdp, megatron = spec.get("fsdp"), spec.get("megatron")
+    if isinstance(fsdp, dict) and "gradient_checkpointing" in fsdp:
+        found["fsdp"] = bool(fsdp["gradient_checkpointing"])
+    if isinstance(megatron, dict) and "recompute" in megatron:
+        found["megatron"] = megatron["recompute"] not in (None, False, "none")
+    return found
+
+
+def roofline_model_key(plan: dict[str, Any] | None) -> str | None:
+    """The calibration roofline is keyed by model config name (spec.model.config); the preset name otherwise."""
+    plan = plan or {}
+    config = ((plan.get("spec") or {}).get("model") or {}).get("config")
+    return config if isinstance(config, str) else plan.get("preset")

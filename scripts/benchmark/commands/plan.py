@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import typer
 
+from scripts.benchmark.commands.plan_cost import CostRequest
+
+NO_BUDGET = CostRequest()
 EXIT_BAD_INPUT, EXIT_PARITY, EXIT_CANNOT_EXECUTE = 2, 3, 4
 
 
@@ -55,9 +58,12 @@ def plan_impl(
     roots: tuple[str | None, str | None] = (None, None),
     learning_run: bool = False,
     train_only: bool = False,
+    pr_workload: bool = False,
+    cost: CostRequest = NO_BUDGET,
 ) -> None:
     from pathlib import Path
 
+    from scripts.benchmark.commands.plan_summary import print_summary
     from scripts.benchmark.plan.build import PlanError, PlanOptions, build_plan, write_plan
     from scripts.benchmark.plan.folder import check_plan_folder, write_plan_atomically
     from scripts.benchmark.spec import BACKENDS, spec_hash
@@ -67,6 +73,7 @@ def plan_impl(
     _check_miles_version(miles_version)
     if repeats is not None and repeats < 1:
         _fail(EXIT_BAD_INPUT, f"--repeats must be >= 1, got {repeats}")
+    cost.check()
     sides = _sides(compare_verl, miles_version, candidate, reference, roots)
     spec = _load_spec(
         preset,
@@ -77,6 +84,7 @@ def plan_impl(
         wandb=wandb,
         learning_run=learning_run,
         train_only=train_only,
+        pr_workload=pr_workload,
     )
     out = Path(output_dir).expanduser().absolute()
     options = PlanOptions(
@@ -86,23 +94,23 @@ def plan_impl(
         sides=sides,
         settings=_settings(miles_root=miles_root, megatron_root=megatron_root),
     )
-    aside = check_plan_folder(out, spec_hash(spec), force=force)
-    if aside is not None:
-        typer.echo(f"moved the previous contents of {out} to {aside}")
-    from scripts.benchmark.analysis.settings import COMPARISON_REPEATS
-
     compares = sides.reference is not None
-    repeats = repeats if repeats is not None else (COMPARISON_REPEATS if compares else 1)
+    repeats = cost.repeats(repeats, sides, options.backends)
     try:
         plan = build_plan(spec, preset, options, repeats=repeats)
     except PlanError as exc:
         failed = exc.plan
         if failed is not None:
+            check_plan_folder(out, spec_hash(spec), force=force)
             write_plan_atomically(out, lambda tmp: write_plan(failed, out, into=tmp))
         _fail(EXIT_PARITY, f"{exc} (see {out / 'parity.md'})")
     _check_ray_folder(plan, out)
+    estimate = cost.estimate(plan.data, repeats, pr_workload=pr_workload)
+    aside = check_plan_folder(out, spec_hash(spec), force=force)
+    if aside is not None:
+        typer.echo(f"moved the previous contents of {out} to {aside}")
     written = write_plan_atomically(out, lambda tmp: write_plan(plan, out, into=tmp))
-    _print_summary(plan, written, out, repeats)
+    print_summary(plan, written, out, repeats, estimate)
     if compares:
         _plan_stage_checks(plan)
     if dry_run:
@@ -110,7 +118,9 @@ def plan_impl(
             _installed_checks(plan.data)
         typer.echo("dry run: nothing executed")
         return
-    _execute_plan(plan, out, repeats=repeats, skip_prepare=skip_prepare, preflight=preflight)
+    _execute_plan(
+        plan, out, repeats=repeats, skip_prepare=skip_prepare, preflight=preflight, budget_minutes=cost.budget_minutes
+    )
 
 
 def _check_ray_folder(plan, out) -> None:
@@ -190,6 +200,11 @@ def _load_spec(preset: str | None, spec_file: str | None, layout: str | None, **
     steps = overrides["num_steps"]
     if overrides["learning_run"] and overrides["train_only"]:
         _fail(EXIT_BAD_INPUT, "give either --learning-run or --train-only, not both (one run.mode)")
+    if overrides["learning_run"] and overrides["pr_workload"]:
+        _fail(
+            EXIT_BAD_INPUT,
+            "give either --learning-run or --pr-workload, not both (the learning guard needs the batch)",
+        )
     if overrides["learning_run"] and steps is not None and steps < LEARNING_RUN_STEPS:
         _fail(
             EXIT_BAD_INPUT,
@@ -224,7 +239,9 @@ def _plan_stage_checks(plan) -> None:
         typer.echo(f"{check.title}: ok for {len(check.problems)} cell(s)")
 
 
-def _execute_plan(plan, out, *, repeats: int | None, skip_prepare: bool, preflight: bool) -> None:
+def _execute_plan(
+    plan, out, *, repeats: int | None, skip_prepare: bool, preflight: bool, budget_minutes: float | None = None
+) -> None:
     """The machine preflight (exit 4 naming what is missing) and each framework's own check that needs it installed
     (e.g. Miles's own parser), both skipped by --no-preflight, then `run.py execute` of the written plan into the same
     folder."""
@@ -236,10 +253,14 @@ def _execute_plan(plan, out, *, repeats: int | None, skip_prepare: bool, preflig
         if missing:
             _fail(EXIT_CANNOT_EXECUTE, "cannot execute the plan on this machine:\n  - " + "\n  - ".join(missing))
         _installed_checks(plan.data)
-    overrides = {"repeats": repeats, "skip_prepare": skip_prepare}
+    overrides = {"repeats": repeats, "skip_prepare": skip_prepare, "budget_s": _seconds(budget_minutes)}
     code = execute_impl(out / "plan.json", out, overrides, resume=False, preflight=False)
     if code:
         raise typer.Exit(code)
+
+
+def _seconds(minutes: float | None) -> float | None:
+    return None if minutes is None else minutes * 60
 
 
 def _installed_checks(plan_data) -> None:
@@ -254,65 +275,6 @@ def _installed_checks(plan_data) -> None:
         _fail(EXIT_BAD_INPUT, "\n".join(rejected))
     for line in passed:
         typer.echo(line)
-
-
-def _print_summary(plan, written, out, repeats: int) -> None:
-    data = plan.data
-    typer.echo(f"spec {data['spec']['name']} ({data['spec_hash']}), {len(data['cells'])} cell(s):")
-    for cell in data["cells"]:
-        gpus = cell["gpus"]
-        typer.echo(
-            f"  {cell['id']:<32} {gpus['train']} train + {gpus['rollout']} rollout GPUs "
-            f"({gpus['total']} total), {cell['num_steps']} steps -> {out / cell['script']}"
-        )
-    typer.echo(
-        f"  repeats: {repeats} interleaved per cell, {repeats}x the GPU time of one pass"
-        + (
-            " (intervals include run-to-run variation)"
-            if repeats > 1
-            else " (intervals cannot include run-to-run variation; comparisons default to 3)"
-        )
-    )
-    gpu_steps = repeats * sum(cell["gpus"]["total"] * cell["num_steps"] for cell in data["cells"])
-    typer.echo(
-        f"  GPU cost: {repeats * len(data['cells'])} launches, {gpu_steps} GPU-steps "
-        "(GPU-hours: GPU-steps x step time, plus each launch's start-up)"
-    )
-    if data["spec"]["run"].get("mode") == "learning":
-        typer.echo(_learning_run_line(data))
-    if data.get("recording"):
-        typer.echo(_recording_line(data["recording"]))
-    for step in data["prepare"]:
-        typer.echo(f"  prepare {step['name']}: creates {step['creates']}")
-    for pair in plan.parity.pairs:
-        c = pair.counts
-        typer.echo(
-            f"  parity {pair.candidate_cell} vs {pair.reference_cell}: {c['matched']} matched, "
-            f"{c['asymmetry']} declared asymmetries, {c['MISMATCH']} mismatches"
-        )
-    for warning in data["warnings"]:
-        typer.echo(f"warning: {warning}")
-    typer.echo(f"wrote {len(written)} files under {out}")
-
-
-def _recording_line(recording) -> str:
-    """A train-only plan: who records, where the recording is kept, and whether it already exists here."""
-    digest = f"digest {recording['digest']}" if recording.get("digest") else "recorded by the first run, then reused"
-    return (
-        f"  train-only: every cell replays one recording by {recording['recorder']} ({recording['backend']}, "
-        f"{recording['layout']}), key {recording['key']} in {recording['root']} ({digest})"
-    )
-
-
-def _learning_run_line(data) -> str:
-    """What a learning run is, beside the GPU cost line: no per-step time is known before a run of the spec measures
-    one (the calibration's roofline times the training step alone), so no GPU-hours are invented."""
-    batch = data["spec"]["batch"]
-    return (
-        f"  learning run: {data['spec']['run']['num_steps']} steps of the same batch ({batch['prompts_per_step']} "
-        f"prompts x {batch['samples_per_prompt']} samples); step time unknown until a run measures it: "
-        "GPU-hours = GPU-steps x seconds per step / 3600"
-    )
 
 
 def main_callback(
@@ -393,6 +355,34 @@ def main_callback(
         "--train-only",
         help="run.mode train-only: the candidate records one rollout (once, cached), every cell trains on it",
     ),
+    pr_workload: bool = typer.Option(
+        False,
+        "--pr-workload",
+        help="the PR check's workload: the preset's model and loop at a small batch, short responses, 40 steps",
+    ),
+    sequential: bool = typer.Option(
+        False,
+        "--sequential",
+        help="a head/base pair in rounds until the paired check decides (`run.py ab`), at most --repeats rounds",
+    ),
+    budget_minutes: float = typer.Option(
+        None,
+        "--budget-minutes",
+        help="refuse a plan that does not fit this many minutes of the node, and stop the run at them",
+        show_default="no budget",
+    ),
+    step_seconds: float = typer.Option(
+        None,
+        "--step-seconds",
+        help="the preset's full-scale step time, measured or known (its cells' cost uses it)",
+        show_default="the history's (--cost-store), else the cost model's",
+    ),
+    cost_store: str = typer.Option(
+        None,
+        "--cost-store",
+        help="history store whose recorded runs of the same cells give measured step and start-up times",
+        show_default="none: the cost model",
+    ),
 ) -> None:
     """Plan (and, without --dry-run, run) the Miles vs VERL matrix for one spec.
 
@@ -430,6 +420,10 @@ def main_callback(
         roots=(candidate_root, reference_root),
         learning_run=learning_run,
         train_only=train_only,
+        pr_workload=pr_workload,
+        cost=CostRequest(
+            sequential=sequential, budget_minutes=budget_minutes, step_seconds=step_seconds, cost_store=cost_store
+        ),
     )
 
 

@@ -208,6 +208,17 @@ class HistoryStore:
             rows = conn.execute(sa.select(RUNS).where(RUNS.c.series == series).order_by(RUNS.c.id))
             return [_stored_run(r) for r in rows]
 
+    def latest_cell_runs(self, *, preset: str | None, spec_hash: str, cell_id: str, limit: int) -> list[int]:
+        """Ids of the newest `limit` runs of one cell of one spec (any node, trusted or not), newest first."""
+        with self.engine.connect() as conn:
+            query = (
+                sa.select(RUNS.c.id)
+                .where(RUNS.c.preset == preset, RUNS.c.spec_hash == spec_hash, RUNS.c.cell_id == cell_id)
+                .order_by(RUNS.c.id.desc())
+                .limit(limit)
+            )
+            return [r.id for r in conn.execute(query)]
+
     def values(self, run_ids: Iterable[int], metric: str) -> dict[int, float | None]:
         """Run id -> stored run-level value of `metric` (None when missing or non-finite)."""
         ids = list(run_ids)

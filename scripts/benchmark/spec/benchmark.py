@@ -27,6 +27,7 @@ from pydantic import model_validator
 
 from scripts.benchmark.model_config import BACKENDS, read_preset_yaml, read_yaml_mapping
 from scripts.benchmark.spec.learning import LearningSpec
+from scripts.benchmark.spec.pr_workload import pr_workload as shrink_to_pr_workload
 from scripts.benchmark.spec.report import MIN_STEADY_STEPS, ReportSpec
 from scripts.benchmark.spec.sections import (
     KNOWN_ARCHITECTURES,
@@ -324,11 +325,15 @@ def with_overrides(
     wandb: bool | None = None,
     learning_run: bool = False,
     train_only: bool = False,
+    pr_workload: bool = False,
 ) -> BenchmarkSpec:
     """A re-validated copy (model_copy would skip validation). `learning_run`: run.mode learning, `num_steps` (default
     `LEARNING_RUN_STEPS`) steps of the same batch, the prompt slice grown to cover them. `train_only`: run.mode
-    train-only, with the spec's `recording` section or the default one."""
+    train-only, with the spec's `recording` section or the default one. `pr_workload`: the PR check's smaller
+    workload of the same model and loop (spec/pr_workload.py), before the other overrides."""
     data = spec.model_dump()
+    if pr_workload:
+        data = shrink_to_pr_workload(spec, data)
     if train_only:
         data["run"]["mode"] = "train-only"
         data["recording"] = data["recording"] or RecordingSpec().model_dump()
