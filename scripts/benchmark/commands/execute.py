@@ -54,7 +54,13 @@ def execute_impl(
     preflight = preflight and options.preflight
     try:
         return executor.execute(
-            plan_path, output_dir, options, resume=resume, preflight=preflight, end_report=end_of_run_report
+            plan_path,
+            output_dir,
+            options,
+            resume=resume,
+            preflight=preflight,
+            end_report=end_of_run_report,
+            looks_for=run_folder_looks,
         )
     except RunError as exc:
         typer.echo(f"error: {exc}", err=True)
@@ -81,6 +87,13 @@ def end_of_run_report(run_dir: Path) -> tuple[str, dict[str, Path]]:
 
     doc, written = analyse_and_write(run_dir)
     return verdict_markdown(doc).rstrip(), written
+
+
+def run_folder_looks(run_dir: Path):
+    """A sequential pair's looks at its run folder, for the runner's rounds (history/pair_check.py)."""
+    from scripts.benchmark.history.pair_check import RunFolderLooks
+
+    return RunFolderLooks(run_dir)
 
 
 def framework_runtimes(pythons: dict[str, str | None], prefixes: dict[str, str | None]) -> dict[str, Any]:
@@ -110,6 +123,8 @@ def check_option_values(overrides: dict[str, Any]) -> None:
     for name in _NON_NEGATIVE:
         if overrides.get(name) is not None and overrides[name] < 0:
             raise UserError(f"{option(name)} must be >= 0 (0 = off), got {overrides[name]}")
+    if overrides.get("budget_s") is not None and overrides["budget_s"] <= 0:
+        raise UserError(f"--budget-minutes must be > 0, got {overrides['budget_s'] / 60:g}")
     if overrides.get("poll_interval_s") is not None and overrides["poll_interval_s"] <= 0:
         raise UserError(f"--poll-interval-s must be > 0, got {overrides['poll_interval_s']}")
     if overrides.get("ray") is not None and overrides["ray"] not in ("auto", "private", "external", "none"):
@@ -197,6 +212,14 @@ def register(app: typer.Typer) -> None:
         emit_sbatch: Annotated[
             Path | None, typer.Option("--emit-sbatch", help="write a Slurm script running this, then exit")
         ] = None,
+        budget_minutes: Annotated[
+            float | None,
+            typer.Option(
+                "--budget-minutes",
+                help="start no launch that would end past this many minutes; stop a running one at them",
+                show_default="the run's, else none",
+            ),
+        ] = None,
     ) -> None:
         """Run an existing plan (or resume a run folder): cells x repeats interleaved, watched and recorded.
 
@@ -228,6 +251,7 @@ def register(app: typer.Typer) -> None:
             gpu_release_timeout_s=gpu_release_timeout_s,
             poll_interval_s=poll_interval_s,
             preflight=None if preflight else False,  # stored, so that --resume remembers --no-preflight
+            budget_s=None if budget_minutes is None else budget_minutes * 60,
         )
         check_option_values(overrides)
         if emit_sbatch is not None:

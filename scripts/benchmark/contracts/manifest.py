@@ -1,8 +1,8 @@
 """DIR/manifest.json: what the runner did to every cell repeat, written atomically after every change.
 
 - Shared contract fields per cell: id, framework, side (the plan side it belongs to; None in older manifests),
-  backend, layout, repeat, state (pending | running | complete |
-  failed | interrupted), reason, started_at, ended_at (ISO-8601 UTC or null), dir ("cells/<id>/rep-<k>"), metrics
+  backend, layout, repeat, state (pending | running | complete | failed | interrupted | skipped: no room in the
+  run's time budget | not-needed: a sequential pair decided before this round), reason, started_at, ended_at (ISO-8601 UTC or null), dir ("cells/<id>/rep-<k>"), metrics
   ("cells/<id>/rep-<k>/metrics.jsonl").
 - Additional fields (readers may ignore them): steps_completed, num_steps, exit_code, previous_attempts (folders of
   earlier attempts kept by --resume), processes (while the cell runs: its process group, session and every process
@@ -14,8 +14,8 @@
 - `ManifestFile` is the typed definition; `read_manifest_json(path)` is the one reader of the file (validated
   through it), `Manifest.save()` the one writer (also through it).
 - `Manifest.save()` writes tmp + fsync + rename, so a reader never sees a half-written manifest.
-- `set_state` enforces the transitions: pending -> running -> complete | failed | interrupted, and a rerun
-  (failed | interrupted | running | complete-but-short) -> running.
+- `set_state` enforces the transitions: pending -> running -> complete | failed | interrupted, pending -> skipped |
+  not-needed, and a rerun (failed | interrupted | running | complete-but-short | skipped | not-needed) -> running.
 
 Caveats:
 - A cell left "running" by a harness that was SIGKILLed (no chance to write) is treated by --resume as partial.
@@ -38,13 +38,19 @@ from miles.utils.bench_metrics import write_text_atomic
 MANIFEST_NAME = "manifest.json"
 SCHEMA_VERSION = 1
 
-CellState = Literal["pending", "running", "complete", "failed", "interrupted"]
+CellState = Literal["pending", "running", "complete", "failed", "interrupted", "skipped", "not-needed"]
+NOT_NEEDED = "not-needed"
+"""A round of a sequential pair that the paired check decided without (runner/rounds.py)."""
+SKIPPED = "skipped"
+"""A launch the run's time budget had no room for (runner/rounds.py): missing, as a failed one is."""
 _ALLOWED: dict[str, frozenset[str]] = {
-    "pending": frozenset({"running"}),
-    "running": frozenset({"complete", "failed", "interrupted", "running"}),
-    "failed": frozenset({"running"}),
-    "interrupted": frozenset({"running"}),
-    "complete": frozenset({"running"}),
+    "pending": frozenset({"running", SKIPPED, NOT_NEEDED}),
+    SKIPPED: frozenset({"running", SKIPPED, NOT_NEEDED}),
+    NOT_NEEDED: frozenset({"running"}),
+    "running": frozenset({"complete", "failed", "interrupted", "running", SKIPPED, NOT_NEEDED}),
+    "failed": frozenset({"running", SKIPPED, NOT_NEEDED}),
+    "interrupted": frozenset({"running", SKIPPED, NOT_NEEDED}),
+    "complete": frozenset({"running", SKIPPED, NOT_NEEDED}),
 }
 
 

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from scripts.benchmark.common.redaction import Redactor, find_plan_secrets, find_words_secrets
-from scripts.benchmark.contracts.manifest import MANIFEST_NAME, CellRun, Manifest, new_cell_run
+from scripts.benchmark.contracts.manifest import MANIFEST_NAME, NOT_NEEDED, CellRun, Manifest, new_cell_run
 from scripts.benchmark.contracts.parity import read_parity_file
 from scripts.benchmark.contracts.plan import RECORD_SCRIPT, Known, read_plan_json
 from scripts.benchmark.contracts.sides import SidePair, sides_from_cells
@@ -57,6 +57,7 @@ from scripts.benchmark.runner.preflight import check_can_execute, launch_problem
 from scripts.benchmark.runner.process import become_child_subreaper
 from scripts.benchmark.runner.progress import MatrixProgress
 from scripts.benchmark.runner.relocate import relocated
+from scripts.benchmark.runner.rounds import LooksFor
 from scripts.benchmark.runner.run_lock import (
     LOCK_NAME,
     RunLock,
@@ -164,6 +165,8 @@ def interleaved_order(
 
 
 def _needs_rerun(cell_run: CellRun, run_dir: Path) -> bool:
+    if cell_run.state == NOT_NEEDED:  # the sequential pair decided without it: a resume does not reopen that
+        return False
     if cell_run.state != "complete":
         return True
     metrics = run_dir / cell_run.metrics
@@ -302,6 +305,7 @@ def execute(
     progress: MatrixProgress | None = None,
     preflight: bool = False,
     end_report: EndReport | None = None,
+    looks_for: LooksFor | None = None,
 ) -> int:
     # Absolute, because each cell runs with the cell folder as its working directory and ${BENCH_CELL_DIR} in its
     # sink path: a relative run folder would make the sink land one level down, where the runner never looks.
@@ -317,7 +321,7 @@ def execute(
     try:
         return _execute_locked(
             plan_path, output_dir, options, lock, resume=resume, progress=progress, preflight=preflight,
-            end_report=end_report,
+            end_report=end_report, looks_for=looks_for,
         )  # fmt: skip
     except RunError:
         rejected = True
@@ -344,6 +348,7 @@ def _execute_locked(
     progress: MatrixProgress | None,
     preflight: bool,
     end_report: EndReport | None,
+    looks_for: LooksFor | None = None,
 ) -> int:
     try:
         plan, manifest, todo = prepare_execution(plan_path, output_dir, options, resume=resume, preflight=preflight)
@@ -360,7 +365,7 @@ def _execute_locked(
         progress.message(f"nothing to do: all {len(manifest.cells)} cell repeats in {output_dir} are complete")
         progress.close()
         return 0
-    return MatrixRunner(plan, manifest, options, progress, end_report).run(todo)
+    return MatrixRunner(plan, manifest, options, progress, end_report, looks_for).run(todo)
 
 
 def _record_lock(manifest: Manifest, lock: RunLock) -> None:

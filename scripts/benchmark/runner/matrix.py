@@ -19,7 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from scripts.benchmark.common.redaction import Redactor
-from scripts.benchmark.contracts.manifest import CellRun, Manifest, ProcessRecord, RayRecord, write_json_atomic
+from scripts.benchmark.contracts.manifest import (
+    NOT_NEEDED,
+    SKIPPED,
+    CellRun,
+    Manifest,
+    ProcessRecord,
+    RayRecord,
+    write_json_atomic,
+)
 from scripts.benchmark.runner import cell_records, gpu_memory
 from scripts.benchmark.runner.cell_command import CellCommand, build_cell_command, substitute_cell_dir
 from scripts.benchmark.runner.end_report import EndReport, report_after_run
@@ -35,6 +43,7 @@ from scripts.benchmark.runner.ray_head import (
     start_private_head,
     stop_ray_job,
 )
+from scripts.benchmark.runner.rounds import LooksFor, Rounds
 from scripts.benchmark.runner.sink_follower import SinkFollower
 from scripts.benchmark.runner.watchdog import CellOutcome, Watchdog
 from scripts.benchmark.runner.write_errors import SpaceReserve, describe_write_error, write_error_in
@@ -64,6 +73,7 @@ class MatrixRunner:
         options: ExecuteOptions,
         progress: MatrixProgress,
         end_report: EndReport | None = None,
+        looks_for: LooksFor | None = None,
     ):
         self.end_report = end_report
         self.plan = plan
@@ -79,6 +89,7 @@ class MatrixRunner:
         self._packages: dict[tuple, dict[str, Any]] = {}
         self._gpu_baseline: dict[int, float] | None = None
         self._cells_by_id = {cell["id"]: cell for cell in plan["cells"]}
+        self.rounds = Rounds(plan, manifest, options.budget_s, looks_for)
 
     def run(self, todo: list[CellRun]) -> int:
         """The matrix, then its report; the harness's own signal handlers stay installed throughout (no gap)."""
@@ -106,18 +117,40 @@ class MatrixRunner:
         for cell_run in todo:
             if self.stop.signal_name:
                 break
+            skip = self.rounds.skip(cell_run)
+            if skip is not None:
+                self.manifest.set_state(cell_run, skip[0], reason=skip[1])
+                self.progress.message(f"{cell_run.id} rep {cell_run.repeat}: {skip[1]}")
+                continue
+            self.rounds.started(cell_run)
             try:
                 state = self._run_cell(self._cells_by_id[cell_run.id], cell_run)
             except Exception as exc:  # a runner bug or an I/O error: recorded on the cell, the matrix goes on
                 state = self._record_runner_error(cell_run, exc)
             if self.write_failure is not None:
                 break
+            if not self.stop.signal_name:
+                self._look_after(cell_run)
             if state != "complete" and self.options.fail_fast and not self.stop.signal_name:
                 self.progress.message(f"--fail-fast: stopping after {cell_run.id} rep {cell_run.repeat}")
                 break
         if self.stop.signal_name:
             return 130
-        return 0 if all(c.state == "complete" for c in self.manifest.cells) else 1
+        done = {"complete", NOT_NEEDED} | ({SKIPPED} if self.rounds.sequential else set())
+        return 0 if all(c.state in done for c in self.manifest.cells) else 1
+
+    def _look_after(self, cell_run: CellRun) -> None:
+        """A sequential pair's look once the cell's round is over (runner/rounds.py); an analysis error is a warning,
+        the rounds go on as if the look could not decide."""
+        try:
+            line = self.rounds.finished(cell_run)
+        except Exception as exc:  # the look is advice to the runner, never a reason to lose the run
+            warning = f"the paired check's look after {cell_run.id} rep {cell_run.repeat} failed: {exc!r}"
+            self.manifest.warnings.append(warning)
+            self.progress.message(warning)
+            return
+        if line is not None:
+            self.progress.message(line)
 
     def _record_runner_error(self, cell_run: CellRun, exc: Exception) -> str:
         """The cell fails with the error; a write error (full disk) also stops the matrix, after freeing the reserve
@@ -279,7 +312,12 @@ class MatrixRunner:
             redactor=self.redactor,
         )
         started = time.monotonic()
-        watchdog = Watchdog(limits=self.options.limits(), started_at=started, num_steps=cell.get("num_steps"))
+        watchdog = Watchdog(
+            limits=self.options.limits(),
+            started_at=started,
+            num_steps=cell.get("num_steps"),
+            deadline=self.rounds.deadline,
+        )
         process.start()
         try:
             self._record_processes(cell_run, process)

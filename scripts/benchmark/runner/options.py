@@ -50,6 +50,9 @@ class ExecuteOptions:
     preflight: bool = True
     """False when the run was started with --no-preflight: --resume remembers it (it checks the machine only when
     the run it resumes did)."""
+    budget_s: float | None = None
+    """--budget-minutes in seconds, counted from the start of the execution: no launch starts that would end past
+    it, and a running one is stopped at it (runner/rounds.py)."""
 
     def runtime(self, framework: str) -> FrameworkRuntime:
         return FrameworkRuntime.from_options(self.pythons.get(framework), self.prefixes.get(framework))

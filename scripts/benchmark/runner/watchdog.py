@@ -1,7 +1,8 @@
 """Why a running cell must be stopped: it exited non-zero, ran past its time limit, or stopped making steps.
 
 - `WatchdogLimits`: cell_timeout_s (whole cell), first_step_timeout_s (start-up: model load, engine start, CUDA
-  graphs), stall_timeout_s (no new step since the previous one). 0 disables a limit.
+  graphs), stall_timeout_s (no new step since the previous one). 0 disables a limit. `deadline`: the end of the
+  run's time budget (runner/rounds.py), past which the cell is stopped.
 - `Watchdog.check(now, exit_code)` returns None while the cell may continue, else a `CellOutcome` (state + reason).
   A cell that exits 0 having made fewer steps than the plan's num_steps is failed, not complete; so is one that made
   more than num_steps + 1 (a trainer configured for another workload).
@@ -38,6 +39,8 @@ class Watchdog:
     num_steps: int | None
     steps_done: int = 0
     last_step_at: float | None = None
+    deadline: float | None = None
+    """When the run's time budget ends (same clock as `started_at`); None: no budget."""
 
     def on_step(self, now: float, steps_done: int) -> None:
         if steps_done > self.steps_done:
@@ -49,6 +52,8 @@ class Watchdog:
             return self._verdict_on_exit(exit_code)
         limits = self.limits
         elapsed = now - self.started_at
+        if self.deadline is not None and now > self.deadline:
+            return CellOutcome("failed", f"budget: --budget-minutes ended after {elapsed:.0f} s of this launch")
         if limits.cell_timeout_s and elapsed > limits.cell_timeout_s:
             return CellOutcome(
                 "failed", f"time limit: ran {elapsed:.0f} s > --cell-timeout-s {limits.cell_timeout_s:g}"
