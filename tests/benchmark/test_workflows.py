@@ -71,17 +71,80 @@ class TestWorkflows:
         assert code == 1 and sorted(f["kind"] for f in findings) == ["job-needs", "runner-label"]
 
 
-def test_the_pr_check_runs_the_head_against_its_merge_base_and_reads_no_history():
-    """The PR job compares two checkouts on its own node with `run.py ab`; a 1-repeat run judged against nightly
-    history (another design) is what it must no longer do."""
+PR_RESERVE_MINUTES = 5
+"""What the PR job needs besides the run: checkout, install, worktrees, report, verdict, comment, upload."""
+NIGHTLY_RESERVE_MINUTES = 10
+"""The nightly job besides the run: checkout, install, report, check, record, change points, upload."""
+
+
+def _job(name: str, job: str) -> dict:
     import yaml
 
-    job = yaml.safe_load((WORKFLOWS / "benchmark-pr.yml").read_text())["jobs"]["perf-check"]
+    return yaml.safe_load((WORKFLOWS / name).read_text())["jobs"][job]
+
+
+def _run_step(job: dict) -> dict:
+    [step] = [s for s in job["steps"] if "--budget-minutes" in s.get("run", "")]
+    return step
+
+
+def _planned(step: dict, env: dict[str, str], *extra: str) -> subprocess.CompletedProcess:
+    """The step's own run.py command, its variables set as the job sets them, as a dry run with `extra`."""
+    import shlex
+    import sys
+
+    command = step["run"]
+    for name, value in env.items():
+        value = shlex.quote(str(value))
+        command = command.replace(f'"${name}"', value).replace(f"${name}", value)
+    argv = shlex.split(command)
+    assert argv[0] == ".venv/bin/python" and argv[1] == "scripts/benchmark/run.py", argv
+    return subprocess.run(
+        [sys.executable, *argv[1:], "--dry-run", *extra], capture_output=True, text=True, timeout=180, cwd=REPO_ROOT
+    )
+
+
+def test_the_pr_check_runs_the_pr_workload_in_rounds_within_its_job_timeout(tmp_path):
+    """The PR job: head against merge base, the PR workload in rounds until decided, a budget that leaves the
+    reserve of its 40-minute timeout, and its own command's plan accepted at that budget whether the full-scale
+    step takes 60 or 170 s (the PR workload's cost does not follow it), with the first rounds the check needs."""
+    job = _job("benchmark-pr.yml", "perf-check")
     runs = "\n".join(step.get("run", "") for step in job["steps"])
     assert "git merge-base" in runs and runs.count("git worktree add --detach") == 2
-    assert (
-        '--candidate-root "$RUNNER_TEMP/miles-head"' in runs and '--reference-root "$RUNNER_TEMP/miles-base"' in runs
-    )
-    assert 'run.py ab "$RUN_DIR" --output "$RUN_DIR/check.md"' in runs
-    assert "run.py check" not in runs and "--store" not in runs and "BENCH_HISTORY_URL" not in job.get("env", {})
-    assert "--repeats" not in runs  # a compared pair defaults to 3 interleaved repeats (COMPARISON_REPEATS)
+    assert 'run.py ab "$RUN_DIR" --output "$RUN_DIR/check.md"' in runs and "run.py check" not in runs
+    budget, step = float(job["env"]["BUDGET_MINUTES"]), _run_step(job)
+    assert job["timeout-minutes"] == 40 and budget + PR_RESERVE_MINUTES <= job["timeout-minutes"]
+    assert budget <= step["timeout-minutes"] <= job["timeout-minutes"]
+    for flag in ("--pr-workload", "--sequential", '--budget-minutes "$BUDGET_MINUTES"', "--cost-store"):
+        assert flag in step["run"], flag
+    env = {**job["env"], "RUN_DIR": str(tmp_path / "pr"), "RUNNER_TEMP": "/ci/runner"}
+    env["BENCH_HISTORY_URL"] = f"sqlite:///{tmp_path / 'no-history-yet.db'}"
+    walls = []
+    for seconds in ("60", "170"):
+        planned = _planned(step, env, "--step-seconds", seconds, "--force")
+        assert planned.returncode == 0, planned.stdout + planned.stderr
+        plan = json.loads((tmp_path / "pr" / "plan.json").read_text())
+        assert plan["workload"] == "pr" and plan["sequential"]["min_rounds"] == 3 and plan["budget_minutes"] == budget
+        walls.append(plan["cost"]["committed_wall_s"])
+        assert f"--step-seconds {seconds} is the full-scale preset's step" in planned.stdout
+    assert walls[0] == walls[1] and walls[0]["typical"] <= budget * 60
+
+
+def test_every_nightly_job_fits_its_timeout_at_170_s_per_step(tmp_path):
+    """Each preset x backend job of the nightly: its budget leaves the job's reserve, and its own command's plan is
+    accepted at that budget at 170 s per full-scale step (start-ups at the model's upper estimate)."""
+    job = _job("benchmark-nightly.yml", "benchmark")
+    budget, step = float(job["env"]["BUDGET_MINUTES"]), _run_step(job)
+    assert budget + NIGHTLY_RESERVE_MINUTES <= job["timeout-minutes"] and step["timeout-minutes"] >= budget
+    matrix = job["strategy"]["matrix"]
+    assert "max-parallel" not in job["strategy"]  # one node per job: nothing waits for another preset
+    for preset in matrix["preset"]:
+        for backend in matrix["backend"]:
+            env = {**job["env"], "PRESET": preset, "BACKEND": backend, "RUN_DIR": str(tmp_path / f"{preset}-{backend}")}
+            env["BENCH_HISTORY_URL"] = f"sqlite:///{tmp_path / 'no-history-yet.db'}"
+            planned = _planned(step, env, "--step-seconds", "170")
+            assert planned.returncode == 0, (preset, backend, planned.stdout + planned.stderr)
+            plan = json.loads((tmp_path / f"{preset}-{backend}" / "plan.json").read_text())
+            assert {c["backend"] for c in plan["cells"]} == {backend} and len(plan["cells"]) == 2
+            refused = _planned(step, {**env, "BUDGET_MINUTES": "300"}, "--step-seconds", "170", "--force")
+            assert refused.returncode == 2 and "--budget-minutes 300" in refused.stderr, refused.stderr
