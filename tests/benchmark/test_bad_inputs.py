@@ -158,6 +158,21 @@ CASES = [
     Case("unknown-preset", lambda s: ["--preset", "qwen9", "--output-dir", str(s.path("out"))], ("--preset",), OUT),
     Case("preset-and-spec", lambda s: _smoke(s) + ["--spec", str(SMOKE)], ("--preset NAME or --spec",), OUT),
     Case("no-preset", lambda s: ["--output-dir", str(s.path("out"))], ("--preset NAME or --spec",), OUT),
+    # Cost and budget: refused before anything is written.
+    Case("budget-too-small", lambda s: _smoke(s, "out", "--budget-minutes", "5"),
+         ("--budget-minutes 5", "start-ups included", "fits"), OUT),
+    Case("budget-zero", lambda s: _smoke(s, "out", "--budget-minutes", "0"), ("--budget-minutes must be > 0",), OUT),
+    Case("step-seconds-negative", lambda s: _smoke(s, "out", "--step-seconds", "-3"),
+         ("--step-seconds must be > 0",), OUT),
+    Case("sequential-two-frameworks", lambda s: _smoke(s, "out", "--sequential", "--compare-verl", "--backend", "fsdp"),
+         ("--sequential", "two builds of one framework"), OUT),
+    Case("sequential-two-backends", lambda s: _smoke(s, "out", "--sequential", "--candidate", "miles",
+         "--candidate-root", "/ci/head", "--reference", "miles", "--reference-root", "/ci/base"),
+         ("--sequential", "one --backend"), OUT),
+    Case("cost-store-not-a-database", lambda s: _smoke(s, "out", "--cost-store", s.not_a_database()),
+         ("--cost-store",), OUT),
+    Case("learning-run-and-pr-workload", lambda s: _smoke(s, "out", "--learning-run", "--pr-workload"),
+         ("--learning-run or --pr-workload",), OUT),
     Case("no-output-dir", lambda s: ["--preset", "smoke", "--dry-run"], ("--output-dir",), OUT),
     Case("bad-backend", lambda s: _smoke(s, "out", "--backend", "tpu"), ("--backend",), OUT),
     Case("bad-layout", lambda s: _smoke(s, "out", "--layout", "ring"), ("--layout",), OUT),
@@ -339,7 +354,7 @@ def read_only_dir(tmp_path: Path):
 
 
 def test_the_table_is_large_enough():
-    assert len(CASES) >= 86 and len({case.id for case in CASES}) == len(CASES)
+    assert len(CASES) >= 93 and len({case.id for case in CASES}) == len(CASES)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])

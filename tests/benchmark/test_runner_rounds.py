@@ -157,3 +157,30 @@ def test_a_sequential_pair_stops_when_the_check_decides_and_ab_judges_it_again(t
     judged = _run_py("ab", str(run_dir))
     assert judged.returncode == code, judged.stdout + judged.stderr
     assert f"3 round(s), the last look's one-sided alpha {looks[-1]['alpha']:.2%}" in judged.stdout
+
+
+def test_a_recorded_run_gives_the_next_plan_its_measured_launch_times(tmp_path):
+    """The run's launches (report.json `launch`), recorded into a history store, are what the next plan of the same
+    spec reads back with --cost-store: each cell's start-up and step time measured, in place of the model."""
+    run_dir, executed = _sequential_run(tmp_path, {"miles": 0.025, "miles-base": 0.02})
+    assert executed.returncode == 0, executed.stdout + executed.stderr
+    report = json.loads((run_dir / "report.json").read_text())
+    launch = {c["id"]: c["launch"] for c in report["cells"]}
+    assert all(len(x["repeats"]) == 3 and 0 < x["startup_s"] < x["wall_s"] for x in launch.values()), launch
+    store = f"sqlite:///{tmp_path / 'history.db'}"
+    recorded = _run_py(
+        "record", str(run_dir), "--store", store, "--create", "--untrusted", "--trigger", "pull_request"
+    )
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    sides = ["--candidate", "miles", "--candidate-root", "/ci/miles-head"]
+    sides += ["--reference", "miles", "--reference-root", "/ci/miles-base"]
+    planned = _run_py("--preset", "smoke", "--backend", "fsdp", "--pr-workload", "--sequential", "--output-dir",
+                      str(tmp_path / "next"), "--dry-run", "--cost-store", store, *sides)  # fmt: skip
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    cost = json.loads((tmp_path / "next" / "plan.json").read_text())["cost"]["cells"]
+    for cell_id, measured in launch.items():
+        startup = cost[cell_id]["startup_s"]
+        assert startup["source"] == "measured (1 recorded run(s))", startup
+        assert startup["typical"] == pytest.approx(measured["startup_s"])
+        assert cost[cell_id]["launch_s"]["typical"] == pytest.approx(measured["wall_s"])
+    assert "(measured (1 recorded run(s)))" in planned.stdout

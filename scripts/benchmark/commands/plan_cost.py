@@ -84,12 +84,12 @@ def _measured_costs(data: dict[str, Any], cost_store: str) -> tuple[dict[str, An
     """Per cell, the step time and start-up its series measured in the history store (history/costs.py), and a note
     when the store does not exist yet (the model then estimates: a first run has nothing to read back)."""
     from scripts.benchmark.history.costs import measured_costs
-    from scripts.benchmark.history.store import StoreMissing
+    from scripts.benchmark.history.store import NoHistoryYet
 
     try:
         return measured_costs(cost_store, data), None
-    except StoreMissing as exc:
-        return {}, f"{exc}: the cost model estimates every cell"
+    except NoHistoryYet as exc:
+        return {}, f"{str(exc).split(' (pass --create')[0]}: the cost model estimates every cell"
     except Exception as exc:  # an unreadable store is bad input of this command, never a traceback
         first = str(exc).splitlines()[0] if str(exc) else ""
         raise UserError(f"--cost-store: {type(exc).__name__}: {first}") from exc

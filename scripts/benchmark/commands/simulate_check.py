@@ -23,7 +23,9 @@ def register(app: typer.Typer) -> None:
         seed: Annotated[int, typer.Option(help="random seed")] = 0,
         between_run_share: Annotated[float, typer.Option(help="share of the step variance that is per run")] = 0.25,
         nights: Annotated[int, typer.Option(help="simulated nights per row of the per-night table")] = 1000,
-        cells: Annotated[int, typer.Option(help="cells judged together in one night")] = 8,
+        cells: Annotated[
+            int, typer.Option(help="cells judged together in one night (a nightly job: a backend pair)")
+        ] = 2,
         output: Annotated[Path | None, typer.Option(help="also write the table here")] = None,
     ) -> None:
         """False-alarm rate and detection power of this check vs last-run and Miles-band gates, same series.

@@ -2,7 +2,9 @@
 
 - Shared contract fields per cell: id, framework, side (the plan side it belongs to; None in older manifests),
   backend, layout, repeat, state (pending | running | complete | failed | interrupted | skipped: no room in the
-  run's time budget | not-needed: a sequential pair decided before this round), reason, started_at, ended_at (ISO-8601 UTC or null), dir ("cells/<id>/rep-<k>"), metrics
+  run's time budget | not-needed: a sequential pair decided before this round), reason, started_at, ended_at
+  (ISO-8601 UTC to the millisecond, or null: a launch's wall time, read back by the cost model), dir
+  ("cells/<id>/rep-<k>"), metrics
   ("cells/<id>/rep-<k>/metrics.jsonl").
 - Additional fields (readers may ignore them): steps_completed, num_steps, exit_code, previous_attempts (folders of
   earlier attempts kept by --resume), processes (while the cell runs: its process group, session and every process
@@ -55,7 +57,7 @@ _ALLOWED: dict[str, frozenset[str]] = {
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

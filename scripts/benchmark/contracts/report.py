@@ -105,7 +105,7 @@ class LaunchTimingModel(_Open):
     wall_s: float | None = None
     startup_s: float | None = None
     """Medians over the repeats."""
-    repeats: list[dict[str, float]] = Field(default_factory=list)
+    repeats: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class CellModel(_Open):

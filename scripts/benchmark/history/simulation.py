@@ -44,8 +44,9 @@ class SimulationSettings:
     repeats: int = 3
     steps: int = 16
     """Steady-state steps per repeat: a 24-step preset run after its warm-up."""
-    cells: int = 8
-    """Cells judged together in one night (the nightly matrix); each runs its own series."""
+    cells: int = 2
+    """Cells judged together in one night: one nightly job's report (a preset's backend pair, Miles and VERL: the
+    workflow runs each on its own node); each runs its own series."""
     nights: int = 1000
     """Simulated nights per row of the night table."""
     night_cvs: tuple[float, ...] = (0.02, 0.05, 0.10)
@@ -424,7 +425,7 @@ def _trust_table(result: SimulationResult) -> list[str]:
         f"{s.run_phi:g}, {s.nights} nights per row, seed {s.seed}; the share of unchanged nights with any alarm."
     )
     header = ["CV", "every run trusted", "`record` now (a lone flagged run trusted again)"]
-    header += ["flagged runs kept out (before)", f"each cell alone at {s.check.alpha:.0%}, kept out (before that)"]
+    header += ["flagged runs kept out (before)", f"each cell alone at {s.check.alpha:.1%}, kept out (before that)"]
     rows = [
         [f"{r.cv:.0%}"]
         + [f"{x:.1%}" for x in (r.every_run_trusted, r.lone_flag_restored, r.flagged_kept_out, r.trust_at_full_level)]

@@ -93,6 +93,10 @@ class StoreMissing(ValueError):
     """The --store URL names no history database (and --create was not given), or it cannot be reached."""
 
 
+class NoHistoryYet(StoreMissing):
+    """The --store URL is a database this history can use, but no history was ever made there."""
+
+
 class HistoryStore:
     """Read and write the history tables; every statement is SQLAlchemy Core, so both backends share it."""
 
@@ -106,7 +110,7 @@ class HistoryStore:
         if self.url.startswith("sqlite:///"):
             path = Path(self.url.removeprefix("sqlite:///"))
             if not create and not path.is_file():
-                raise StoreMissing(f"--store {shown}: no history database at {path} (pass --create to make one)")
+                raise NoHistoryYet(f"--store {shown}: no history database at {path} (pass --create to make one)")
             path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self.engine = sa.create_engine(self.url, future=True)
@@ -116,7 +120,7 @@ class HistoryStore:
             if create:
                 _metadata.create_all(self.engine)
             elif not sa.inspect(self.engine).has_table(RUNS.name):
-                raise StoreMissing(f"--store {shown}: holds no benchmark history (pass --create to make one)")
+                raise NoHistoryYet(f"--store {shown}: holds no benchmark history (pass --create to make one)")
         except sa.exc.DatabaseError as exc:  # unreachable server, or a file that is not a database
             self.engine.dispose()
             reason = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
