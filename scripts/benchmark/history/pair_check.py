@@ -8,8 +8,9 @@ Everything is step time, the metric a PR must not make worse; report.json's per-
 - Repeat unit: a repeat's steady steps averaged with its slow steps left out. A slow step is more than
   `SLOW_STEP_SHARE` (30%) and `SLOW_STEP_SDS` (6) robust SDs above the repeat's median: one 2x step among 40 moves a
   mean by 2.5%, half of the change the check must see. Slow steps are counted, not forgotten: a head with more of
-  them than its base (one-sided Fisher exact test at `ALPHA_SLOW_STEPS`) is REGRESSED for that alone, so a change
-  that makes every fifth step slow cannot hide behind the rule.
+  them than its base (one-sided Fisher exact test at `ALPHA_SLOW_STEPS`, at the one look where the run stops without
+  a step-time regression; an interim look with even a hint of more slow steps does not stop to pass) is REGRESSED
+  for that alone, so a change that makes every fifth step slow cannot hide behind the rule.
 - Disturbed repeat: one whose unit is more than `OUTLIER_SHARE` (8%) and `OUTLIER_SDS` (4) standard errors away
   from the median of its side's other repeats (the error of a difference of two units from the repeats' own steps,
   AR(1), pooled over both sides: `repeat_spread`). It is left out, and a run that had one never passes: its verdict
@@ -52,8 +53,6 @@ MIN_REPEATS = 3
 ALPHA_STEP_TIME = 0.024
 ALPHA_SLOW_STEPS = 0.001
 ALPHA_INTERIM = 0.0025
-MAX_LOOKS = 8
-"""Looks the slow-step test is split over (Bonferroni): more than any budget of the PR workflow allows."""
 PASS_SLOW_STEPS_P = 0.05
 """A head whose excess of slow steps has p below this does not pass on "no practical difference"."""
 SLOW_STEP_SHARE = 0.30
@@ -204,12 +203,12 @@ def look(
         ci_high=math.exp(diff + q95 * se),
         p_value=float(stats.t.sf(diff / se, df)) if se > 0 else (0.0 if diff > 0 else 1.0),
     )
-    if p_slow < ALPHA_SLOW_STEPS / MAX_LOOKS:
-        decision, note = "REGRESSED", _slow_steps_note(slow, p_slow)
-    elif diff - q * se > 0 and diff > limit:
+    if diff - q * se > 0 and diff > limit:
         decision, note = "REGRESSED", ""
     elif not final and (disturbed or not _passes(diff, q * se, q95 * se, limit, p_slow)):
         decision, note = "CONTINUE", ""
+    elif p_slow < ALPHA_SLOW_STEPS:  # the run stops here: the one look that tests slow steps at their level
+        decision, note = "REGRESSED", _slow_steps_note(slow, p_slow)
     elif disturbed:
         decision = "COULD_NOT_JUDGE"
         note = "a run with a disturbed repeat never passes: rerun the check"
