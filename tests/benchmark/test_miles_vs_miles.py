@@ -8,32 +8,20 @@ Every step is the real `run.py` in a subprocess, as a maintainer types it (Miles
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 from scripts.benchmark.frameworks.miles.versions import DEFAULT_MILES_TARGET, MILES_RELEASE
-from tests.benchmark.standins.plans import REPO_ROOT, RUN_PY, STANDINS
+from tests.benchmark.standins.plans import STANDINS, run_py
 
 STEP_S = {"miles": 0.04, "miles-base": 0.05}
 """The release side is the slower stand-in, so the pair has a difference to report."""
 
 
-def _run_py(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(RUN_PY), *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        cwd=REPO_ROOT,
-        env=os.environ,
-    )
-
-
 def _plan(out: Path) -> subprocess.CompletedProcess:
     sides = ["--candidate", "miles", "--reference", f"miles@{MILES_RELEASE}"]
-    return _run_py("--preset", "smoke", "--backend", "megatron", "--output-dir", str(out), "--dry-run", *sides)
+    return run_py("--preset", "smoke", "--backend", "megatron", "--output-dir", str(out), "--dry-run", *sides)
 
 
 def _substitute_standins(plan_path: Path) -> dict:
@@ -88,7 +76,7 @@ def test_two_miles_targets_run_and_report_with_the_headline_card(tmp_path):
     planned = _plan(plan_dir)
     assert planned.returncode == 0, planned.stdout + planned.stderr
     plan = _substitute_standins(plan_dir / "plan.json")
-    executed = _run_py("execute", str(plan_dir / "plan.json"), "--output-dir", str(run_dir), "--skip-prepare",
+    executed = run_py("execute", str(plan_dir / "plan.json"), "--output-dir", str(run_dir), "--skip-prepare",
                        "--no-preflight", "--ray", "none", "--poll-interval-s", "0.05", "--repeats", "1")  # fmt: skip
     steps = plan["spec"]["run"]["num_steps"]
     manifest = json.loads((run_dir / "manifest.json").read_text())
@@ -100,7 +88,7 @@ def test_two_miles_targets_run_and_report_with_the_headline_card(tmp_path):
     )
     assert manifest["sides"] == plan["sides"]
 
-    reported = _run_py("report", str(run_dir))
+    reported = run_py("report", str(run_dir))
     assert reported.returncode == 0, reported.stdout + reported.stderr
     report = json.loads((run_dir / "report.json").read_text())
     step = next(c for c in report["comparisons"] if c["metric"] == "step_time_s")
@@ -123,7 +111,7 @@ def test_two_checkouts_of_one_target_plan_with_the_checkout_declared(tmp_path):
     sides = ["--candidate", "miles", "--candidate-root", "/ci/miles-head"]
     sides += ["--reference", "miles", "--reference-root", "/ci/miles-base"]
     out = tmp_path / "D"
-    planned = _run_py("--preset", "smoke", "--backend", "fsdp", "--output-dir", str(out), "--dry-run", *sides)
+    planned = run_py("--preset", "smoke", "--backend", "fsdp", "--output-dir", str(out), "--dry-run", *sides)
     assert planned.returncode == 0, planned.stdout + planned.stderr
     plan = json.loads((out / "plan.json").read_text())
     assert [(s["name"], s["target"], s["root"], s["label"]) for s in plan["sides"]] == [
@@ -149,7 +137,7 @@ def test_a_side_checkout_is_refused_where_it_cannot_apply(tmp_path):
     }
     for name, (args, message) in cases.items():
         out = tmp_path / name
-        result = _run_py(*base, "--output-dir", str(out), *args)
+        result = run_py(*base, "--output-dir", str(out), *args)
         assert result.returncode == 2, (name, result.stdout + result.stderr)
         assert message in result.stderr and "Traceback" not in result.stderr, (name, result.stderr)
         assert not out.exists(), name
@@ -161,7 +149,7 @@ def _head_and_base_run(root: Path, step_s: dict[str, float]) -> Path:
     sides = ["--candidate", "miles", "--candidate-root", "/ci/miles-head"]
     sides += ["--reference", "miles", "--reference-root", "/ci/miles-base"]
     plan_dir, run_dir = root / "D", root / "R"
-    planned = _run_py("--preset", "smoke", "--backend", "fsdp", "--output-dir", str(plan_dir), "--dry-run", *sides)
+    planned = run_py("--preset", "smoke", "--backend", "fsdp", "--output-dir", str(plan_dir), "--dry-run", *sides)
     assert planned.returncode == 0, planned.stdout + planned.stderr
     assert "repeats: 3 interleaved per cell" in planned.stdout
     assert "cost, 3 repeat(s): node wall time" in planned.stdout
@@ -170,10 +158,10 @@ def _head_and_base_run(root: Path, step_s: dict[str, float]) -> Path:
         _substitute_standins(plan_dir / "plan.json")
     finally:
         STEP_S.update({"miles": 0.04, "miles-base": 0.05})
-    executed = _run_py("execute", str(plan_dir / "plan.json"), "--output-dir", str(run_dir), "--skip-prepare",
+    executed = run_py("execute", str(plan_dir / "plan.json"), "--output-dir", str(run_dir), "--skip-prepare",
                        "--no-preflight", "--ray", "none", "--poll-interval-s", "0.05", "--repeats", "3")  # fmt: skip
     assert executed.returncode == 0, executed.stdout + executed.stderr
-    reported = _run_py("report", str(run_dir))
+    reported = run_py("report", str(run_dir))
     assert reported.returncode == 0, reported.stdout + reported.stderr
     return run_dir
 
@@ -182,7 +170,7 @@ def test_the_paired_check_fails_a_slower_head_and_passes_an_equal_one(tmp_path):
     """`run.py ab`: exit 1 and REGRESSED when the head is 25% slower than its merge base, 0 when both builds are
     the same speed; the verdict names the phase that moved."""
     slower = _head_and_base_run(tmp_path / "slower", {"miles": 0.05, "miles-base": 0.04})
-    judged = _run_py("ab", str(slower))
+    judged = run_py("ab", str(slower))
     assert judged.returncode == 1, judged.stdout + judged.stderr
     verdict = (slower / "ab.md").read_text()
     assert verdict.startswith("### Paired check (head vs base): REGRESSION (exit 1)")
@@ -192,13 +180,13 @@ def test_the_paired_check_fails_a_slower_head_and_passes_an_equal_one(tmp_path):
     assert json.loads((slower / "ab.json").read_text())["exit_code"] == 1
 
     equal = _head_and_base_run(tmp_path / "equal", {"miles": 0.04, "miles-base": 0.04})
-    judged = _run_py("ab", str(equal), "--output", str(tmp_path / "equal.md"))
+    judged = run_py("ab", str(equal), "--output", str(tmp_path / "equal.md"))
     assert judged.returncode == 0, judged.stdout + judged.stderr
     row = next(line for line in (tmp_path / "equal.md").read_text().splitlines() if "| step_time_s |" in line)
     assert "REGRESSED" not in row and "IMPROVED" not in row, row
 
 
 def test_the_paired_check_without_a_report_could_not_judge(tmp_path):
-    judged = _run_py("ab", str(tmp_path))
+    judged = run_py("ab", str(tmp_path))
     assert judged.returncode == 2 and "could not judge" in judged.stderr and "report.json" in judged.stderr
     assert "Traceback" not in judged.stderr and not (tmp_path / "ab.md").exists()

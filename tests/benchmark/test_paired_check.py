@@ -6,8 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -27,24 +25,13 @@ from scripts.benchmark.history.pair_check import (
     repeat_unit,
 )
 from tests.benchmark.paired_check_validation import side_units
-from tests.benchmark.standins.plans import REPO_ROOT, RUN_PY, STANDINS
+from tests.benchmark.standins.plans import STANDINS, run_py
 from tests.benchmark.synthetic_runs import gap_pair, write_run_folder
 from tests.benchmark.validation_generator import generate_runs
 
 
 def _launches(seed: int, count: int, *, cv: float = 0.02, gap: float = 1.0) -> list[np.ndarray]:
     return list(generate_runs(np.random.default_rng(seed), count, steps=40, cv=cv, gap=gap).step_time)
-
-
-def _run_py(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(RUN_PY), *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        cwd=REPO_ROOT,
-        env=env or os.environ,
-    )
 
 
 def test_slow_steps_are_left_out_of_a_repeat_unit_and_counted():
@@ -129,7 +116,7 @@ def test_the_error_is_spent_across_looks_and_never_beyond_its_total():
 def _miles_vs_verl_report(tmp_path):
     cells = [dataclasses.replace(c, repeats=3) for c in gap_pair({"train": 10.0}, num_steps=40, seed=3)]
     run_dir = write_run_folder(tmp_path / "run", cells)
-    judged = _run_py("report", str(run_dir))
+    judged = run_py("report", str(run_dir))
     assert judged.returncode == 0, judged.stdout + judged.stderr
     return run_dir
 
@@ -138,7 +125,7 @@ def test_ab_refuses_a_run_of_two_frameworks(tmp_path):
     """A Miles-vs-VERL folder is no head/base pair: exit 2 with the sentence, no verdict written (before: VERL was
     judged as Miles's base, exit 1 REGRESSION)."""
     run_dir = _miles_vs_verl_report(tmp_path)
-    judged = _run_py("ab", str(run_dir))
+    judged = run_py("ab", str(run_dir))
     assert judged.returncode == 2, judged.stdout + judged.stderr
     assert "compares miles with verl" in judged.stderr and "two builds of one framework" in judged.stderr
     assert "Traceback" not in judged.stderr and not (run_dir / "ab.md").exists()
@@ -149,7 +136,7 @@ def test_ab_runs_without_the_history_extra(tmp_path):
     own sentence, not the extra to install)."""
     run_dir = _miles_vs_verl_report(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(STANDINS / "blocker"), "BENCH_TEST_BLOCK_MODULES": "sqlalchemy,psycopg"}
-    judged = _run_py("ab", str(run_dir), env=env)
+    judged = run_py("ab", str(run_dir), env=env)
     assert judged.returncode == 2 and "two builds of one framework" in judged.stderr, judged.stderr
     assert "analysis' extra" not in judged.stderr
 

@@ -4,7 +4,6 @@ then a sequential head/base run through `run.py` with the stand-in trainer, deci
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +13,7 @@ import pytest
 from scripts.benchmark.contracts.manifest import NOT_NEEDED, SKIPPED, Manifest, new_cell_run
 from scripts.benchmark.runner.executor import interleaved_order
 from scripts.benchmark.runner.rounds import Rounds
-from tests.benchmark.standins.plans import REPO_ROOT, RUN_PY, STANDINS
+from tests.benchmark.standins.plans import STANDINS, run_py
 
 CELLS = [
     {"id": "miles-fsdp-colocate", "framework": "miles", "side": "miles", "backend": "fsdp", "layout": "colocate"},
@@ -111,18 +110,11 @@ def test_a_non_sequential_plan_skips_only_the_launches_that_do_not_fit(tmp_path)
 # -- a sequential head/base run through run.py, the stand-in trainer in place of each checkout's train.py --------
 
 
-def _run_py(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(RUN_PY), *args], capture_output=True, text=True, timeout=300, cwd=REPO_ROOT,
-        env=os.environ,
-    )  # fmt: skip
-
-
 def _sequential_run(root: Path, step_s: dict[str, float]) -> tuple[Path, subprocess.CompletedProcess]:
     sides = ["--candidate", "miles", "--candidate-root", "/ci/miles-head"]
     sides += ["--reference", "miles", "--reference-root", "/ci/miles-base"]
     plan_dir, run_dir = root / "D", root / "R"
-    planned = _run_py("--preset", "smoke", "--backend", "fsdp", "--pr-workload", "--sequential", "--output-dir",
+    planned = run_py("--preset", "smoke", "--backend", "fsdp", "--pr-workload", "--sequential", "--output-dir",
                       str(plan_dir), "--dry-run", *sides)  # fmt: skip
     assert planned.returncode == 0, planned.stdout + planned.stderr
     assert "sequential: rounds of one launch a side until the paired check decides, from 3 to 6" in planned.stdout
@@ -132,7 +124,7 @@ def _sequential_run(root: Path, step_s: dict[str, float]) -> tuple[Path, subproc
         argv += ["--sink", cell["sink"]["path"], "--steps", str(cell["num_steps"]), "--step-s"]
         cell["argv"] = cell["launch_argv"] = argv + [str(step_s[cell["side"]])]
     (plan_dir / "plan.json").write_text(json.dumps(plan, indent=2))
-    executed = _run_py("execute", str(plan_dir / "plan.json"), "--output-dir", str(run_dir), "--skip-prepare",
+    executed = run_py("execute", str(plan_dir / "plan.json"), "--output-dir", str(run_dir), "--skip-prepare",
                        "--no-preflight", "--ray", "none", "--poll-interval-s", "0.05")  # fmt: skip
     return run_dir, executed
 
@@ -154,7 +146,7 @@ def test_a_sequential_pair_stops_when_the_check_decides_and_ab_judges_it_again(t
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert [c["state"] for c in manifest["cells"]] == ["complete"] * 6 + [NOT_NEEDED] * 6
     assert json.loads((run_dir / "report.json").read_text())["incomplete"] == []
-    judged = _run_py("ab", str(run_dir))
+    judged = run_py("ab", str(run_dir))
     assert judged.returncode == code, judged.stdout + judged.stderr
     assert f"3 round(s), the last look's one-sided alpha {looks[-1]['alpha']:.2%}" in judged.stdout
 
@@ -168,13 +160,11 @@ def test_a_recorded_run_gives_the_next_plan_its_measured_launch_times(tmp_path):
     launch = {c["id"]: c["launch"] for c in report["cells"]}
     assert all(len(x["repeats"]) == 3 and 0 < x["startup_s"] < x["wall_s"] for x in launch.values()), launch
     store = f"sqlite:///{tmp_path / 'history.db'}"
-    recorded = _run_py(
-        "record", str(run_dir), "--store", store, "--create", "--untrusted", "--trigger", "pull_request"
-    )
+    recorded = run_py("record", str(run_dir), "--store", store, "--create", "--untrusted", "--trigger", "pull_request")
     assert recorded.returncode == 0, recorded.stdout + recorded.stderr
     sides = ["--candidate", "miles", "--candidate-root", "/ci/miles-head"]
     sides += ["--reference", "miles", "--reference-root", "/ci/miles-base"]
-    planned = _run_py("--preset", "smoke", "--backend", "fsdp", "--pr-workload", "--sequential", "--output-dir",
+    planned = run_py("--preset", "smoke", "--backend", "fsdp", "--pr-workload", "--sequential", "--output-dir",
                       str(tmp_path / "next"), "--dry-run", "--cost-store", store, *sides)  # fmt: skip
     assert planned.returncode == 0, planned.stdout + planned.stderr
     cost = json.loads((tmp_path / "next" / "plan.json").read_text())["cost"]["cells"]

@@ -108,6 +108,14 @@ def _warmup_cut(finite: np.ndarray) -> tuple[int, float, float]:
     return last + (1 if sharp_end else 2), level, scale
 
 
+def corrected_lag1(residuals: np.ndarray) -> float:
+    """The lag-1 autocorrelation of residuals, in [0, 0.9]: a short series' is biased low, so it is corrected
+    (Marriott & Pope) before it inflates a standard error by sqrt((1 + rho) / (1 - rho))."""
+    n = len(residuals)
+    r1 = float(np.dot(residuals[:-1], residuals[1:]) / max(float(np.dot(residuals, residuals)), 1e-300))
+    return min(max(r1 + (1 + 3 * r1) / n, 0.0), 0.9)
+
+
 def drift_in_window(window: np.ndarray) -> tuple[float, float]:
     """(relative change over the window by its least-squares line, that change in corrected standard errors)."""
     n = len(window)
@@ -115,9 +123,7 @@ def drift_in_window(window: np.ndarray) -> tuple[float, float]:
     slope = float(np.dot(t, window - window.mean()) / np.dot(t, t))
     residuals = window - window.mean() - slope * t
     sd = float(residuals.std(ddof=2)) if n > 2 else 0.0
-    r1 = float(np.dot(residuals[:-1], residuals[1:]) / max(np.dot(residuals, residuals), 1e-300))
-    # Lag-1 autocorrelation of a short series is biased low; correct it (Marriott & Pope) before inflating the SE.
-    rho = min(max(r1 + (1 + 3 * r1) / n, 0.0), 0.9)
+    rho = corrected_lag1(residuals)
     se_slope = sd / math.sqrt(float(np.dot(t, t))) * math.sqrt((1 + rho) / (1 - rho))
     level = abs(float(np.median(window))) or 1.0
     change = slope * (n - 1) / level

@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-from scripts.benchmark.analysis.steady_state import trimmed_scale
+from scripts.benchmark.analysis.steady_state import corrected_lag1, trimmed_scale
 from scripts.benchmark.contracts.report import CellModel, ReportDocument, repeats_to_settle
 from scripts.benchmark.history.check import DEFAULT_GATES, MetricCheck, Verdict
 
@@ -126,13 +126,10 @@ def repeat_unit(repeat: int, steps: list[float]) -> RepeatUnit | None:
 
 
 def _ar1_mean_error(x: np.ndarray) -> float:
-    """Standard error of the mean of an AR(1) series: the lag-1 autocorrelation (bias-corrected, Marriott & Pope,
-    held in [0, 0.9]) inflates the plain error by sqrt((1 + rho) / (1 - rho))."""
-    n = len(x)
+    """Standard error of the mean of an AR(1) series: the plain error inflated by its corrected lag-1 correlation."""
     r = x - x.mean()
-    r1 = float(np.dot(r[:-1], r[1:]) / max(float(np.dot(r, r)), 1e-300))
-    rho = min(max(r1 + (1 + 3 * r1) / n, 0.0), 0.9)
-    return float(r.std(ddof=1)) / math.sqrt(n) * math.sqrt((1 + rho) / (1 - rho))
+    rho = corrected_lag1(r)
+    return float(r.std(ddof=1)) / math.sqrt(len(x)) * math.sqrt((1 + rho) / (1 - rho))
 
 
 def disturbed_repeats(side: str, units: list[RepeatUnit], spread: float) -> list[Disturbed]:

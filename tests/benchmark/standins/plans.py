@@ -83,14 +83,7 @@ def harness_argv(*args: str) -> list[str]:
 
 
 def run_harness(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        harness_argv(*args),
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO_ROOT,
-    )
+    return run_py(*harness_argv(*args)[2:], env={**os.environ, **(env or {})}, timeout=timeout)
 
 
 def read_manifest(run_dir: Path) -> dict:
@@ -133,3 +126,15 @@ def no_stray_processes(pid_file: Path) -> Iterator[None]:
         if pid_file.exists():
             for pid, start in read_pid_file(pid_file):
                 signal_exact(pid, start, signal.SIGKILL)
+
+
+def run_py(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """The real `run.py` in a subprocess, from the checkout, as a maintainer types it."""
+    return subprocess.run(
+        [sys.executable, str(RUN_PY), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO_ROOT,
+        env=env or os.environ,
+    )
