@@ -11,6 +11,9 @@ anything starts. `plan_problems(data, known)` lists every problem as one line na
   moves paths under either to its own run folder and checkout: runner/relocate.py); absent in older plans.
 - `recording` (train-only plans, plan/train_only.py): the recording every cell replays, and its record launch.
 - `repeats`: what `execute` runs when no --repeats is given (the number the dry run printed); absent: 1.
+- `workload` (`full`, or `pr` for `--pr-workload`), `sequential` (a head/base pair in rounds: `min_rounds`,
+  `max_rounds`), `cost` (plan/cost.py) and `budget_minutes`: what the dry run decided about the run's size and time;
+  absent in older plans.
 - `Known`: the frameworks and sink formats the reader of the plan can handle. Contracts name no framework: the
   runner passes the registry's (frameworks/registry.py); without it, any non-empty name passes.
 """
@@ -20,7 +23,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
@@ -118,6 +121,15 @@ class PrepareStep(BaseModel):
     needed_by: list[str] = Field(default_factory=list)
 
 
+class SequentialRounds(BaseModel):
+    """A head/base pair run in rounds until the paired check decides (runner/rounds.py)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    min_rounds: int = Field(ge=1)
+    max_rounds: int = Field(ge=1)
+
+
 class PlanFile(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
 
@@ -132,6 +144,11 @@ class PlanFile(BaseModel):
     origin: dict[str, str] | None = None
     repeats: int | None = Field(default=None, ge=1)
     """Interleaved repeats of every cell that the plan was printed with; absent in plans written before it existed."""
+    workload: Literal["full", "pr"] | None = None
+    sequential: SequentialRounds | None = None
+    cost: dict[str, Any] | None = None
+    """What the plan costs (plan/cost.py `PlanCost.to_json`); the runner reads each cell's typical launch time."""
+    budget_minutes: float | None = Field(default=None, gt=0)
 
 
 def _where(data: dict[str, Any], loc: tuple) -> str:
