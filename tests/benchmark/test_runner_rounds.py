@@ -141,6 +141,7 @@ def test_a_sequential_pair_stops_when_the_check_decides_and_ab_judges_it_again(t
     exits 0, the report lists nothing missing, and `run.py ab` gives the same decision from looks.json."""
     run_dir, executed = _sequential_run(tmp_path, step_s)
     assert executed.returncode == 0, executed.stdout + executed.stderr
+    assert "cost of 6 repeat(s) (the plan's estimate): node wall time" in executed.stdout + executed.stderr
     looks = json.loads((run_dir / "looks.json").read_text())["looks"]
     assert [x["decision"] for x in looks] == ["CONTINUE", "CONTINUE", decision]
     manifest = json.loads((run_dir / "manifest.json").read_text())

@@ -365,7 +365,27 @@ def _execute_locked(
         progress.message(f"nothing to do: all {len(manifest.cells)} cell repeats in {output_dir} are complete")
         progress.close()
         return 0
+    if (line := cost_line(plan, options)) is not None:
+        progress.message(line)
     return MatrixRunner(plan, manifest, options, progress, end_report, looks_for).run(todo)
+
+
+def cost_line(plan: dict[str, Any], options: ExecuteOptions) -> str | None:
+    """What the run will cost, from the plan's estimate (plan/cost.py) at the repeats it runs, before it spends
+    anything; None for a plan written without one."""
+    cost = plan.get("cost") or {}
+    cells = cost.get("cells") or {}
+    if not cells:
+        return None
+    launches = [(c["launch_s"]["typical"], c["launch_s"]["upper"], c["gpus"]) for c in cells.values()]
+    rounds = options.repeats
+    wall = [rounds * sum(launch[i] for launch in launches) / 60 for i in (0, 1)]
+    hours = [rounds * sum(launch[i] * launch[2] for launch in launches) / 3600 for i in (0, 1)]
+    budget = f"; budget {options.budget_s / 60:g} min" if options.budget_s else ""
+    return (
+        f"cost of {rounds} repeat(s) (the plan's estimate): node wall time {wall[0]:.0f}-{wall[1]:.0f} min, "
+        f"{hours[0]:.1f}-{hours[1]:.1f} GPU-hours, start-ups included{budget}"
+    )
 
 
 def _record_lock(manifest: Manifest, lock: RunLock) -> None:
