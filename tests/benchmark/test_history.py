@@ -248,6 +248,24 @@ class TestCheck:
         assert code == 1 and step["n_baseline"] == 8, markdown
         assert any("already recorded as run 9; judged against the runs before it" in n for n in data["notes"])
 
+    def test_a_database_failing_mid_record_is_one_line_without_the_statement_or_its_values(self, tmp_path):
+        """The database goes wrong under `record` (here: a table gone): its own reason in one line, never the SQL
+        statement SQLAlchemy appends with its parameters (the run folder, the commit, the environment record)."""
+        import sqlite3
+
+        store = tmp_path / "history.db"
+        write_report(tmp_path / "first")
+        _record(f"sqlite:///{store}", tmp_path / "first", commit="c1")
+        with sqlite3.connect(store) as db:
+            db.execute("DROP TABLE bench_values")
+        write_report(tmp_path / "second", seed=2, generated_at="2026-12-02T00:00:00+00:00")
+        cli = [sys.executable, str(RUN_PY), "record", str(tmp_path / "second"), "--store", str(store)]
+        done = subprocess.run([*cli, "--commit", "c0ffee42"], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith("error: not recorded: the history database failed (OperationalError: ")
+        assert "no such table: bench_values" in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+        assert "INSERT" not in done.stderr and "c0ffee42" not in done.stderr and "Traceback" not in done.stderr
+
     def test_an_unreachable_store_is_could_not_judge_never_regression(self, tmp_path):
         """Exit 1 is reserved for a regression; a database that cannot be reached is exit 2."""
         import socket

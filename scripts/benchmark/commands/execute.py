@@ -57,7 +57,9 @@ def execute_impl(
             plan_path, output_dir, options, resume=resume, preflight=preflight, end_report=end_of_run_report
         )
     except RunError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        from scripts.benchmark.errors import echo_error
+
+        echo_error(str(exc))
         return exc.exit_code
 
 

@@ -38,17 +38,20 @@ CreateOpt = Annotated[
 
 
 def _could_not(what: str, exc: Exception) -> typer.Exit:
-    """One line for a failure to judge or record: the extra to install or the store at fault, else the error."""
-    from scripts.benchmark.errors import missing_module_error
+    """One line for a failure to judge or record: the extra to install, the store or the file at fault, the
+    database's own reason (never the SQL statement and its values), else the error; secrets redacted."""
+    from scripts.benchmark.errors import UserError, database_error, echo_error, missing_module_error
     from scripts.benchmark.history.store import StoreMissing
 
     if isinstance(exc, ModuleNotFoundError) and (error := missing_module_error(exc)) is not None:
         message = error.format_message()
-    elif isinstance(exc, StoreMissing):
+    elif isinstance(exc, (StoreMissing, UserError)):
         message = str(exc)
+    elif (error := database_error(exc)) is not None:
+        message = error.format_message()
     else:
         message = f"{type(exc).__name__}: {exc}"
-    typer.echo(f"error: {what}: {message}", err=True)
+    echo_error(f"{what}: {message}")
     return typer.Exit(2)
 
 

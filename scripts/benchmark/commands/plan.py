@@ -26,7 +26,9 @@ EXIT_BAD_INPUT, EXIT_PARITY, EXIT_CANNOT_EXECUTE = 2, 3, 4
 
 
 def _fail(code: int, message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
+    from scripts.benchmark.errors import echo_error
+
+    echo_error(message)
     raise typer.Exit(code)
 
 
