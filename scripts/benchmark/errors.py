@@ -52,13 +52,17 @@ class UserError(Exception):
         return str(self)
 
 
+class MissingExtra(UserError):
+    """An optional dependency is not installed: the message names the extra that installs it."""
+
+
 def missing_module_error(exc: ModuleNotFoundError, extra: str | None = None) -> UserError | None:
     """The UserError for an optional dependency that is not installed (installed by `extra`, else by the extra
     MODULE_EXTRAS names), or None when the module is not optional."""
     root = (exc.name or "").split(".")[0]
     if root in MODULE_EXTRAS:
         extra = extra or MODULE_EXTRAS[root]
-        return UserError(
+        return MissingExtra(
             f"this command needs the '{extra}' extra ({root} is not installed): pip install -e \".[{extra}]\""
         )
     if root in FOREIGN_DRIVERS:
