@@ -353,7 +353,7 @@ class TestEndOfRunReport:
         manifest = read_manifest(run_dir)
         assert [c["state"] for c in manifest["cells"]] == ["complete", "complete"]
         assert len(manifest["warnings"]) == 1 and manifest["warnings"][0].startswith(
-            "report: failed with IsADirectoryError"
+            f"report: not written: {run_dir.resolve() / 'report.md'}: Is a directory"
         )
         assert manifest["warnings"][0] in result.stdout
 

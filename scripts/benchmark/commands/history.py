@@ -101,11 +101,13 @@ def write_verdict(markdown: str, checks: list, notes: list[str], output: Path) -
     the exit code. Shared by `check` and `ab`, whose verdicts read alike."""
     from scripts.benchmark.history.check import exit_code
 
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(markdown, encoding="utf-8")
+    from miles.utils.bench_metrics import write_text_atomic
+
     rows = [{**c.__dict__, "verdict": c.verdict.value} for c in checks]
-    output.with_suffix(".json").write_text(
-        json.dumps({"exit_code": exit_code(checks), "checks": rows, "notes": notes}, indent=1), encoding="utf-8"
+    write_text_atomic(output, markdown)
+    write_text_atomic(
+        output.with_suffix(".json"),
+        json.dumps({"exit_code": exit_code(checks), "checks": rows, "notes": notes}, indent=1),
     )
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
@@ -332,10 +334,11 @@ def _register_trust_and_history(app: typer.Typer) -> None:
                 db, metrics=metric or list(DEFAULT_GATES), series_filter=series, max_pvalue=p_value,
                 min_segment=min_segment, window=window, min_magnitude=magnitude,
             )  # fmt: skip
+        from miles.utils.bench_metrics import write_text_atomic
+
         plots = {(t.series, t.metric): str(plot_trace(t, output_dir)) for t in traces}
         markdown = render_changes_markdown(traces, plots=plots)
-        output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / "history.md").write_text(markdown, encoding="utf-8")
+        write_text_atomic(output_dir / "history.md", markdown)
         typer.echo(markdown)
 
     @app.command("ci-record")

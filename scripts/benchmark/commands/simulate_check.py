@@ -46,6 +46,7 @@ def register(app: typer.Typer) -> None:
         )
         table = render_table(run_simulation(settings))
         if output is not None:
-            output.parent.mkdir(parents=True, exist_ok=True)
-            output.write_text(table, encoding="utf-8")
+            from miles.utils.bench_metrics import write_text_atomic
+
+            write_text_atomic(output, table)
         typer.echo(table)
