@@ -76,6 +76,12 @@ class Setup:
         (folder / file).write_bytes(content)
         return folder
 
+    def run(self, name: str) -> Path:
+        """A complete run folder of a Miles/VERL pair, with its report."""
+        folder = write_run_folder(self.tmp / name, gap_pair({}, num_steps=12))
+        assert CliRunner().invoke(build_app(), ["report", str(folder), "--quiet"]).exit_code == 0
+        return folder
+
     def link(self, name: str, target: str) -> Path:
         (self.tmp / name).symlink_to(self.tmp / target)
         return self.tmp / name
@@ -309,6 +315,40 @@ CASES = [
          ("notes.txt", "not a database"), lambda s: s.path("notes.txt")),
     Case("mysql-store", lambda s: ["history", "--store", "mysql://u@localhost/db", "--output-dir", str(s.path("h"))],
          ("mysql", "postgresql://"), lambda s: s.path("h")),
+    # Writers never write over their inputs or a run folder's own files; a store that would keep nothing is refused.
+    Case("ci-record-over-the-manifest", lambda s: ["ci-record", str(s.run("r")), "--out",
+                                                   str(s.path("r/manifest.json"))],
+         ("--out", "manifest.json", "a file of the run folder"), lambda s: s.path("r")),
+    Case("ci-record-over-a-cells-metrics", lambda s: ["ci-record", str(s.run("r")), "--out",
+                                                      str(s.path(f"r/{REP0}/metrics.jsonl"))],
+         ("--out", f"{REP0}/metrics.jsonl", "a file of the run folder"), lambda s: s.path("r")),
+    Case("check-output-twin-over-the-manifest", lambda s: ["check", str(s.run("r")), "--store", str(s.path("h.db")),
+                                                           "--create", "--output", str(s.path("r/manifest.md"))],
+         ("manifest.json", "a file of the run folder"), lambda s: s.path("r")),
+    Case("check-output-over-the-store", lambda s: ["check", str(s.run("r")), "--store", str(s.file("h.db", "")),
+                                                   "--output", str(s.path("h.db"))],
+         ("--output", "h.db", "over the input"), lambda s: s.path("h.db")),
+    Case("emit-sbatch-over-its-plan", lambda s: _execute(s, s.plan()) + ["--emit-sbatch",
+                                                                         str(s.path("plan/plan.json"))],
+         ("--emit-sbatch", "plan.json"), lambda s: s.path("plan")),
+    Case("convert-data-over-its-source", lambda s: ["convert-data", "--source", str(s.file("rows.jsonl", "{}\n")),
+                                                    "--start", "0", "--end", "1", "--train-file",
+                                                    str(s.path("rows.jsonl")), "--val-file", str(s.path("v.parquet"))],
+         ("--train-file", "rows.jsonl", "over the input"), lambda s: s.path("rows.jsonl")),
+    Case("convert-recording-into-its-source", lambda s: ["convert-recording", str(s.file("rec/0.pt", "x").parent),
+                                                         "--from", "miles", "--to", "verl", "--out",
+                                                         str(s.path("rec/verl"))],
+         ("--out", "over the input"), lambda s: s.path("rec")),
+    Case("history-into-a-runs-plots", lambda s: ["history", "--store", str(s.path("h.db")), "--create",
+                                                 "--output-dir", str(s.run("r") / "plots")],
+         ("--output-dir", "plots/history.md"), lambda s: s.path("r")),
+    Case("record-in-memory-store", lambda s: ["record", str(s.run("r")), "--store", "sqlite:///", "--create"],
+         ("--store", "in-memory", "variable"), lambda s: s.path("r")),
+    Case("record-read-only-store", lambda s: ["record", str(s.run("r")), "--store",
+                                              f"sqlite:///{s.path('ro.db')}?mode=ro", "--create"],
+         ("--store", "read-only"), lambda s: s.path("ro.db")),
+    Case("record-into-the-run-lock", lambda s: ["record", str(s.run("r")), "--store", str(s.file("r/run.lock", "")),
+                                                "--create"], ("--store", "run.lock"), lambda s: s.path("r")),
     Case("postgres-unreachable", lambda s: ["history", "--store", "postgresql://u:pw@127.0.0.1:9/db", "--output-dir",
                                             str(s.path("h"))], ("127.0.0.1:9", "cannot open"), lambda s: s.path("h")),
 ]  # fmt: skip
@@ -339,7 +379,7 @@ def read_only_dir(tmp_path: Path):
 
 
 def test_the_table_is_large_enough():
-    assert len(CASES) >= 86 and len({case.id for case in CASES}) == len(CASES)
+    assert len(CASES) >= 97 and len({case.id for case in CASES}) == len(CASES)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])

@@ -226,6 +226,31 @@ class TestCheck:
             last = [store.runs(label)[-1] for label in store.list_series()]
         assert [(r.commit, r.trusted) for r in last] == [("night", True), ("night", True)]
 
+    def test_a_record_completed_after_an_interruption_stores_the_trust_of_an_uninterrupted_one(
+        self, store_url, tmp_path
+    ):
+        """As above, a night at one-sided p = 3% in both cells, but its record interrupted after the first cell: the
+        rerun judges the run as a whole (two cells, 2% each) and trusts the second cell as an uninterrupted record
+        does, instead of judging it alone at the night's 4% and leaving it out."""
+        from scipy import stats
+
+        both = ("miles", "verl")
+        levels = [1.0 + 0.02 * k for k in (-2, -1, 0, 1, 2, -2, -1, 0, 1, 2)]
+        for i, level in enumerate(levels):
+            write_report(tmp_path / f"n{i}", slowdown=level, noise=0.0, frameworks=both, generated_at=f"2026-11-0{i}")
+            _record(store_url, tmp_path / f"n{i}", commit=f"n{i}", trust="yes")
+        n, sd = len(levels), float(np.std(levels, ddof=1))
+        slowdown = 1.0 + stats.t.ppf(1 - 0.03, n - 1) * sd * math.sqrt(1 + 1 / n)
+        run_dir = write_report(tmp_path / "night", slowdown=slowdown, noise=0.0, frameworks=both,
+                               generated_at="2026-11-20").parent  # fmt: skip
+        first, second = read_report_runs(run_dir)
+        with HistoryStore(store_url) as store:  # the interrupted record stored the first cell, trusted (it passed)
+            store.record(first, Provenance(commit="night"), trusted=True, baseline_reset=False)
+        _record(store_url, run_dir, commit="night")
+        with HistoryStore(store_url) as store:
+            last = store.runs(second.series.label())[-1]
+        assert (last.commit, last.trusted, last.trust_note) == ("night", True, None)
+
     @pytest.mark.parametrize("command", ["history", "record", "check", "untrust"])
     @pytest.mark.parametrize("url", ["postgresql://bench:pw@127.0.0.1:port/db", "nosuchdb://x/y"])
     def test_a_store_url_that_is_no_database_url_is_one_line_exit_2(self, tmp_path, command, url):

@@ -244,9 +244,11 @@ def register(app: typer.Typer) -> None:
 
 
 def _emit_sbatch(path: Path, plan_path: Path) -> None:
+    from scripts.benchmark.contracts.outputs import refuse_overwrite
     from scripts.benchmark.errors import UserError
     from scripts.benchmark.runner.slurm import write_sbatch
 
+    refuse_overwrite(path, "--emit-sbatch", inputs=[plan_path])
     argv = _strip_option(sys.argv[1:], "--emit-sbatch")
     try:
         write_sbatch(path, plan_path=plan_path, run_argv=argv)

@@ -27,11 +27,15 @@ def prepare_recording(
     """
     from pathlib import Path
 
+    from scripts.benchmark.contracts.outputs import refuse_overwrite
     from scripts.benchmark.errors import UserError
     from scripts.benchmark.frameworks.recording import recording_digest, write_recording
 
     if (target is None) != (target_format is None):
         raise UserError("prepare-recording: give --target and --target-format together (or neither, for the digest)")
+    if target is not None:
+        refuse_overwrite(Path(target), "--target", inputs=[Path(source), Path(digest_file)])
+    refuse_overwrite(Path(digest_file), "--digest-file", inputs=[Path(source)])
     digest = recording_digest(Path(source), source_format)
     kept = _kept_digest(Path(digest_file), digest, source)
     if target is not None:
