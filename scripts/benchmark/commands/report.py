@@ -102,9 +102,8 @@ def _run_folder_lock(run_dir: Path) -> Iterator[None]:
     """The run folder's lock for the writing: a second report, or a live run, is refused (exit 2), never mixed in."""
     from scripts.benchmark.errors import UserError
     from scripts.benchmark.runner.options import RunError
-    from scripts.benchmark.runner.run_lock import LOCK_NAME, acquire_run_lock, release_run_lock
+    from scripts.benchmark.runner.run_lock import acquire_run_lock, release_run_lock
 
-    existed = (run_dir / LOCK_NAME).exists()  # a copied folder without one does not gain one
     try:
         lock = acquire_run_lock(run_dir)
     except RunError as exc:
@@ -112,7 +111,7 @@ def _run_folder_lock(run_dir: Path) -> Iterator[None]:
     try:
         yield
     finally:
-        release_run_lock(lock, remove=not existed)
+        release_run_lock(lock)
 
 
 def register(app: typer.Typer) -> None:

@@ -82,6 +82,8 @@ class RayRecord(BaseModel):
     its job (on an external cluster only the job: the cluster is not the run's)."""
 
     head: CellProcesses | None = None
+    temp_dir: str | None = None
+    """The private head's temp dir (its Ray session folder), removed once the head is stopped."""
     dashboard_url: str | None = None
     submission_id: str | None = None
     ray_argv: list[str] = Field(default_factory=list)

@@ -58,7 +58,6 @@ from scripts.benchmark.runner.process import become_child_subreaper
 from scripts.benchmark.runner.progress import MatrixProgress
 from scripts.benchmark.runner.relocate import relocated
 from scripts.benchmark.runner.run_lock import (
-    LOCK_NAME,
     RunLock,
     acquire_run_lock,
     refuse_a_live_previous_harness,
@@ -323,7 +322,7 @@ def execute(
     # Absolute, because each cell runs with the cell folder as its working directory and ${BENCH_CELL_DIR} in its
     # sink path: a relative run folder would make the sink land one level down, where the runner never looks.
     output_dir = Path(output_dir).resolve()
-    created, lock_existed = not output_dir.exists(), (output_dir / LOCK_NAME).exists()
+    created = not output_dir.exists()
     check_output_dir(output_dir)
     try:
         lock = acquire_run_lock(output_dir)  # refused: the lock is another harness's, never ours to remove
@@ -340,8 +339,8 @@ def execute(
         rejected = True
         raise
     finally:
-        # A rejected run leaves nothing behind that it made: its lock file, and the folder if it created it.
-        release_run_lock(lock, remove=rejected and not lock_existed)
+        # No lock file stays behind; a rejected run leaves no folder it created either.
+        release_run_lock(lock)
         if rejected:
             _remove_if_made_and_empty(output_dir, created)
 

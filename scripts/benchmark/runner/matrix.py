@@ -414,6 +414,7 @@ class MatrixRunner:
         """The head's processes and the job's id in the manifest before the job is submitted: a --resume after a
         killed harness stops them (the head's processes and the job outlive the harness)."""
         record = RayRecord(head=head.process.describe() if head is not None else None)
+        record.temp_dir = str(head.temp_dir) if head is not None else None
         if command.submission_id is not None and target is not None:
             record.submission_id, record.dashboard_url = command.submission_id, target.dashboard_url
             record.ray_argv = list(command.argv[: command.argv.index("job")])
