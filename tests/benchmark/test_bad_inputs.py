@@ -82,6 +82,29 @@ class Setup:
         assert CliRunner().invoke(build_app(), ["report", str(folder), "--quiet"]).exit_code == 0
         return folder
 
+    def emptied_manifest(self, name: str) -> Path:
+        """A run folder whose manifest.json lists no cell (its cells/ still there)."""
+        folder = write_run_folder(self.tmp / name, gap_pair({}, num_steps=12))
+        _edit_json(folder / "manifest.json", lambda manifest: manifest.update(cells=[]))
+        return folder
+
+    def negative_steps(self, name: str) -> Path:
+        """A run folder one of whose cells logged step times below zero."""
+        folder = write_run_folder(self.tmp / name, gap_pair({}, num_steps=12))
+        metrics = folder / "cells/verl-fsdp-colocate/rep-0/metrics.jsonl"
+        rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+        metrics.write_text("".join(json.dumps(row | {"step_time_s": -abs(row["step_time_s"])}) + "\n" for row in rows))
+        return folder
+
+    def recording(self, name: str) -> Path:
+        """A small Miles recording (two steps of one group of two samples)."""
+        from scripts.benchmark.frameworks.recorded import RecordedSample, RecordedStep, Recording
+        from scripts.benchmark.frameworks.recording import write_recording
+
+        samples = tuple(RecordedSample((1, 2), (3, i), (1, 1), float(i), 0, None) for i in range(2))
+        write_recording(Recording((RecordedStep(samples), RecordedStep(samples))), self.tmp / name / "miles", "miles")
+        return self.tmp / name / "miles"
+
     def link(self, name: str, target: str) -> Path:
         (self.tmp / name).symlink_to(self.tmp / target)
         return self.tmp / name
@@ -349,6 +372,31 @@ CASES = [
          ("--store", "read-only"), lambda s: s.path("ro.db")),
     Case("record-into-the-run-lock", lambda s: ["record", str(s.run("r")), "--store", str(s.file("r/run.lock", "")),
                                                 "--create"], ("--store", "run.lock"), lambda s: s.path("r")),
+    # Errors that name the file or value at fault and the fix.
+    Case("ab-on-a-truncated-report", lambda s: ["ab", str(s.damaged_run("tr", "report.json", b'{"schema_version":'))],
+         ("tr/report.json", "damaged", "run.py report"), lambda s: s.path("tr")),
+    Case("ci-record-metrics-not-utf8", lambda s: ["ci-record", str(s.damaged_run("cu", f"{REP0}/metrics.jsonl",
+                                                                                b"\xff\xfe\x00junk\n"))],
+         (f"cu/{REP0}/metrics.jsonl", "damaged", "copy it again"), lambda s: s.path("cu")),
+    Case("report-manifest-without-cells", lambda s: ["report", str(s.emptied_manifest("mc"))],
+         ("mc/manifest.json", "lists no cell repeat", "cells/ holds 2 repeat folders", "restore it"),
+         lambda s: s.path("mc")),
+    Case("report-negative-step-times", lambda s: ["report", str(s.negative_steps("ng"))],
+         ("ng/cells/verl-fsdp-colocate/rep-0/metrics.jsonl", "step 0: step_time_s is -", "never negative"),
+         lambda s: s.path("ng")),
+    Case("prepare-recording-empty-digest", lambda s: ["prepare-recording", "--source", str(s.recording("rc")),
+                                                      "--source-format", "miles", "--digest-file",
+                                                      str(s.file("rc/digest.txt", ""))],
+         ("rc/digest.txt", "is empty", "delete it"), lambda s: s.path("rc")),
+    Case("reference-verl-with-a-target", lambda s: _smoke(s, "out", "--reference", "verl@0.8.0"),
+         ("--reference", "no target to choose", "give verl alone"), OUT),
+    Case("candidate-root-relative", lambda s: _smoke(s, "out", "--candidate-root", "ci/head", "--reference",
+                                                     "miles@0.0.2", "--backend", "megatron"),
+         ("--candidate-root 'ci/head'", "absolute"), OUT),
+    Case("candidate-with-an-empty-target", lambda s: _smoke(s, "out", "--candidate", "miles@"),
+         ("--candidate", "no target after '@'", "miles@TARGET"), OUT),
+    Case("release-miles-on-fsdp-only", lambda s: _smoke(s, "out", "--miles-version", "0.0.2", "--backend", "fsdp"),
+         ("--backend fsdp", "0.0.2", "plan megatron"), OUT),
     Case("postgres-unreachable", lambda s: ["history", "--store", "postgresql://u:pw@127.0.0.1:9/db", "--output-dir",
                                             str(s.path("h"))], ("127.0.0.1:9", "cannot open"), lambda s: s.path("h")),
 ]  # fmt: skip
@@ -379,7 +427,7 @@ def read_only_dir(tmp_path: Path):
 
 
 def test_the_table_is_large_enough():
-    assert len(CASES) >= 97 and len({case.id for case in CASES}) == len(CASES)
+    assert len(CASES) >= 106 and len({case.id for case in CASES}) == len(CASES)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
@@ -406,6 +454,21 @@ EXTRAS = [
     ("record", "sqlalchemy", "analysis", lambda s: ["record", str(s.path("r")), "--store", s.store(), "--create"]),
     ("history", "sqlalchemy", "analysis", lambda s: ["history", "--store", s.store(), "--create"]),
     ("convert-data", "pyarrow", "verl", lambda s: _convert(s, "0", "5")),
+    (
+        "convert-recording",
+        "torch",
+        "recording",
+        lambda s: [
+            "convert-recording",
+            str(s.file("rec/0.pt", "x").parent),
+            "--from",
+            "miles",
+            "--to",
+            "verl",
+            "--out",
+            str(s.path("data")),
+        ],
+    ),
 ]
 
 

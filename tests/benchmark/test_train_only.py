@@ -284,6 +284,21 @@ class TestCommandLine:
         assert result.exit_code == 2 and "recording.cache_dir" in result.output
         assert "Traceback" not in result.output and not (tmp_path / "o").exists()
 
+    def test_train_only_on_a_spec_file_that_says_where_recordings_are_kept(self, tmp_path):
+        """A throughput spec that already names its recording cache: --train-only plans it there (the mode applies
+        before the spec is validated), rather than refusing it as a throughput run with a recording section."""
+        data = load_preset("smoke").model_dump(mode="json")
+        data["recording"] = {"cache_dir": str(tmp_path / "recordings")}
+        spec = tmp_path / "spec.yaml"
+        spec.write_text(json.dumps(data))
+        result = _invoke("--spec", str(spec), "--output-dir", str(tmp_path / "o"), "--dry-run", "--train-only")
+        assert result.exit_code == 0, result.output
+        plan = json.loads((tmp_path / "o" / "plan.json").read_text())
+        assert plan["spec"]["run"]["mode"] == "train-only"
+        assert plan["recording"]["root"].startswith(str(tmp_path / "recordings") + "/")
+        refused = _invoke("--spec", str(spec), "--output-dir", str(tmp_path / "p"), "--dry-run")
+        assert refused.exit_code == 2 and "run.mode=throughput with a recording section" in refused.output
+
 
 STEP_S = 0.03
 STANDIN_LEARNING = {

@@ -199,7 +199,8 @@ def _load_spec(preset: str | None, spec_file: str | None, layout: str | None, **
         )
     source = f"--preset {preset}" if preset else f"--spec {spec_file}"
     try:
-        spec = load_preset(preset) if preset else load_spec_file(spec_file)
+        mode = "train-only" if overrides["train_only"] else None
+        spec = load_preset(preset) if preset else load_spec_file(spec_file, run_mode=mode)
         return with_overrides(spec, layout=layout, wandb=wandb, **overrides)
     except ValidationError as exc:
         details = [f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg']}" for e in exc.errors()]

@@ -61,6 +61,11 @@ def _kept_digest(path, digest: str, source: str) -> str | None:
         return None
     except OSError as exc:
         raise UserError(f"--digest-file {path}: {exc.strerror or exc}") from None
+    if not kept:
+        raise UserError(
+            f"--digest-file {path} is empty (damaged: a digest is never written empty): delete it to digest the "
+            f"recording as it is now, or delete {path.parent} to record it again"
+        )
     if kept != digest:
         raise UserError(f"--digest-file {path}: the recording at {source} has digest {digest}, not the kept {kept}")
     return kept

@@ -465,7 +465,14 @@ def _has(container: Any, key: Any) -> bool:
 
 
 def validate_report_file(path: Path) -> ReportDocument:
-    data = decode_nonfinite(json.loads(Path(path).read_text(encoding="utf-8")))
+    """report.json through its typed definition; ValueError naming the file and the fix when it cannot be read."""
+    try:
+        data = decode_nonfinite(json.loads(Path(path).read_text(encoding="utf-8")))
+    except ValueError as exc:  # not JSON (a copy cut short, a full disk of an older harness) or not UTF-8 text
+        raise ValueError(
+            f"{path} is damaged ({exc}): write it again with `python scripts/benchmark/run.py report "
+            f"{Path(path).parent}`"
+        ) from None
     if isinstance(data, dict) and data.get("schema_version") == 1:
         raise ValueError(
             f"{path}: report.json schema_version 1 (written before sides): run `python scripts/benchmark/run.py "

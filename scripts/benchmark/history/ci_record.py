@@ -32,7 +32,12 @@ def merged_record(series: str, cells: dict[str, Path]) -> list[dict]:
     non-finite values kept as markers."""
     lines = []
     for cell_id, metrics in sorted(cells.items()):
-        records = read_records(metrics)
+        try:
+            records = read_records(metrics)
+        except ValueError as exc:  # not UTF-8, not JSON: a half-copied folder
+            raise ValueError(
+                f"{metrics} is damaged ({str(exc).splitlines()[0]}): was the run folder fully copied? copy it again"
+            ) from None
         for field in HEADLINE_FIELDS:
             steps = [[r.step, encode_nonfinite(getattr(r, field))] for r in records if getattr(r, field) is not None]
             if steps:
