@@ -74,6 +74,7 @@ CPU_TESTS: dict[str, tuple[str, int]] = {
     "test_runner_rounds.py": (FAST, 35),
     "test_runner_slurm.py": (SLOW, 120),
     "test_runner_units.py": (FAST, 6),
+    "test_secrets.py": (FAST, 5),
     "test_policy_lag.py": (FAST, 2),
     "test_schedule_parity.py": (FAST, 3),
     "test_sglang_keys.py": (FAST, 1),

@@ -3,7 +3,9 @@
 - `UserError(message)`: raised anywhere below a command; the wrapper prints `error: <message>` and exits 2.
 - `user_errors(callback)`: wraps every command of run.py, so that a missing optional dependency names the extra to
   install, and an OSError on a path the user gave names that path; anything else is a bug and keeps its traceback.
-- `require(module, purpose)`: import an optional dependency or raise the UserError that names its extra.
+- `require(module, extra)`: import an optional dependency or raise the UserError that names its extra.
+- `database_error(exc)`: a database driver's failure as one line, without the SQL statement or its parameters.
+- Every message goes through the redaction of common/redaction.py: a secret in a path or a value is never printed.
 """
 
 from __future__ import annotations
@@ -11,10 +13,13 @@ from __future__ import annotations
 import errno
 import functools
 import importlib
+import os
 from collections.abc import Callable
 from typing import Any
 
 import typer
+
+from scripts.benchmark.common.redaction import Redactor
 
 EXIT_BAD_INPUT = 2
 
@@ -47,12 +52,17 @@ class UserError(Exception):
         return str(self)
 
 
-def missing_module_error(exc: ModuleNotFoundError) -> UserError | None:
-    """The UserError for an optional dependency that is not installed, or None when the module is not optional."""
+class MissingExtra(UserError):
+    """An optional dependency is not installed: the message names the extra that installs it."""
+
+
+def missing_module_error(exc: ModuleNotFoundError, extra: str | None = None) -> UserError | None:
+    """The UserError for an optional dependency that is not installed (installed by `extra`, else by the extra
+    MODULE_EXTRAS names), or None when the module is not optional."""
     root = (exc.name or "").split(".")[0]
     if root in MODULE_EXTRAS:
-        extra = MODULE_EXTRAS[root]
-        return UserError(
+        extra = extra or MODULE_EXTRAS[root]
+        return MissingExtra(
             f"this command needs the '{extra}' extra ({root} is not installed): pip install -e \".[{extra}]\""
         )
     if root in FOREIGN_DRIVERS:
@@ -72,6 +82,18 @@ def os_error_message(exc: OSError) -> str:
     return f"{where}: {exc.strerror or exc}" + (fix if exc.errno in FULL_DISK_ERRNOS else "")
 
 
+def database_error(exc: BaseException) -> UserError | None:
+    """A database driver's failure wrapped by SQLAlchemy as one line: the driver's own first line, never the SQL
+    statement and its parameters that SQLAlchemy appends (they can hold a run's paths and provenance); None for
+    anything else."""
+    orig = getattr(exc, "orig", None)
+    if orig is None or not type(exc).__module__.startswith("sqlalchemy"):
+        return None
+    lines = str(orig).strip().splitlines()
+    reason = f"{type(orig).__name__}: {lines[0]}" if lines else type(orig).__name__
+    return UserError(f"the history database failed ({reason}); check that it is reachable, then run the command again")
+
+
 def user_errors(callback: Callable[..., Any]) -> Callable[..., Any]:
     """A command callback whose missing extras and path errors become UserError (exit 2)."""
 
@@ -89,18 +111,28 @@ def user_errors(callback: Callable[..., Any]) -> Callable[..., Any]:
             if exc.filename is None:
                 raise
             error = UserError(os_error_message(exc))
-        typer.echo(f"error: {error.format_message()}", err=True)
+        except Exception as exc:
+            error = database_error(exc)
+            if error is None:
+                raise
+        echo_error(error.format_message())
         raise typer.Exit(EXIT_BAD_INPUT)
 
     return wrapped
 
 
-def require(module: str) -> Any:
-    """Import an optional dependency, or raise the UserError naming the extra that installs it."""
+def echo_error(message: str) -> None:
+    """`error: MESSAGE` on stderr, with every secret of this environment and every token shape redacted."""
+    typer.echo(f"error: {Redactor.from_environ(os.environ).redact_text(message)}", err=True)
+
+
+def require(module: str, extra: str | None = None) -> Any:
+    """Import an optional dependency, or raise the UserError naming the extra that installs it (`extra` when the
+    command's own extra is another than the module's usual one: torch for a recording comes with `recording`)."""
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as exc:
-        error = missing_module_error(exc)
+        error = missing_module_error(exc, extra)
         if error is None:
             raise
         raise error from exc

@@ -76,6 +76,35 @@ class Setup:
         (folder / file).write_bytes(content)
         return folder
 
+    def run(self, name: str) -> Path:
+        """A complete run folder of a Miles/VERL pair, with its report."""
+        folder = write_run_folder(self.tmp / name, gap_pair({}, num_steps=12))
+        assert CliRunner().invoke(build_app(), ["report", str(folder), "--quiet"]).exit_code == 0
+        return folder
+
+    def emptied_manifest(self, name: str) -> Path:
+        """A run folder whose manifest.json lists no cell (its cells/ still there)."""
+        folder = write_run_folder(self.tmp / name, gap_pair({}, num_steps=12))
+        _edit_json(folder / "manifest.json", lambda manifest: manifest.update(cells=[]))
+        return folder
+
+    def negative_steps(self, name: str) -> Path:
+        """A run folder one of whose cells logged step times below zero."""
+        folder = write_run_folder(self.tmp / name, gap_pair({}, num_steps=12))
+        metrics = folder / "cells/verl-fsdp-colocate/rep-0/metrics.jsonl"
+        rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+        metrics.write_text("".join(json.dumps(row | {"step_time_s": -abs(row["step_time_s"])}) + "\n" for row in rows))
+        return folder
+
+    def recording(self, name: str) -> Path:
+        """A small Miles recording (two steps of one group of two samples)."""
+        from scripts.benchmark.frameworks.recorded import RecordedSample, RecordedStep, Recording
+        from scripts.benchmark.frameworks.recording import write_recording
+
+        samples = tuple(RecordedSample((1, 2), (3, i), (1, 1), float(i), 0, None) for i in range(2))
+        write_recording(Recording((RecordedStep(samples), RecordedStep(samples))), self.tmp / name / "miles", "miles")
+        return self.tmp / name / "miles"
+
     def link(self, name: str, target: str) -> Path:
         (self.tmp / name).symlink_to(self.tmp / target)
         return self.tmp / name
@@ -324,6 +353,65 @@ CASES = [
          ("notes.txt", "not a database"), lambda s: s.path("notes.txt")),
     Case("mysql-store", lambda s: ["history", "--store", "mysql://u@localhost/db", "--output-dir", str(s.path("h"))],
          ("mysql", "postgresql://"), lambda s: s.path("h")),
+    # Writers never write over their inputs or a run folder's own files; a store that would keep nothing is refused.
+    Case("ci-record-over-the-manifest", lambda s: ["ci-record", str(s.run("r")), "--out",
+                                                   str(s.path("r/manifest.json"))],
+         ("--out", "manifest.json", "a file of the run folder"), lambda s: s.path("r")),
+    Case("ci-record-over-a-cells-metrics", lambda s: ["ci-record", str(s.run("r")), "--out",
+                                                      str(s.path(f"r/{REP0}/metrics.jsonl"))],
+         ("--out", f"{REP0}/metrics.jsonl", "a file of the run folder"), lambda s: s.path("r")),
+    Case("check-output-twin-over-the-manifest", lambda s: ["check", str(s.run("r")), "--store", str(s.path("h.db")),
+                                                           "--create", "--output", str(s.path("r/manifest.md"))],
+         ("manifest.json", "a file of the run folder"), lambda s: s.path("r")),
+    Case("check-output-over-the-store", lambda s: ["check", str(s.run("r")), "--store", str(s.file("h.db", "")),
+                                                   "--output", str(s.path("h.db"))],
+         ("--output", "h.db", "over the input"), lambda s: s.path("h.db")),
+    Case("emit-sbatch-over-its-plan", lambda s: _execute(s, s.plan()) + ["--emit-sbatch",
+                                                                         str(s.path("plan/plan.json"))],
+         ("--emit-sbatch", "plan.json"), lambda s: s.path("plan")),
+    Case("convert-data-over-its-source", lambda s: ["convert-data", "--source", str(s.file("rows.jsonl", "{}\n")),
+                                                    "--start", "0", "--end", "1", "--train-file",
+                                                    str(s.path("rows.jsonl")), "--val-file", str(s.path("v.parquet"))],
+         ("--train-file", "rows.jsonl", "over the input"), lambda s: s.path("rows.jsonl")),
+    Case("convert-recording-into-its-source", lambda s: ["convert-recording", str(s.file("rec/0.pt", "x").parent),
+                                                         "--from", "miles", "--to", "verl", "--out",
+                                                         str(s.path("rec/verl"))],
+         ("--out", "over the input"), lambda s: s.path("rec")),
+    Case("history-into-a-runs-plots", lambda s: ["history", "--store", str(s.path("h.db")), "--create",
+                                                 "--output-dir", str(s.run("r") / "plots")],
+         ("--output-dir", "plots/history.md"), lambda s: s.path("r")),
+    Case("record-in-memory-store", lambda s: ["record", str(s.run("r")), "--store", "sqlite:///", "--create"],
+         ("--store", "in-memory", "variable"), lambda s: s.path("r")),
+    Case("record-read-only-store", lambda s: ["record", str(s.run("r")), "--store",
+                                              f"sqlite:///{s.path('ro.db')}?mode=ro", "--create"],
+         ("--store", "read-only"), lambda s: s.path("ro.db")),
+    Case("record-into-the-run-lock", lambda s: ["record", str(s.run("r")), "--store", str(s.file("r/run.lock", "")),
+                                                "--create"], ("--store", "run.lock"), lambda s: s.path("r")),
+    # Errors that name the file or value at fault and the fix.
+    Case("ab-on-a-truncated-report", lambda s: ["ab", str(s.damaged_run("tr", "report.json", b'{"schema_version":'))],
+         ("tr/report.json", "damaged", "run.py report"), lambda s: s.path("tr")),
+    Case("ci-record-metrics-not-utf8", lambda s: ["ci-record", str(s.damaged_run("cu", f"{REP0}/metrics.jsonl",
+                                                                                b"\xff\xfe\x00junk\n"))],
+         (f"cu/{REP0}/metrics.jsonl", "damaged", "copy it again"), lambda s: s.path("cu")),
+    Case("report-manifest-without-cells", lambda s: ["report", str(s.emptied_manifest("mc"))],
+         ("mc/manifest.json", "lists no cell repeat", "cells/ holds 2 repeat folders", "restore it"),
+         lambda s: s.path("mc")),
+    Case("report-negative-step-times", lambda s: ["report", str(s.negative_steps("ng"))],
+         ("ng/cells/verl-fsdp-colocate/rep-0/metrics.jsonl", "step 0: step_time_s is -", "never negative"),
+         lambda s: s.path("ng")),
+    Case("prepare-recording-empty-digest", lambda s: ["prepare-recording", "--source", str(s.recording("rc")),
+                                                      "--source-format", "miles", "--digest-file",
+                                                      str(s.file("rc/digest.txt", ""))],
+         ("rc/digest.txt", "is empty", "delete it"), lambda s: s.path("rc")),
+    Case("reference-verl-with-a-target", lambda s: _smoke(s, "out", "--reference", "verl@0.8.0"),
+         ("--reference", "no target to choose", "give verl alone"), OUT),
+    Case("candidate-root-relative", lambda s: _smoke(s, "out", "--candidate-root", "ci/head", "--reference",
+                                                     "miles@0.0.2", "--backend", "megatron"),
+         ("--candidate-root 'ci/head'", "absolute"), OUT),
+    Case("candidate-with-an-empty-target", lambda s: _smoke(s, "out", "--candidate", "miles@"),
+         ("--candidate", "no target after '@'", "miles@TARGET"), OUT),
+    Case("release-miles-on-fsdp-only", lambda s: _smoke(s, "out", "--miles-version", "0.0.2", "--backend", "fsdp"),
+         ("--backend fsdp", "0.0.2", "plan megatron"), OUT),
     Case("postgres-unreachable", lambda s: ["history", "--store", "postgresql://u:pw@127.0.0.1:9/db", "--output-dir",
                                             str(s.path("h"))], ("127.0.0.1:9", "cannot open"), lambda s: s.path("h")),
 ]  # fmt: skip
@@ -354,7 +442,7 @@ def read_only_dir(tmp_path: Path):
 
 
 def test_the_table_is_large_enough():
-    assert len(CASES) >= 93 and len({case.id for case in CASES}) == len(CASES)
+    assert len(CASES) >= 113 and len({case.id for case in CASES}) == len(CASES)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
@@ -381,6 +469,21 @@ EXTRAS = [
     ("record", "sqlalchemy", "analysis", lambda s: ["record", str(s.path("r")), "--store", s.store(), "--create"]),
     ("history", "sqlalchemy", "analysis", lambda s: ["history", "--store", s.store(), "--create"]),
     ("convert-data", "pyarrow", "verl", lambda s: _convert(s, "0", "5")),
+    (
+        "convert-recording",
+        "torch",
+        "recording",
+        lambda s: [
+            "convert-recording",
+            str(s.file("rec/0.pt", "x").parent),
+            "--from",
+            "miles",
+            "--to",
+            "verl",
+            "--out",
+            str(s.path("data")),
+        ],
+    ),
 ]
 
 

@@ -226,6 +226,31 @@ class TestCheck:
             last = [store.runs(label)[-1] for label in store.list_series()]
         assert [(r.commit, r.trusted) for r in last] == [("night", True), ("night", True)]
 
+    def test_a_record_completed_after_an_interruption_stores_the_trust_of_an_uninterrupted_one(
+        self, store_url, tmp_path
+    ):
+        """As above, a night at one-sided p = 3% in both cells, but its record interrupted after the first cell: the
+        rerun judges the run as a whole (two cells, 2% each) and trusts the second cell as an uninterrupted record
+        does, instead of judging it alone at the night's 4% and leaving it out."""
+        from scipy import stats
+
+        both = ("miles", "verl")
+        levels = [1.0 + 0.02 * k for k in (-2, -1, 0, 1, 2, -2, -1, 0, 1, 2)]
+        for i, level in enumerate(levels):
+            write_report(tmp_path / f"n{i}", slowdown=level, noise=0.0, frameworks=both, generated_at=f"2026-11-0{i}")
+            _record(store_url, tmp_path / f"n{i}", commit=f"n{i}", trust="yes")
+        n, sd = len(levels), float(np.std(levels, ddof=1))
+        slowdown = 1.0 + stats.t.ppf(1 - 0.03, n - 1) * sd * math.sqrt(1 + 1 / n)
+        run_dir = write_report(tmp_path / "night", slowdown=slowdown, noise=0.0, frameworks=both,
+                               generated_at="2026-11-20").parent  # fmt: skip
+        first, second = read_report_runs(run_dir)
+        with HistoryStore(store_url) as store:  # the interrupted record stored the first cell, trusted (it passed)
+            store.record(first, Provenance(commit="night"), trusted=True, baseline_reset=False)
+        _record(store_url, run_dir, commit="night")
+        with HistoryStore(store_url) as store:
+            last = store.runs(second.series.label())[-1]
+        assert (last.commit, last.trusted, last.trust_note) == ("night", True, None)
+
     @pytest.mark.parametrize("command", ["history", "record", "check", "untrust"])
     @pytest.mark.parametrize("url", ["postgresql://bench:pw@127.0.0.1:port/db", "nosuchdb://x/y"])
     def test_a_store_url_that_is_no_database_url_is_one_line_exit_2(self, tmp_path, command, url):
@@ -247,6 +272,24 @@ class TestCheck:
         step = next(c for c in data["checks"] if c["metric"] == "step_time_s")
         assert code == 1 and step["n_baseline"] == 8, markdown
         assert any("already recorded as run 9; judged against the runs before it" in n for n in data["notes"])
+
+    def test_a_database_failing_mid_record_is_one_line_without_the_statement_or_its_values(self, tmp_path):
+        """The database goes wrong under `record` (here: a table gone): its own reason in one line, never the SQL
+        statement SQLAlchemy appends with its parameters (the run folder, the commit, the environment record)."""
+        import sqlite3
+
+        store = tmp_path / "history.db"
+        write_report(tmp_path / "first")
+        _record(f"sqlite:///{store}", tmp_path / "first", commit="c1")
+        with sqlite3.connect(store) as db:
+            db.execute("DROP TABLE bench_values")
+        write_report(tmp_path / "second", seed=2, generated_at="2026-12-02T00:00:00+00:00")
+        cli = [sys.executable, str(RUN_PY), "record", str(tmp_path / "second"), "--store", str(store)]
+        done = subprocess.run([*cli, "--commit", "c0ffee42"], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith("error: not recorded: the history database failed (OperationalError: ")
+        assert "no such table: bench_values" in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+        assert "INSERT" not in done.stderr and "c0ffee42" not in done.stderr and "Traceback" not in done.stderr
 
     def test_an_unreachable_store_is_could_not_judge_never_regression(self, tmp_path):
         """Exit 1 is reserved for a regression; a database that cannot be reached is exit 2."""

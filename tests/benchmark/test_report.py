@@ -485,6 +485,79 @@ class TestCommand:
             subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
+class TestWrittenWholeOrNotAtAll:
+    def _changed_run(self, tmp_path: Path) -> tuple[Path, dict[Path, bytes]]:
+        """A run folder with its report, then one of its step times changed: the next report differs in every file."""
+        run_dir = write_run_folder(tmp_path / "run", planted_cells()[:2])
+        report_impl(run_dir, AnalysisSettings(reps=200))
+        before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+        metrics = next(run_dir.glob("cells/miles-*/rep-0/metrics.jsonl"))
+        rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+        rows[-1]["step_time_s"] *= 2
+        metrics.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        return run_dir, {p: data for p, data in before.items() if p != metrics}
+
+    def test_a_full_disk_midway_keeps_the_previous_report_whole_and_names_the_file(self, tmp_path, monkeypatch):
+        """report.html does not fit: no new report.json beside the old report.md, no staging folder left, and the
+        error names the run folder's report.html."""
+        import scripts.benchmark.report.write as write
+
+        run_dir, before = self._changed_run(tmp_path)
+        real = write.write_text_atomic
+
+        def full_at_html(path: Path, text: str) -> None:
+            if Path(path).name == "report.html":
+                raise OSError(errno.ENOSPC, "No space left on device", str(path))
+            real(path, text)
+
+        monkeypatch.setattr(write, "write_text_atomic", full_at_html)
+        with pytest.raises(OSError) as failed:
+            report_impl(run_dir, AnalysisSettings(reps=200))
+        assert failed.value.filename == str(run_dir / "report.html")
+        assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p in before} == before
+        assert [p.name for p in run_dir.iterdir() if p.name.startswith(".")] == []
+
+    def test_the_end_of_run_report_on_a_full_disk_names_the_file_and_the_fix(self, tmp_path):
+        from scripts.benchmark.contracts.manifest import Manifest
+        from scripts.benchmark.runner.end_report import report_after_run
+        from scripts.benchmark.runner.progress import MatrixProgress
+
+        run_dir = write_run_folder(tmp_path / "run", planted_cells()[:2])
+        manifest = Manifest.load(run_dir / "manifest.json")
+
+        def full(folder: Path):
+            raise OSError(errno.ENOSPC, "No space left on device", str(folder / "report.html"))
+
+        report_after_run(manifest, MatrixProgress(total_cells=0), full)
+        (warning,) = manifest.warnings
+        assert warning.startswith(f"report: not written: {run_dir / 'report.html'}: No space left on device; free")
+        assert f"run.py report {run_dir}" in warning
+
+    def test_sigterm_while_the_report_is_written_leaves_the_previous_report_and_no_tmp_file(self, tmp_path):
+        """SIGTERM arrives as headline.md is renamed into place (its tmp file written): exit 130, every file of the
+        previous report as it was, nothing left of the interrupted one."""
+        run_dir, before = self._changed_run(tmp_path)
+        child = (
+            "import os, signal, sys\n"
+            "import miles.utils.bench_metrics as m\n"
+            "from scripts.benchmark.run import build_app\n"
+            "real = os.replace\n"
+            "def replace(src, dst):\n"
+            "    if str(dst).endswith('headline.md'):\n"
+            "        os.kill(os.getpid(), signal.SIGTERM)\n"
+            "    real(src, dst)\n"
+            "m.os.replace = replace\n"
+            "sys.argv = ['run.py', 'report', sys.argv[1], '--reps', '200', '--quiet']\n"
+            "build_app()()\n"
+        )
+        done = subprocess.run([sys.executable, "-c", child, str(run_dir)], capture_output=True, text=True,
+                              timeout=120, cwd=Path(RUN_PY).parents[2])  # fmt: skip
+        assert done.returncode == 130, done.stdout + done.stderr
+        assert "report: interrupted by SIGTERM: nothing written" in done.stderr and "Traceback" not in done.stderr
+        assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p in before} == before
+        assert [p.name for p in run_dir.rglob(".*")] == [] and not (run_dir / "run.lock").exists()
+
+
 def test_a_pair_whose_side_lost_its_metrics_is_not_called_one_framework_only(tmp_path):
     cells = planted_cells()
     run_dir = write_run_folder(tmp_path, cells)

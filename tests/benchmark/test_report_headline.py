@@ -238,7 +238,7 @@ def test_repeats_to_settle_is_the_fewest_repeats_whose_interval_is_decisive(spre
     decisive (inside +-2% or wholly beyond), one repeat fewer it is not."""
     from scipy import stats
 
-    from scripts.benchmark.contracts.report import repeats_to_settle
+    from scripts.benchmark.contracts.settle import repeats_to_settle
 
     def interval(n: int) -> tuple[float, float]:
         half = stats.t.ppf(0.975, 2 * n - 2) * spread * (2 / n) ** 0.5
@@ -256,7 +256,7 @@ def test_an_inconclusive_pair_at_high_noise_says_how_many_repeats_would_settle_i
     interval, against its 3% threshold)."""
     import math
 
-    from scripts.benchmark.contracts.report import repeats_to_settle
+    from scripts.benchmark.contracts.settle import repeats_to_settle
     from scripts.benchmark.history.pair_check import THRESHOLD, look, pair_units
 
     cells = [dataclasses.replace(c, repeats=3) for c in gap_pair({"train": 1.0}, num_steps=60, cv=0.10, seed=0)]

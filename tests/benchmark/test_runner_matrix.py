@@ -353,7 +353,7 @@ class TestEndOfRunReport:
         manifest = read_manifest(run_dir)
         assert [c["state"] for c in manifest["cells"]] == ["complete", "complete"]
         assert len(manifest["warnings"]) == 1 and manifest["warnings"][0].startswith(
-            "report: failed with IsADirectoryError"
+            f"report: not written: {run_dir.resolve() / 'report.md'}: Is a directory"
         )
         assert manifest["warnings"][0] in result.stdout
 
@@ -442,3 +442,13 @@ class TestPrivateRayHead:
         assert any(w.startswith("--submission-id=bench-miles-fsdp-colocate-rep0-") for w in submit["argv"])
         assert not is_alive(start["pid"]) and not is_alive(start["child"])
         assert read_manifest(run_dir)["cells"][0]["state"] == "complete"
+
+    def test_a_stopped_private_head_leaves_no_session_folder_and_a_finished_run_no_lock_file(self, tmp_path: Path):
+        """The head's temp dir (Ray's session folder under the system temp dir) goes with the head; the run folder's
+        lock file goes with the run."""
+        run_dir, record = tmp_path / "run", tmp_path / "ray-record.jsonl"
+        result = _run_miles_cell_on_a_private_standin_head(tmp_path, run_dir, record)
+        assert result.returncode == 0, result.stdout + result.stderr
+        temp_dir = Path(json.loads((run_dir / "cells/miles-fsdp-colocate/rep-0/ray.json").read_text())["temp_dir"])
+        assert temp_dir.name.startswith("bench-ray-") and not temp_dir.exists()
+        assert not (run_dir / "run.lock").exists() and (run_dir / "manifest.json").is_file()

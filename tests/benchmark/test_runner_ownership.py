@@ -4,6 +4,7 @@ secrets in any file of the run folder."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -85,7 +86,7 @@ class TestRunFolderLock:
                 assert "Traceback" not in output
         assert len([line for line in pid_file.read_text().splitlines()]) == 1  # one trainer was ever started
         assert [c["state"] for c in read_manifest(run_dir)["cells"]] == ["complete"]
-        assert (run_dir / "run.lock").read_text() == ""  # released at the end
+        assert not (run_dir / "run.lock").exists()  # released and removed at the end
 
     def test_a_refused_start_leaves_the_winners_lock_file_alone(self, tmp_path: Path, monkeypatch):
         """The race of two simultaneous starts, made deterministic: the winner locks the folder after the loser
@@ -114,7 +115,7 @@ class TestRunFolderLock:
         to hold the removed file while a third harness locks the new one."""
         first = acquire_run_lock(tmp_path)
         late = os.open(tmp_path / "run.lock", os.O_RDWR)  # what a harness starting meanwhile has open
-        release_run_lock(first, remove=True)
+        release_run_lock(first)
         assert not (tmp_path / "run.lock").exists()
         third = acquire_run_lock(tmp_path)
         try:
@@ -334,6 +335,17 @@ def _mount_tmpfs(folder: Path, size: str) -> bool:
     return mounted.returncode == 0
 
 
+def _fill(path: Path) -> None:
+    """Write until the file system says it is full."""
+    try:
+        with open(path, "ab") as handle:
+            while True:
+                handle.write(b"\0" * 4096)
+                handle.flush()
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC, exc
+
+
 @pytest.fixture
 def small_disk(tmp_path: Path):
     disk = tmp_path / "disk"
@@ -372,6 +384,45 @@ class TestFullDisk:
         (cell_run,) = read_manifest(run_dir)["cells"]
         assert cell_run["state"] == "complete" and read_metric_steps(run_dir, cell_run) == list(range(1, 25))
         assert len(read_records(run_dir / cell_run["previous_attempts"][0] / "metrics.jsonl")) == len(kept)
+
+    def test_a_full_disk_at_the_start_leaves_nothing_torn_and_the_same_command_then_runs(
+        self, tmp_path: Path, small_disk: Path
+    ):
+        """The plan's 600 KiB parity.json (on another file system) does not fit the run folder's disk: exit 2 naming
+        the run folder's copy and the fix, nothing half-written, no probe left; once there is space, the same
+        command runs and copies it whole. At 0 bytes free the probe of the folder leaves no file either."""
+        plan = write_plan(tmp_path / "plan", [standin_cell("verl", steps=2)])
+        parity = plan.parent / "parity.json"
+        parity.write_text(json.dumps({"padding": "x" * 600 * 1024}))
+        ballast = small_disk / "ballast"
+        ballast.write_bytes(b"\0" * 1024 * 1024)
+        run_dir = small_disk / "run"
+        refused = run_harness(str(plan), "--output-dir", str(run_dir))
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert f"cannot write {run_dir / 'parity.json'}: No space left on device" in refused.stderr
+        assert "free space, then run the same command again" in refused.stderr and "Traceback" not in refused.stderr
+        assert not run_dir.exists() and sorted(p.name for p in small_disk.iterdir()) == ["ballast"]
+        ballast.unlink()
+        done = run_harness(str(plan), "--output-dir", str(run_dir))
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert (run_dir / "parity.json").read_bytes() == parity.read_bytes()
+
+        empty = small_disk / "empty"
+        empty.mkdir()
+        _fill(small_disk / "ballast")
+        refused = run_harness(str(plan), "--output-dir", str(empty))
+        assert refused.returncode == 2 and "No space left on device" in refused.stderr, refused.stderr
+        assert list(empty.iterdir()) == []
+
+    def test_a_folder_whose_start_failed_before_the_run_began_is_resumed(self, tmp_path: Path):
+        """A plan written into its run folder whose start never wrote manifest.json (the main command's plan, then a
+        full disk): --resume starts its plan instead of refusing the folder."""
+        run_dir = tmp_path / "run"
+        write_plan(run_dir, [standin_cell("verl", steps=2)])
+        resumed = run_harness("--resume", str(run_dir))
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        assert "no manifest.json yet, so nothing ran: starting its plan.json" in resumed.stderr
+        assert [cell["state"] for cell in read_manifest(run_dir)["cells"]] == ["complete"]
 
 
 SECRETS = {"WANDB_API_KEY": "wandb-sekrit-0123", "HF_TOKEN": "hf_sekrit_token_456"}

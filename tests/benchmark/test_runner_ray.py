@@ -141,7 +141,8 @@ class TestKilledHarness:
                 popen.kill()
                 popen.wait(timeout=60)
             (left,) = read_manifest(run_dir)["cells"]
-            leader = json.loads((run_dir / "cells/miles-fsdp-colocate/rep-0/ray.json").read_text())["pid"]
+            old_ray = json.loads((run_dir / "cells/miles-fsdp-colocate/rep-0/ray.json").read_text())
+            leader = old_ray["pid"]
             old_head = [(pid, info.start_time) for pid, info in read_proc_table().items() if info.sid == leader]
             assert len(old_head) >= 3 and (leader, read_proc_info(leader).start_time) in old_head, log.read_text()
             (driver,) = read_pid_file(tmp_path / "fsdp.pids")
@@ -163,6 +164,8 @@ class TestKilledHarness:
             (rerun,) = read_manifest(run_dir)["cells"]
             assert rerun["state"] == "complete" and rerun["ray"] is None
             assert read_metric_steps(run_dir, rerun) == [1, 2, 3, 4]
+            new_ray = json.loads((run_dir / "cells/miles-fsdp-colocate/rep-0/ray.json").read_text())
+            assert not Path(old_ray["temp_dir"]).exists() and not Path(new_ray["temp_dir"]).exists()
             assert wait_until_none(mark[MARK_VAR], 10) == {}, "the resume left processes behind"
         finally:
             stop_marked(marked_processes(mark[MARK_VAR]), grace_s=10)

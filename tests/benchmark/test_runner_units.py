@@ -87,6 +87,59 @@ class TestRedaction:
         ]
         assert is_secret_name("AWS_SECRET_ACCESS_KEY") and is_secret_name("minio_access_key_id")
 
+    def test_secrets_are_recognised_by_their_name_words_and_their_shape(self):
+        """Spellings the first rules missed: names holding pat, auth, credential; token-bearing flags; a password in a
+        URL; known token shapes after an ordinary flag. A setting about a secret (its mode, its path) is no secret,
+        nor is a tokenizer's token, a switch or a number; a flag that merely holds `secret` goes by its value."""
+        ghp, aws = "ghp_" + "a1B2c3D4e5" * 4, "AKIA" + "Q" * 16
+        for name in ("GITHUB_PAT", "GH_AUTH", "HF_HUB_CREDENTIAL", "githubToken", "DEPLOY_PRIVATE_KEY"):
+            assert is_secret_name(name), name
+        for name in ("RAY_AUTH_MODE", "HF_TOKEN_PATH", "SSH_AUTH_SOCK", "TOKENIZERS_PARALLELISM", "PATH", "AUTHOR"):
+            assert not is_secret_name(name), name
+        env = {"GITHUB_PAT": "pat-1", "DATABASE_URL": "postgresql://bench:hunter2-pw@db/h", "RAY_AUTH_MODE": "token"}
+        redactor = Redactor.from_environ(env)
+        assert redactor.redact_env(env) == {
+            "GITHUB_PAT": REDACTED,
+            "DATABASE_URL": f"postgresql://bench:{REDACTED}@db/h",
+            "RAY_AUTH_MODE": "token",
+        }
+        assert redactor.redact_text("the job printed hunter2-pw and token") == f"the job printed {REDACTED} and token"
+        argv = ["train.py", "--github-token", "t1", "--wandb-token", "t2", "--bearer-token", "t3", "--private-key",
+                "t4", "--db-url", "postgresql://u:t5@h/db", "--lr", ghp, "--ref", aws, "--secret-name", "wandb-cred",
+                "--rl-skip-bos-token", "--fim-eod-token", "<eod>", "data.balance_dp_token=True",
+                "--sglang-bucket-time-to-first-token", "0.1"]  # fmt: skip
+        redacted = Redactor().redact_argv(argv)
+        assert redacted == [
+            "train.py", "--github-token", REDACTED, "--wandb-token", REDACTED, "--bearer-token", REDACTED,
+            "--private-key", REDACTED, "--db-url", f"postgresql://u:{REDACTED}@h/db", "--lr", REDACTED, "--ref",
+            REDACTED, "--secret-name", "wandb-cred", "--rl-skip-bos-token", "--fim-eod-token", "<eod>",
+            "data.balance_dp_token=True", "--sglang-bucket-time-to-first-token", "0.1",
+        ]  # fmt: skip
+        assert Redactor().redact_text(" ".join(argv)) == " ".join(redacted)
+        assert find_words_secrets(argv, "argv") == [
+            "argv: --github-token", "argv: --wandb-token", "argv: --bearer-token", "argv: --private-key",
+            "argv[10] (a password in a URL)", "argv[12] (a GitHub token)", "argv[14] (an AWS access key id)",
+        ]  # fmt: skip
+
+    def test_every_known_token_shape_is_redacted_and_refused_wherever_it_is(self):
+        shapes = {
+            "a GitHub token": "ghp_" + "x7Y8" * 9,
+            "a GitHub fine-grained token": "github_pat_11ABCDEFG0" + "q" * 60,
+            "a Hugging Face token": "hf_" + "AbCd1234" * 4 + "zz",
+            "an AWS access key id": "ASIA" + "7" * 16,
+            "a Slack token": "xoxb-123456789012-abcdefABCDEF",
+            "an sk- API key": "sk-proj-" + "k" * 40,
+            "a JWT": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3",
+        }
+        for kind, token in shapes.items():
+            line = f"step 3: using {token}, ok"
+            assert Redactor().redact_text(line) == f"step 3: using {REDACTED}, ok", kind
+            plan = {"spec": {"name": f"run-{token}"}, "cells": []}
+            assert find_plan_secrets(plan) == [f"spec.name ({kind})"]
+        assert Redactor().redact_text("hf_checkpoint=/root/models/x ask-for-more sk-short") == (
+            "hf_checkpoint=/root/models/x ask-for-more sk-short"
+        )
+
     def test_a_plan_with_a_literal_secret_is_reported_by_location(self):
         cell = standin_cell("miles")
         cell["env"]["HF_TOKEN"] = "hf_x"

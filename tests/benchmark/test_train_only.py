@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -282,6 +284,21 @@ class TestCommandLine:
         assert result.exit_code == 2 and "recording.cache_dir" in result.output
         assert "Traceback" not in result.output and not (tmp_path / "o").exists()
 
+    def test_train_only_on_a_spec_file_that_says_where_recordings_are_kept(self, tmp_path):
+        """A throughput spec that already names its recording cache: --train-only plans it there (the mode applies
+        before the spec is validated), rather than refusing it as a throughput run with a recording section."""
+        data = load_preset("smoke").model_dump(mode="json")
+        data["recording"] = {"cache_dir": str(tmp_path / "recordings")}
+        spec = tmp_path / "spec.yaml"
+        spec.write_text(json.dumps(data))
+        result = _invoke("--spec", str(spec), "--output-dir", str(tmp_path / "o"), "--dry-run", "--train-only")
+        assert result.exit_code == 0, result.output
+        plan = json.loads((tmp_path / "o" / "plan.json").read_text())
+        assert plan["spec"]["run"]["mode"] == "train-only"
+        assert plan["recording"]["root"].startswith(str(tmp_path / "recordings") + "/")
+        refused = _invoke("--spec", str(spec), "--output-dir", str(tmp_path / "p"), "--dry-run")
+        assert refused.exit_code == 2 and "run.mode=throughput with a recording section" in refused.output
+
 
 STEP_S = 0.03
 STANDIN_LEARNING = {
@@ -291,8 +308,21 @@ STANDIN_LEARNING = {
 """What each stand-in trainer logs: close on loss and grad norm, a clip fraction three times as high on one side."""
 
 
-def _run_py(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(RUN_PY), *args], capture_output=True, text=True, timeout=180)
+def _run_py(*args: str, python: Path | str = sys.executable) -> subprocess.CompletedProcess:
+    return subprocess.run([str(python), str(RUN_PY), *args], capture_output=True, text=True, timeout=180)
+
+
+def _recording_python() -> Path:
+    """An interpreter with the `recording` extra (torch and tensordict: VERL's dump format), as a train-only run's
+    harness has: the VERL check interpreter; skipped without it, unless MILES_BENCH_REQUIRE_VERL_CHECKS=1."""
+    from scripts.benchmark.frameworks.verl.own_checks import find_check_python
+
+    python = find_check_python()
+    if python is None:
+        if os.environ.get("MILES_BENCH_REQUIRE_VERL_CHECKS") == "1":
+            pytest.fail("MILES_BENCH_REQUIRE_VERL_CHECKS=1 but no VERL check interpreter (.cache/verl-check-venv)")
+        pytest.skip("no interpreter with the recording extra (.cache/verl-check-venv, tests/benchmark/setup_env.sh)")
+    return python
 
 
 def _plan_standin_run(tmp_path: Path, name: str, *extra: str) -> tuple[Path, dict]:
@@ -319,28 +349,38 @@ def _plan_standin_run(tmp_path: Path, name: str, *extra: str) -> tuple[Path, dic
     return plan_dir, plan
 
 
-def _execute(plan_dir: Path, run_dir: Path, *prepare: str) -> None:
+def _execute(plan_dir: Path, run_dir: Path, *prepare: str, python: Path | str = sys.executable, code: int = 0):
     options = [*(prepare or ["--skip-prepare"]), "--no-preflight", "--poll-interval-s", "0.05", "--repeats", "1"]
-    executed = _run_py("execute", str(plan_dir / "plan.json"), "--output-dir", str(run_dir), *options)
-    assert executed.returncode == 0, executed.stdout + executed.stderr
+    executed = _run_py("execute", str(plan_dir / "plan.json"), "--output-dir", str(run_dir), *options, python=python)
+    assert executed.returncode == code, executed.stdout + executed.stderr
+    return executed
 
 
-def _standin_recording_pass(plan_dir: Path, plan: dict) -> None:
-    """The recording pass replaced by a script that leaves what a finished pass, its digest step and conversions
-    leave (their `creates`), and the plan's other prepare steps (downloads, data) dropped: the runner runs the record
-    step from the run folder, then skips the rest because their files exist."""
-    steps = [step for step in plan["prepare"] if step["name"] in ("record-rollout", "digest-recording")]
-    steps += [step for step in plan["prepare"] if step["name"].startswith("convert-recording-")]
-    lines = ["#!/usr/bin/env bash", "set -euo pipefail"]
-    for step in steps[:1] + steps[2:]:
-        lines += [
-            f"mkdir -p {shlex.quote(str(Path(step['creates']).parent))}",
-            f"touch {shlex.quote(step['creates'])}",
-        ]
-    lines += [f"echo 0123abcd > {shlex.quote(plan['recording']['digest_file'])}"]
+def _steps_recording(steps: int, reward: float = 1.0):
+    from scripts.benchmark.frameworks.recorded import RecordedSample, RecordedStep, Recording
+
+    def sample(step: int, group: int, index: int) -> RecordedSample:
+        response = (7 + index, 8 + step, 9 + group)
+        return RecordedSample((1, 2, 3 + group), response, (1, 1, 1), reward * (index % 2), group, (-0.5, -0.2, -1.0))
+
+    return Recording(tuple(RecordedStep(tuple(sample(s, g, i) for g in (0, 1) for i in (0, 1))) for s in range(steps)))
+
+
+def _standin_recording_pass(tmp_path: Path, plan_dir: Path, plan: dict) -> str:
+    """The recording pass replaced by a script that copies a Miles recording of the spec's steps (written here)
+    where the recorder dumps it; the plan's own digest and conversion steps then run for real, and its other
+    prepare steps (downloads, data) are dropped. Returns the recording's digest."""
+    from scripts.benchmark.frameworks.recording import recording_digest, write_recording
+
+    staged = tmp_path / "staged-recording"
+    write_recording(_steps_recording(plan["cells"][0]["num_steps"]), staged, "miles")
+    source = Path(plan["recording"]["source"])
+    lines = ["#!/usr/bin/env bash", "set -euo pipefail", f"mkdir -p {shlex.quote(str(source.parent))}"]
+    lines += [f"cp -R {shlex.quote(str(staged))} {shlex.quote(str(source))}"]
     (plan_dir / "recording" / "record.sh").write_text("\n".join(lines) + "\n")
-    plan["prepare"] = steps
+    plan["prepare"] = [step for step in plan["prepare"] if "record" in step["name"]]
     (plan_dir / "plan.json").write_text(json.dumps(plan, indent=2))
+    return recording_digest(staged, "miles")
 
 
 def test_a_stand_in_replay_run_reports_the_train_only_section(tmp_path):
@@ -352,20 +392,20 @@ def test_a_stand_in_replay_run_reports_the_train_only_section(tmp_path):
     assert _run_py("report", str(tmp_path / "full"), "--quiet").returncode == 0
     replay_plan, plan = _plan_standin_run(tmp_path, "replay", "--train-only")
     assert plan["recording"]["root"].startswith(str(tmp_path / "rec") + "/")
-    _standin_recording_pass(replay_plan, plan)
+    digest = _standin_recording_pass(tmp_path, replay_plan, plan)
     run_dir = tmp_path / "replay"
-    _execute(replay_plan, run_dir, "--prepare")
+    _execute(replay_plan, run_dir, "--prepare", python=_recording_python())
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert [(step["name"], step["state"]) for step in manifest["prepare"]] == [
         ("record-rollout", "complete"),
-        ("digest-recording", "skipped"),
-        ("convert-recording-verl-fsdp", "skipped"),
+        ("digest-recording", "complete"),
+        ("convert-recording-verl-fsdp", "complete"),
     ]
     assert (run_dir / "recording" / "record.sh").read_bytes() == (replay_plan / "recording" / "record.sh").read_bytes()
     assert manifest["recording"] == {
         "key": plan["recording"]["key"],
         "root": plan["recording"]["root"],
-        "digest": "0123abcd",
+        "digest": digest,
     }
     reported = _run_py("report", str(run_dir), "--full-loop", str(tmp_path / "full"), "--quiet")
     assert reported.returncode == 0, reported.stdout + reported.stderr
@@ -373,7 +413,7 @@ def test_a_stand_in_replay_run_reports_the_train_only_section(tmp_path):
     full = json.loads((tmp_path / "full" / "report.json").read_text())
     assert full["train_only"] is None
     view = report["train_only"]
-    assert (view["recording_key"], view["digest"], view["recorder"]) == (plan["recording"]["key"], "0123abcd", "miles")
+    assert (view["recording_key"], view["digest"], view["recorder"]) == (plan["recording"]["key"], digest, "miles")
     assert view["full_loop_run"] == str(tmp_path / "full")
     own = {c["metric"]: c for c in report["comparisons"]}
     beside = {c["metric"]: c for c in full["comparisons"]}
@@ -394,7 +434,7 @@ def test_a_stand_in_replay_run_reports_the_train_only_section(tmp_path):
     assert first["clip_fraction"]["difference"] == pytest.approx((0.10 - 0.30) / 0.30)
     assert first["approx_kl"]["agrees"] is True and first["approx_kl"]["difference"] == 0.0
     markdown = (run_dir / "report.md").read_text()
-    assert "## Train-only: the training step on one recorded rollout" in markdown and "`0123abcd`" in markdown
+    assert "## Train-only: the training step on one recorded rollout" in markdown and f"`{digest}`" in markdown
     assert "| clip_fraction | 1 |" in markdown and "DIFFERS" in markdown
     assert TRAIN_ONLY_NOTE in markdown and TRAIN_ONLY_NOTE in reported.stdout + _run_py("report", str(run_dir)).stdout
     assert TRAIN_ONLY_NOTE not in (tmp_path / "full" / "report.md").read_text()
@@ -403,3 +443,68 @@ def test_a_stand_in_replay_run_reports_the_train_only_section(tmp_path):
         refused = _run_py("report", str(run_dir), "--full-loop", str(other))
         assert refused.returncode == 2 and f"--full-loop {other}: {words}" in refused.stderr, refused.stderr
         assert "Traceback" not in refused.stderr and (run_dir / "report.json").read_bytes() == before
+
+
+def test_a_recording_damaged_after_it_was_made_is_never_replayed(tmp_path):
+    """One file of the recording truncated and another deleted after a first run made it: every prepare step is
+    skipped (its output exists), so the runner reads the recording itself before the first cell and stops with
+    exit 2 naming the file and the fix; no cell runs."""
+    python = _recording_python()
+    replay_plan, plan = _plan_standin_run(tmp_path, "replay", "--train-only")
+    _standin_recording_pass(tmp_path, replay_plan, plan)
+    _execute(replay_plan, tmp_path / "first", "--prepare", python=python)
+    miles = Path(plan["recording"]["source"])
+    (miles / "3.pt").write_bytes((miles / "3.pt").read_bytes()[:64])
+    (miles / "0.pt").unlink()
+    refused = _execute(replay_plan, tmp_path / "second", "--prepare", python=python, code=2)
+    assert f"error: the recording miles-fsdp-colocate replays is damaged: {miles / '0.pt'}: step: missing" in (
+        refused.stderr
+    ), refused.stderr
+    assert f"delete {plan['recording']['root']} so that the next run records it again" in refused.stderr
+    manifest = json.loads((tmp_path / "second" / "manifest.json").read_text())
+    assert {step["state"] for step in manifest["prepare"]} == {"skipped"}
+    assert {cell["state"] for cell in manifest["cells"]} == {"pending"} and not (
+        tmp_path / "second" / "cells"
+    ).exists()
+    assert any(warning.startswith("recording: ") for warning in manifest["warnings"])
+
+
+def test_a_recording_changed_between_two_cells_stops_the_cell_that_would_replay_it(tmp_path):
+    """The VERL conversion swapped for another recording's while the Miles cell runs: the VERL cell is not started,
+    it fails naming the folder and the kept digest, and the run exits 2."""
+    python = _recording_python()
+    replay_plan, plan = _plan_standin_run(tmp_path, "replay", "--train-only")
+    _standin_recording_pass(tmp_path, replay_plan, plan)
+    hold = tmp_path / "hold"
+    hold.write_text("")
+    miles_cell = next(cell for cell in plan["cells"] if cell["framework"] == "miles")
+    miles_cell["launch_argv"] += ["--hold-after", "2", "--hold-file", str(hold)]
+    miles_cell["argv"] = list(miles_cell["launch_argv"])
+    (replay_plan / "plan.json").write_text(json.dumps(plan, indent=2))
+    from scripts.benchmark.frameworks.recording import write_recording
+
+    write_recording(_steps_recording(miles_cell["num_steps"], reward=2.0), tmp_path / "other", "miles")
+    converted = next(step for step in plan["prepare"] if step["name"].startswith("convert-recording-verl"))
+    target = Path(converted["argv"][converted["argv"].index("--target") + 1])
+    other = tmp_path / "other-verl"
+    assert _run_py("convert-recording", str(tmp_path / "other"), "--from", "miles", "--to", "verl", "--out",
+                   str(other / target.name), python=python).returncode == 0  # fmt: skip
+    run_dir = tmp_path / "run"
+    argv = [str(python), str(RUN_PY), "execute", str(replay_plan / "plan.json"), "--output-dir", str(run_dir)]
+    argv += ["--prepare", "--no-preflight", "--poll-interval-s", "0.05", "--repeats", "1"]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as harness:
+        metrics = run_dir / "cells" / miles_cell["id"] / "rep-0" / "metrics.jsonl"
+        deadline = time.monotonic() + 120
+        while not (metrics.exists() and metrics.read_text().count("\n") >= 1) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        shutil.rmtree(target)
+        (other / target.name).rename(target)
+        hold.unlink()
+        stdout, stderr = harness.communicate(timeout=120)
+    assert harness.returncode == 2, stdout + stderr
+    cells = {cell["id"]: cell for cell in json.loads((run_dir / "manifest.json").read_text())["cells"]}
+    verl = next(cell for name, cell in cells.items() if name.startswith("verl"))
+    assert cells[miles_cell["id"]]["state"] == "complete" and verl["state"] == "failed"
+    assert verl["reason"].startswith(f"the recording at {target} has digest ") and "digest.txt" in verl["reason"]
+    assert f"delete {target} so that the next run converts the recording again" in stderr
+    assert not (run_dir / verl["dir"] / "log.txt").exists()

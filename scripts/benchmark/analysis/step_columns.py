@@ -189,8 +189,24 @@ def read_step_columns(path: Path, raw_keys: dict[str, tuple[str, ...]]) -> StepC
         for key in reversed(keys):  # the first key present wins
             found = [d[key] if key in d else f for d, f in zip(raws, found, strict=True)]
         col[name] = _column(found)
+    steps = np.asarray([r["step"] for r in rows], dtype=int)
+    _refuse_negative_durations(path, steps, col)
     return StepColumns(
-        steps=np.asarray([r["step"] for r in rows], dtype=int),
-        values={n: v for n, (v, _) in col.items()},
-        measured={n: m for n, (_, m) in col.items()},
+        steps=steps, values={n: v for n, (v, _) in col.items()}, measured={n: m for n, (_, m) in col.items()}
     )
+
+
+def _refuse_negative_durations(path: Path, steps: np.ndarray, col: dict[str, Column]) -> None:
+    """A step or phase time below zero is no measurement (a clock that went back, an edited file): DamagedFile
+    naming the step, rather than medians and ratios computed from it. `phases_s.other` is a residual, which
+    overlapping phases make negative (flagged by the reader), so it is not judged here."""
+    for name in ["step_time_s", *(n for n in col if n.startswith("phases_s.") and n != "phases_s.other")]:
+        values, measured = col.get(name, (np.zeros(0), np.zeros(0, dtype=bool)))
+        negative = np.flatnonzero(measured & np.isfinite(values) & (values < 0))
+        if negative.size:
+            first = negative[0]
+            raise DamagedFile(
+                f"{path}: step {steps[first]}: {name} is {values[first]:g} s, and a duration is never negative "
+                f"({negative.size} such steps): a damaged or edited file; regenerate it from the cell's sink "
+                "(run.py ingest) or rerun the cell"
+            )

@@ -36,6 +36,8 @@ from scripts.benchmark.calibration.results import SCHEMA_VERSION, device_key
 from scripts.benchmark.calibration.shapes import BACKENDS, read_preset_shapes
 from scripts.benchmark.model_config import preset_names, resolve_model_config
 
+from miles.utils.bench_metrics import write_text_atomic
+
 # Eager attention materialises s x s scores per layer and head: a shorter pack that fits one GPU.
 EAGER_CROSSCHECK_SEQ_LENS: list[int] = [2048, 1024, 1024]
 PARTS: tuple[str, ...] = ("peak", "roofline", "crosscheck", "interconnect")
@@ -268,8 +270,8 @@ def calibrate_impl(plan: CalibrationPlan) -> dict[str, Any]:
     plan.output_dir.mkdir(parents=True, exist_ok=True)
     out_path = plan.output_dir / f"{key}.json"
 
-    def write() -> None:
-        out_path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    def write() -> None:  # whole after every part: a crash or a full disk never leaves a torn result
+        write_text_atomic(out_path, json.dumps(result, indent=2) + "\n")
 
     torch_device = torch.device("cuda", 0) if plan.device == "cuda" else torch.device("cpu")
     gpu_indices = list(range(environment["gpu_count"])) if plan.device == "cuda" else None

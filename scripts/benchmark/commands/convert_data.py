@@ -23,11 +23,16 @@ def convert_data(
     \b
         run.py convert-data --source dapo.jsonl --start 0 --end 96 --train-file d/t.parquet --val-file d/v.parquet
     """
+    from pathlib import Path
+
+    from scripts.benchmark.contracts.outputs import refuse_overwrite
     from scripts.benchmark.errors import UserError, require
     from scripts.benchmark.frameworks import registry  # noqa: F401  (the adapters declare the extras they need)
     from scripts.benchmark.frameworks.verl.data import convert_jsonl_to_parquet
 
     require("pyarrow")
+    refuse_overwrite(Path(train_file), "--train-file", inputs=[Path(source), Path(val_file)])
+    refuse_overwrite(Path(val_file), "--val-file", inputs=[Path(source)])
 
     try:
         report = convert_jsonl_to_parquet(

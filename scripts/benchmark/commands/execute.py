@@ -2,7 +2,8 @@
 
 - Options are the fields of `runner.options.ExecuteOptions`; every option left unset on the command line of `--resume`
   keeps the value the run was started with (stored in manifest.json), else its default. Without --repeats, a new run
-  runs the repeats its plan.json carries (what the dry run printed), else 1.
+  runs the repeats its plan.json carries (what the dry run printed), else 1. `--resume DIR` of a folder holding a
+  plan.json and no manifest.json (a dry run, or a start that failed before the run began) starts its plan.
 - `--emit-sbatch FILE` writes a Slurm batch script that starts Ray across the allocation and runs this same command,
   then exits without running anything.
 - Before anything starts: the plan is validated against its typed definition (contracts/plan.py), and the
@@ -39,6 +40,10 @@ def execute_impl(
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         return 2
+    if resume and not (output_dir / MANIFEST_NAME).exists() and (output_dir / "plan.json").is_file():
+        # a start that failed before the run began (a full disk): its plan files are whole, the run starts now
+        typer.echo(f"--resume {output_dir}: no {MANIFEST_NAME} yet, so nothing ran: starting its plan.json", err=True)
+        plan_path, resume = output_dir / "plan.json", False
     stored: dict[str, Any] = {}
     try:
         if resume and (output_dir / MANIFEST_NAME).exists():
@@ -63,7 +68,9 @@ def execute_impl(
             looks_for=run_folder_looks,
         )
     except RunError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        from scripts.benchmark.errors import echo_error
+
+        echo_error(str(exc))
         return exc.exit_code
 
 
@@ -261,9 +268,11 @@ def register(app: typer.Typer) -> None:
 
 
 def _emit_sbatch(path: Path, plan_path: Path) -> None:
+    from scripts.benchmark.contracts.outputs import refuse_overwrite
     from scripts.benchmark.errors import UserError
     from scripts.benchmark.runner.slurm import write_sbatch
 
+    refuse_overwrite(path, "--emit-sbatch", inputs=[plan_path])
     argv = _strip_option(sys.argv[1:], "--emit-sbatch")
     try:
         write_sbatch(path, plan_path=plan_path, run_argv=argv)

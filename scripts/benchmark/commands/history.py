@@ -38,17 +38,20 @@ CreateOpt = Annotated[
 
 
 def _could_not(what: str, exc: Exception) -> typer.Exit:
-    """One line for a failure to judge or record: the extra to install or the store at fault, else the error."""
-    from scripts.benchmark.errors import missing_module_error
+    """One line for a failure to judge or record: the extra to install, the store or the file at fault, the
+    database's own reason (never the SQL statement and its values), else the error; secrets redacted."""
+    from scripts.benchmark.errors import UserError, database_error, echo_error, missing_module_error
     from scripts.benchmark.history.store import StoreMissing
 
     if isinstance(exc, ModuleNotFoundError) and (error := missing_module_error(exc)) is not None:
         message = error.format_message()
-    elif isinstance(exc, StoreMissing):
+    elif isinstance(exc, (StoreMissing, UserError)):
         message = str(exc)
+    elif (error := database_error(exc)) is not None:
+        message = error.format_message()
     else:
         message = f"{type(exc).__name__}: {exc}"
-    typer.echo(f"error: {what}: {message}", err=True)
+    echo_error(f"{what}: {message}")
     return typer.Exit(2)
 
 
@@ -77,32 +80,44 @@ def check_impl(
     run_dir: Path, store_url: str, settings: CheckSettings, output: Path | None, *, create: bool = False
 ) -> int:
     """Judge run_dir, write the markdown verdict (and check.json) and return the exit code."""
+    from scripts.benchmark.contracts.outputs import refuse_overwrite
     from scripts.benchmark.history.check import render_check_markdown
     from scripts.benchmark.history.gate import check_runs
     from scripts.benchmark.history.learning_check import learning_changes
     from scripts.benchmark.history.report_input import read_report, read_report_runs
-    from scripts.benchmark.history.store import HistoryStore
+    from scripts.benchmark.history.store import HistoryStore, sqlite_file
 
+    output = output or Path(run_dir) / "check.md"
+    store_file = sqlite_file(store_url)
+    for path in (output, output.with_suffix(".json")):
+        refuse_overwrite(path, "--output", inputs=[store_file] if store_file is not None else [])
     with HistoryStore(store_url, create=create) as store:
         runs = read_report_runs(run_dir)
         checks, notes = check_runs(store, runs, settings)
         margins = read_report(run_dir).learning_margins
         notes += learning_changes(store, runs, window=settings.window, margins=margins)
     markdown = render_check_markdown(checks, title="Performance check", notes=notes)
-    output = output or Path(run_dir) / "check.md"
     return write_verdict(markdown, checks, notes, output)
 
 
 def write_verdict(markdown: str, checks: list, notes: list[str], output: Path) -> int:
     """Write a verdict as OUTPUT (markdown) and its .json twin, append it to the CI step summary, print it; returns
-    the exit code. Shared by `check` and `ab`, whose verdicts read alike."""
+    the exit code. Shared by `check` and `ab`, whose verdicts read alike. Neither file may be a run folder's own."""
+    from scripts.benchmark.contracts.outputs import refuse_overwrite
+    from scripts.benchmark.errors import UserError
     from scripts.benchmark.history.check import exit_code
 
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(markdown, encoding="utf-8")
+    from miles.utils.bench_metrics import write_text_atomic
+
+    if output.suffix == ".json":
+        raise UserError(f"--output {output}: the verdict's .json twin is written beside it; give a .md file")
+    refuse_overwrite(output, "--output")
+    refuse_overwrite(output.with_suffix(".json"), "--output (its .json twin)")
     rows = [{**c.__dict__, "verdict": c.verdict.value} for c in checks]
-    output.with_suffix(".json").write_text(
-        json.dumps({"exit_code": exit_code(checks), "checks": rows, "notes": notes}, indent=1), encoding="utf-8"
+    write_text_atomic(output, markdown)
+    write_text_atomic(
+        output.with_suffix(".json"),
+        json.dumps({"exit_code": exit_code(checks), "checks": rows, "notes": notes}, indent=1),
     )
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
@@ -125,25 +140,33 @@ def record_impl(
     """Record every cell not recorded yet (a rerun completes an interrupted record); returns the new run ids.
 
     Trust 'auto' means trusted iff the cell passes the check (0), as in Miles's gate, judged as `check` judges the
-    run: every cell together, at the night's level split over the cells. Judged alone, each cell got the whole
-    night's level: slow-but-passing nights were left out and the baseline drifted fast. A flagged cell is stored
+    run: every cell together, at the night's level split over the cells, also when a rerun completes an interrupted
+    record. Judged alone, each cell got the whole night's level: slow-but-passing nights were left out and the
+    baseline drifted fast. A flagged cell is stored
     untrusted with a note; when the next run of its series passes and the run before the flagged one passed too,
     the flagged run is trusted again (a lone flag is noise; kept out, it biased the baseline low).
     """
+    from scripts.benchmark.contracts.outputs import refuse_overwrite
     from scripts.benchmark.history.check import exit_code
     from scripts.benchmark.history.gate import check_runs
     from scripts.benchmark.history.report_input import read_report_runs
-    from scripts.benchmark.history.store import FLAGGED_NOTE, HistoryStore
+    from scripts.benchmark.history.store import FLAGGED_NOTE, HistoryStore, sqlite_file
 
+    if (store_file := sqlite_file(store_url)) is not None:
+        refuse_overwrite(store_file, "--store")  # SQLite writes into an empty file: run.lock would become a store
     ids = []
-    with HistoryStore(store_url, create=create) as store:
-        runs = []
-        for run in read_report_runs(run_dir):
+    with HistoryStore(store_url, create=create, writes=True) as store:
+        runs, every_cell = [], read_report_runs(run_dir)
+        for run in every_cell:
             if (done := store.recorded_run_id(run)) is not None:
                 typer.echo(f"skipped {run.series.label()} cell {run.cell_id}: already recorded as run {done}")
             else:
                 runs.append(run)
-        judged = check_runs(store, runs, settings)[0] if runs and trust == "auto" and not baseline_reset else []
+        # judged as the whole run, every cell at its share of the night's level, also when an interrupted record is
+        # completed (a cell already recorded is judged against the runs before it): the trust it stores is the one an
+        # uninterrupted record would have stored
+        auto = runs and trust == "auto" and not baseline_reset
+        judged = check_runs(store, every_cell, settings)[0] if auto else []
         for run in runs:
             trusted = trust == "yes" or baseline_reset
             note = None
@@ -278,7 +301,7 @@ def _register_trust_and_history(app: typer.Typer) -> None:
         if not reason:
             raise UserError("--reason is required: it is kept with the run")
         try:
-            db = HistoryStore(store, create=False)
+            db = HistoryStore(store, create=False, writes=True)
         except StoreMissing as exc:
             raise UserError(str(exc)) from exc
         with db:
@@ -314,12 +337,15 @@ def _register_trust_and_history(app: typer.Typer) -> None:
         \b
             run.py history --store sqlite:///bench-history.db --series qwen3-4b/ --output-dir bench-history
         """
+        from scripts.benchmark.contracts.outputs import refuse_overwrite
         from scripts.benchmark.errors import UserError
         from scripts.benchmark.history.check import DEFAULT_GATES
         from scripts.benchmark.history.gate import render_changes_markdown, series_changes
         from scripts.benchmark.history.plot import plot_trace
-        from scripts.benchmark.history.store import HistoryStore, StoreMissing
+        from scripts.benchmark.history.store import HistoryStore, StoreMissing, sqlite_file
 
+        store_file = sqlite_file(store)
+        refuse_overwrite(output_dir / "history.md", "--output-dir", inputs=[store_file] if store_file else [])
         try:
             db = HistoryStore(store, create=create)
         except StoreMissing as exc:
@@ -329,10 +355,11 @@ def _register_trust_and_history(app: typer.Typer) -> None:
                 db, metrics=metric or list(DEFAULT_GATES), series_filter=series, max_pvalue=p_value,
                 min_segment=min_segment, window=window, min_magnitude=magnitude,
             )  # fmt: skip
+        from miles.utils.bench_metrics import write_text_atomic
+
         plots = {(t.series, t.metric): str(plot_trace(t, output_dir)) for t in traces}
         markdown = render_changes_markdown(traces, plots=plots)
-        output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / "history.md").write_text(markdown, encoding="utf-8")
+        write_text_atomic(output_dir / "history.md", markdown)
         typer.echo(markdown)
 
     @app.command("ci-record")
@@ -347,9 +374,12 @@ def _register_trust_and_history(app: typer.Typer) -> None:
         \b
             run.py ci-record bench-runs/nightly
         """
+        from scripts.benchmark.contracts.outputs import refuse_overwrite
         from scripts.benchmark.errors import UserError
         from scripts.benchmark.history.ci_record import write_merged_record
 
+        if out is not None:
+            refuse_overwrite(out, "--out", inputs=[run_dir / "plan.json"], instead=str(run_dir / "ci-record.jsonl"))
         try:
             written = write_merged_record(run_dir, out or run_dir / "ci-record.jsonl")
         except (ValueError, OSError) as exc:

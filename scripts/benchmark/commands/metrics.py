@@ -94,19 +94,6 @@ def comparison_markdown(models: list[str], seq_lens: list[int]) -> str:
     return markdown_table(header, rows, align=["left", "right", "right", *["right"] * len(names)])
 
 
-def output_among_inputs(output: Path, sources: list[Path]) -> Path | None:
-    """The source that `output` is (or lies inside, for a folder of sink files), else None: the framework's own sink
-    must never be overwritten by the records made from it."""
-    target = output.expanduser().resolve()
-    for source in sources:
-        where = source.expanduser().resolve()
-        if target == where or where in target.parents:
-            return source
-        if target.exists() and where.exists() and target.samefile(where):
-            return source
-    return None
-
-
 def ingest_impl(
     *,
     framework: str,
@@ -226,9 +213,9 @@ def register(app: typer.Typer) -> None:
                 raise UserError(f"{option} must be >= 1, got {value}")
         if layout not in (None, "colocate", "disaggregated"):
             raise UserError(f"--layout must be colocate or disaggregated, got {layout!r}")
-        clash = output_among_inputs(output, sources)
-        if clash is not None:
-            raise UserError(f"-o {output} would write over the input {clash}: write the records elsewhere")
+        from scripts.benchmark.contracts.outputs import refuse_overwrite
+
+        refuse_overwrite(output, "-o", inputs=sources)
         try:
             records = ingest_impl(
                 framework=framework,

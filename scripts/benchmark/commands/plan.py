@@ -29,7 +29,9 @@ EXIT_BAD_INPUT, EXIT_PARITY, EXIT_CANNOT_EXECUTE = 2, 3, 4
 
 
 def _fail(code: int, message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
+    from scripts.benchmark.errors import echo_error
+
+    echo_error(message)
     raise typer.Exit(code)
 
 
@@ -212,7 +214,8 @@ def _load_spec(preset: str | None, spec_file: str | None, layout: str | None, **
         )
     source = f"--preset {preset}" if preset else f"--spec {spec_file}"
     try:
-        spec = load_preset(preset) if preset else load_spec_file(spec_file)
+        mode = "train-only" if overrides["train_only"] else None
+        spec = load_preset(preset) if preset else load_spec_file(spec_file, run_mode=mode)
         return with_overrides(spec, layout=layout, wandb=wandb, **overrides)
     except ValidationError as exc:
         details = [f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg']}" for e in exc.errors()]

@@ -27,11 +27,15 @@ def prepare_recording(
     """
     from pathlib import Path
 
+    from scripts.benchmark.contracts.outputs import refuse_overwrite
     from scripts.benchmark.errors import UserError
     from scripts.benchmark.frameworks.recording import recording_digest, write_recording
 
     if (target is None) != (target_format is None):
         raise UserError("prepare-recording: give --target and --target-format together (or neither, for the digest)")
+    if target is not None:
+        refuse_overwrite(Path(target), "--target", inputs=[Path(source), Path(digest_file)])
+    refuse_overwrite(Path(digest_file), "--digest-file", inputs=[Path(source)])
     digest = recording_digest(Path(source), source_format)
     kept = _kept_digest(Path(digest_file), digest, source)
     if target is not None:
@@ -57,6 +61,11 @@ def _kept_digest(path, digest: str, source: str) -> str | None:
         return None
     except OSError as exc:
         raise UserError(f"--digest-file {path}: {exc.strerror or exc}") from None
+    if not kept:
+        raise UserError(
+            f"--digest-file {path} is empty (damaged: a digest is never written empty): delete it to digest the "
+            f"recording as it is now, or delete {path.parent} to record it again"
+        )
     if kept != digest:
         raise UserError(f"--digest-file {path}: the recording at {source} has digest {digest}, not the kept {kept}")
     return kept

@@ -25,9 +25,11 @@ def convert_recording(
     \b
         run.py convert-recording rollouts/ --from miles --to verl --out verl-dump/
     """
+    from scripts.benchmark.contracts.outputs import refuse_overwrite
     from scripts.benchmark.errors import UserError
     from scripts.benchmark.frameworks.recording import codec, convert_recording
 
+    refuse_overwrite(Path(out), "--out", inputs=[Path(source)])
     for option, fmt in (("--from", source_format), ("--to", target_format)):
         try:
             codec(fmt)

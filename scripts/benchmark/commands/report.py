@@ -10,6 +10,8 @@ plots for one run folder: analysis/ makes the typed document, report/ renders it
 - `--full-loop DIR2`: a train-only run's report shows the training-phase ratios of the full-loop run in DIR2 (its
   report.json) beside its own (analysis/train_only.py).
 - Holds DIR/run.lock while it writes, as a run does: two writers of one report never mix their files.
+- Writes the report whole or not at all (report/write.py); SIGINT or SIGTERM while it is written leaves the previous
+  report whole and no tmp file (exit 130).
 
 Caveats:
 - Refused comparisons (parity, hardware) are reported, not errors: the exit status stays 0.
@@ -71,14 +73,37 @@ def report_impl(
     return analyse_and_write(run_dir, settings, calibration=calibration, full_loop=full_loop)
 
 
+class _Interrupted(BaseException):
+    """SIGINT or SIGTERM while the report is written."""
+
+
+def _interrupt(signum: int, _frame: Any) -> None:
+    import signal
+
+    raise _Interrupted(signal.Signals(signum).name)
+
+
+@contextmanager
+def _stopped_cleanly() -> Iterator[None]:
+    """SIGTERM (and SIGINT) raise instead of ending the process where it stands, so that the staged report and the
+    lock are removed as on any error: the previous report stays whole and no tmp file is left."""
+    import signal
+
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 @contextmanager
 def _run_folder_lock(run_dir: Path) -> Iterator[None]:
     """The run folder's lock for the writing: a second report, or a live run, is refused (exit 2), never mixed in."""
     from scripts.benchmark.errors import UserError
     from scripts.benchmark.runner.options import RunError
-    from scripts.benchmark.runner.run_lock import LOCK_NAME, acquire_run_lock, release_run_lock
+    from scripts.benchmark.runner.run_lock import acquire_run_lock, release_run_lock
 
-    existed = (run_dir / LOCK_NAME).exists()  # a copied folder without one does not gain one
     try:
         lock = acquire_run_lock(run_dir)
     except RunError as exc:
@@ -86,7 +111,7 @@ def _run_folder_lock(run_dir: Path) -> Iterator[None]:
     try:
         yield
     finally:
-        release_run_lock(lock, remove=not existed)
+        release_run_lock(lock)
 
 
 def register(app: typer.Typer) -> None:
@@ -150,10 +175,15 @@ def register(app: typer.Typer) -> None:
         except ValueError as exc:
             raise UserError(str(exc)) from exc
         try:
-            with _run_folder_lock(run_dir):
+            with _stopped_cleanly(), _run_folder_lock(run_dir):
                 doc, written = report_impl(run_dir, settings, calibration=calibration, full_loop=full_loop)
         except DamagedFile as exc:
             raise UserError(str(exc)) from exc
+        except _Interrupted as exc:
+            typer.echo(
+                f"report: interrupted by {exc}: nothing written, the previous report (if any) is whole", err=True
+            )
+            raise typer.Exit(130) from None
         if not quiet:
             typer.echo(verdict_markdown(doc))
         typer.echo("wrote:\n" + "\n".join(f"  {p}" for p in written.values()))

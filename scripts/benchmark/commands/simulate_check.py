@@ -35,7 +35,11 @@ def register(app: typer.Typer) -> None:
         \b
             run.py simulate-check --trials 4000 --output check-simulation.md
         """
+        from scripts.benchmark.contracts.outputs import refuse_overwrite
         from scripts.benchmark.history.simulation import SimulationSettings, render_table, run_simulation
+
+        if output is not None:
+            refuse_overwrite(output, "--output")
 
         if trials < 100:
             raise typer.BadParameter(f"--trials must be >= 100 for rates to mean anything, got {trials}")
@@ -48,6 +52,7 @@ def register(app: typer.Typer) -> None:
         )
         table = render_table(run_simulation(settings))
         if output is not None:
-            output.parent.mkdir(parents=True, exist_ok=True)
-            output.write_text(table, encoding="utf-8")
+            from miles.utils.bench_metrics import write_text_atomic
+
+            write_text_atomic(output, table)
         typer.echo(table)

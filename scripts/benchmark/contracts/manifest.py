@@ -90,6 +90,8 @@ class RayRecord(BaseModel):
     its job (on an external cluster only the job: the cluster is not the run's)."""
 
     head: CellProcesses | None = None
+    temp_dir: str | None = None
+    """The private head's temp dir (its Ray session folder), removed once the head is stopped."""
     dashboard_url: str | None = None
     submission_id: str | None = None
     ray_argv: list[str] = Field(default_factory=list)
@@ -160,12 +162,21 @@ class ManifestFile(BaseModel):
 
 def read_manifest_json(path: Path) -> dict[str, Any]:
     """manifest.json validated through `ManifestFile`: the one reader of the file (Manifest.load, the report)."""
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except ValueError as exc:  # not JSON or not UTF-8: a copy cut short
+        raise ValueError(f"{path} is damaged ({exc}); was the run folder fully copied?") from None
     if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
         found = data.get("schema_version") if isinstance(data, dict) else data
         raise ValueError(f"{path}: schema_version {found!r}, expected {SCHEMA_VERSION}")
     if not isinstance(data.get("cells"), list):
         raise ValueError(f"{path}: field 'cells' must be a list, got {data.get('cells')!r}")
+    if not data["cells"]:
+        folders = sum(1 for folder in (Path(path).parent / "cells").glob("*/rep-*") if folder.is_dir())
+        raise ValueError(
+            f"{path} lists no cell repeat, while the runner lists every cell of its plan there "
+            f"(cells/ holds {folders} repeat folders): it was damaged or replaced; restore it from a copy"
+        )
     try:
         ManifestFile.model_validate(data)
     except ValidationError as exc:

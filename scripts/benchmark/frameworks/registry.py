@@ -108,13 +108,24 @@ def no_reference_note() -> str:
 def side_arg(role: Role, text: str, root: str | None = None) -> Side:
     """`NAME[@TARGET]` (and a checkout) as a side of that role (target: the adapter's default); ValueError when the
     framework or target is unknown, or the framework runs no checkout of its own."""
-    framework, _, target = text.partition("@")
+    framework, at, target = text.partition("@")
     adapter = get(framework)
     known = adapter.targets()
+    if at and not known:
+        raise ValueError(
+            f"{adapter.label} has no target to choose (it runs the {adapter.label} installed where the cell runs): "
+            f"give {framework} alone, not {text!r}"
+        )
+    if at and not target:
+        raise ValueError(
+            f"{text!r} names no target after '@': give {framework}@TARGET (one of {', '.join(known)}) or {framework}"
+        )
     if target and target not in known:
-        raise ValueError(f"unknown {adapter.label} target {target!r}: one of {', '.join(known) or 'none'}")
+        raise ValueError(f"unknown {adapter.label} target {target!r}: one of {', '.join(known)}")
     if root is not None and not adapter.runs_checkout:
         raise ValueError(f"--{role}-root: {adapter.label} runs its installed package, not a checkout")
+    if root is not None and not root.startswith("/"):
+        raise ValueError(f"--{role}-root {root!r} must be an absolute path on the GPU node (e.g. /ci/head)")
     target = target or adapter.default_target()
     return Side(role=role, name=framework, framework=framework, label=adapter.label, target=target, root=root)
 

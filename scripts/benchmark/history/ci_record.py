@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from miles.utils.bench_metrics import encode_nonfinite, read_records
+from miles.utils.bench_metrics import encode_nonfinite, read_records, write_text_atomic
 
 HEADLINE_FIELDS = ("step_time_s", "train_tokens_per_s", "rollout_tokens_per_gpu_s")
 """Step time and the two throughputs: what the nightly's gate declarations name."""
@@ -32,7 +32,12 @@ def merged_record(series: str, cells: dict[str, Path]) -> list[dict]:
     non-finite values kept as markers."""
     lines = []
     for cell_id, metrics in sorted(cells.items()):
-        records = read_records(metrics)
+        try:
+            records = read_records(metrics)
+        except ValueError as exc:  # not UTF-8, not JSON: a half-copied folder
+            raise ValueError(
+                f"{metrics} is damaged ({str(exc).splitlines()[0]}): was the run folder fully copied? copy it again"
+            ) from None
         for field in HEADLINE_FIELDS:
             steps = [[r.step, encode_nonfinite(getattr(r, field))] for r in records if getattr(r, field) is not None]
             if steps:
@@ -68,6 +73,5 @@ def write_merged_record(run_dir: Path, out: Path) -> Path:
         if cell.get("state") == "complete" and cell.get("id") not in cells:
             cells[cell["id"]] = run_dir / cell["metrics"]
     lines = merged_record(run_series(run_dir), cells)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("".join(json.dumps(line, allow_nan=False) + "\n" for line in lines), encoding="utf-8")
+    write_text_atomic(out, "".join(json.dumps(line, allow_nan=False) + "\n" for line in lines))
     return out

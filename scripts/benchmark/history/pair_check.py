@@ -43,7 +43,8 @@ from pathlib import Path
 
 import numpy as np
 from scripts.benchmark.analysis.steady_state import corrected_lag1, trimmed_scale
-from scripts.benchmark.contracts.report import CellModel, ReportDocument, repeats_to_settle
+from scripts.benchmark.contracts.report import CellModel, ReportDocument
+from scripts.benchmark.contracts.settle import repeats_to_settle
 from scripts.benchmark.history.check import DEFAULT_GATES, MetricCheck, Verdict
 
 METRIC = "step_time_s"

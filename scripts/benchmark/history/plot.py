@@ -2,14 +2,18 @@
 
 Caveats:
 - matplotlib is imported inside the function (Agg backend), so importing this module stays cheap.
+- The PNG is written whole (tmp file and rename): a full disk leaves the previous plot, never a torn one.
 """
 
 from __future__ import annotations
 
+import io
 import re
 from pathlib import Path
 
 from scripts.benchmark.history.gate import SeriesTrace
+
+from miles.utils.bench_metrics import write_bytes_atomic
 
 
 def plot_trace(trace: SeriesTrace, out_dir: Path) -> Path:
@@ -41,6 +45,8 @@ def plot_trace(trace: SeriesTrace, out_dir: Path) -> Path:
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     path = out_dir / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', trace.series)}__{trace.metric}.png"
-    fig.savefig(path, dpi=110)
+    image = io.BytesIO()
+    fig.savefig(image, format="png", dpi=110)
     plt.close(fig)
+    write_bytes_atomic(path, image.getvalue())
     return path

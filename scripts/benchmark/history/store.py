@@ -1,10 +1,12 @@
 """The benchmark history database: one code path (SQLAlchemy Core) for a SQLite file and a PostgreSQL server.
 
-- `HistoryStore(url, create=...)` accepts a SQLAlchemy URL (`sqlite:///history.db`,
+- `HistoryStore(url, create=..., writes=...)` accepts a SQLAlchemy URL (`sqlite:///history.db`,
   `postgresql+psycopg://user@host/db`), a bare `postgresql://` URL (mapped to the psycopg 3 driver) or a plain file
   path (a SQLite file). With create=False a missing SQLite file, an unreachable database or one without the history
   tables raises `StoreMissing` naming the URL (a mistyped --store must never become a new, empty history); with
-  create=True the file and the tables are made.
+  create=True the file and the tables are made. An in-memory SQLite URL (`sqlite://`, `sqlite:///`, `:memory:`:
+  what `sqlite:///$BENCH_DB` gives with the variable unset) is always refused, and a read-only one (`mode=ro`,
+  `immutable=1`) when the command writes (`writes`, or `create`): either would "record" into nothing.
 - A run series is `SeriesKey(preset, framework, backend, layout, hardware, spec_hash, side)`, like the run series of
   Miles's metric-history gate; one recorded run is one cell of one report.json.
 - Each run keeps its provenance (commit, PR, CI run id, trigger, ref, environment record) and a `trusted` flag;
@@ -89,6 +91,27 @@ def normalize_url(url: str) -> str:
     return url
 
 
+def sqlite_file(url: str) -> Path | None:
+    """The file a SQLite store URL names; None for another kind of database, an in-memory one, or no URL at all."""
+    try:
+        parsed = sa.engine.make_url(normalize_url(url))
+    except (sa.exc.ArgumentError, ValueError):
+        return None
+    database = (parsed.database or "").removeprefix("file:")
+    if (
+        not parsed.drivername.startswith("sqlite")
+        or database in ("", ":memory:")
+        or _option(parsed, "mode") == "memory"
+    ):
+        return None
+    return Path(database).expanduser()
+
+
+def _option(parsed: sa.engine.URL, name: str) -> str | None:
+    value = parsed.query.get(name)
+    return value[-1] if isinstance(value, tuple) else value
+
+
 class StoreMissing(ValueError):
     """The --store URL names no history database (and --create was not given), or it cannot be reached."""
 
@@ -100,15 +123,25 @@ class NoHistoryYet(StoreMissing):
 class HistoryStore:
     """Read and write the history tables; every statement is SQLAlchemy Core, so both backends share it."""
 
-    def __init__(self, url: str, *, create: bool = True) -> None:
+    def __init__(self, url: str, *, create: bool = True, writes: bool = False) -> None:
         self.url = normalize_url(url)
         try:
-            shown = sa.engine.make_url(self.url).render_as_string(hide_password=True)
+            parsed = sa.engine.make_url(self.url)
+            shown = parsed.render_as_string(hide_password=True)
         except (sa.exc.ArgumentError, ValueError) as exc:  # a port that is no number, a URL that is no URL
             hidden = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", self.url)
             raise StoreMissing(f"--store {hidden}: not a database URL ({exc})") from exc
-        if self.url.startswith("sqlite:///"):
-            path = Path(self.url.removeprefix("sqlite:///"))
+        if parsed.drivername.startswith("sqlite"):
+            path = sqlite_file(self.url)
+            if path is None:
+                raise StoreMissing(
+                    f"--store {shown or url!r}: names no database file, so it would be an in-memory database that "
+                    "is gone when the command ends (is a variable in the URL unset?); give a file path or "
+                    "sqlite:///PATH"
+                )
+            read_only = _option(parsed, "mode") == "ro" or _option(parsed, "immutable") in ("1", "true")
+            if read_only and (writes or create):
+                raise StoreMissing(f"--store {shown}: opens the database read-only, so nothing can be written to it")
             if not create and not path.is_file():
                 raise NoHistoryYet(f"--store {shown}: no history database at {path} (pass --create to make one)")
             path.parent.mkdir(parents=True, exist_ok=True)

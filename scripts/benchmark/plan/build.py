@@ -246,6 +246,8 @@ def build_plan(spec: BenchmarkSpec, preset: str | None, options: PlanOptions, re
         launches += built
         if options.sides.reference is not None:
             pairs.append(_parity_pair(built, options, prepare, errors))
+    if not launches:  # every backend asked for is one a side cannot run: nothing to plan, bad input
+        raise UserError(f"--backend {','.join(options.backends)}: no cell can be planned: " + "; ".join(errors))
     digest = spec_hash(spec)
     sides = options.sides.sides()
     data = {

@@ -23,16 +23,15 @@ import math
 from typing import Any
 
 from scripts.benchmark.contracts.report import (
-    MAX_REPEATS_TO_SETTLE,
     AttributionModel,
     CellModel,
     ComparisonModel,
     Practical,
     ReportDocument,
     percent,
-    settle_estimate,
     signed_percent,
 )
+from scripts.benchmark.contracts.settle import MAX_REPEATS_TO_SETTLE, settle_estimate
 from scripts.benchmark.report.learning import learning_warning
 from scripts.benchmark.report.palette import PHASE_COLORS, UNATTRIBUTED_COLOR, VERDICT_COLORS
 from scripts.benchmark.report.render import BarSegment, Bullets, Card, CardBar, Cards, Paragraph, render_markdown

@@ -7,8 +7,10 @@
   would push it past `MARKDOWN_BUDGET`, they are left to report.json/report.html and the markdown says so.
 - `write_report(doc, run_dir)` writes everything (report.json is the validated document itself, and headline.md:
   the headline, one line per pair, for a step summary or a PR comment) and returns the paths. Analysing a run
-  folder first is `run.py report`'s job (commands/report.py): this package only renders. Every file is written
-  atomically: a full disk leaves the previous report whole, never a torn or empty file.
+  folder first is `run.py report`'s job (commands/report.py): this package only renders. The report is written
+  whole or not at all: every file into a staging folder beside it first, then each renamed into place, so a full
+  disk (or an interruption) leaves the previous report whole, never a torn file nor a new report.json beside an
+  old report.md; the error names the run folder's file, and the staging folder is removed on every path.
 
 Caveats:
 - A null number is printed "n/a", never 0. Fractions (MFU, wait ratio) are printed as percentages.
@@ -19,6 +21,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -54,28 +59,50 @@ def _plots(doc: ReportDocument) -> dict[str, tuple[str, Any]]:
 
 
 def write_report(doc: ReportDocument, run_dir: Path) -> dict[str, Path]:
-    """report.json, plots/*.svg, report.md and report.html in `run_dir`; returns what was written, by name."""
+    """report.json, plots/*.svg, report.md, report.html and headline.md in `run_dir`, all or none (module
+    docstring); returns what was written, by name."""
     run_dir = Path(run_dir)
-    written: dict[str, Path] = {}
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=".report-", suffix=".tmp", dir=run_dir))
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(run_dir)) from exc
+    try:
+        try:
+            staged = _write_files(doc, staging)
+        except OSError as exc:  # name the file of the run folder, not its staged twin
+            if exc.filename is None or not str(exc.filename).startswith(str(staging)):
+                raise
+            target = run_dir / Path(exc.filename).relative_to(staging)
+            raise OSError(exc.errno, exc.strerror, str(target)) from exc
+        written = {}
+        for name, relative in staged.items():
+            target = run_dir / relative
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(staging / relative, target)
+            except OSError as exc:  # the run folder's file, not its staged twin (a folder in its place, say)
+                raise OSError(exc.errno, exc.strerror, str(target)) from exc
+            written[name] = target
+        return written
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _write_files(doc: ReportDocument, folder: Path) -> dict[str, str]:
+    """Every file of the report into `folder`; returns name -> path relative to it."""
+    written: dict[str, str] = {}
     images = {}
     for title, (name, plot) in _plots(doc).items():
-        path = plot(doc, run_dir / "plots" / name)
-        if path is not None:
-            images[title] = f"plots/{name}"
-            written[name] = path
-    write_bytes_atomic(run_dir / "report.json", report_json_bytes(doc))
-    written["report.json"] = run_dir / "report.json"
+        if plot(doc, folder / "plots" / name) is not None:
+            images[title] = written[name] = f"plots/{name}"
+    write_bytes_atomic(folder / "report.json", report_json_bytes(doc))
     markdown = render_markdown(build_blocks(doc, images))
     if len(markdown) > MARKDOWN_BUDGET:
         markdown = render_markdown(build_blocks(doc, images, environment_json=False))
-    write_text_atomic(run_dir / "report.md", markdown)
-    written["report.md"] = run_dir / "report.md"
-    html = render_html(build_blocks(doc, images), run_dir, report_title(doc))
-    write_text_atomic(run_dir / "report.html", html)
-    written["report.html"] = run_dir / "report.html"
-    write_text_atomic(run_dir / "headline.md", headline_markdown(doc))
-    written["headline.md"] = run_dir / "headline.md"
-    return written
+    write_text_atomic(folder / "report.md", markdown)
+    write_text_atomic(folder / "report.html", render_html(build_blocks(doc, images), folder, report_title(doc)))
+    write_text_atomic(folder / "headline.md", headline_markdown(doc))
+    return written | {name: name for name in ("report.json", "report.md", "report.html", "headline.md")}
 
 
 _NONFINITE_MARKERS = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}

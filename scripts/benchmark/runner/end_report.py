@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from scripts.benchmark.contracts.manifest import Manifest
-from scripts.benchmark.errors import missing_module_error
+from scripts.benchmark.errors import missing_module_error, os_error_message
 from scripts.benchmark.runner.progress import MatrixProgress
 
 EndReport = Callable[[Path], tuple[str, dict[str, Path]]]
@@ -49,6 +49,8 @@ def report_after_run(manifest: Manifest, progress: MatrixProgress, write_report:
         error = missing_module_error(exc)
         reason = error.format_message() if error is not None else repr(exc)
         warning = f"report: not written: {reason}; then run `run.py report {run_dir}`"
+    except OSError as exc:  # a full disk: the file and the fix; the previous report, if any, stays whole
+        warning = f"report: not written: {os_error_message(exc)} (`run.py report {run_dir}`)"
     except Exception as exc:  # the run's outcome stands whatever the report does
         warning = f"report: failed with {exc!r}; the run itself is recorded as it ended (run.py report {run_dir})"
     finally:

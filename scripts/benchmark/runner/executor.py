@@ -34,10 +34,10 @@ Caveats:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
-import shutil
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -59,7 +59,6 @@ from scripts.benchmark.runner.progress import MatrixProgress
 from scripts.benchmark.runner.relocate import relocated
 from scripts.benchmark.runner.rounds import LooksFor
 from scripts.benchmark.runner.run_lock import (
-    LOCK_NAME,
     RunLock,
     acquire_run_lock,
     refuse_a_live_previous_harness,
@@ -68,20 +67,22 @@ from scripts.benchmark.runner.run_lock import (
 from scripts.benchmark.runner.write_errors import describe_write_error, write_error_in
 from scripts.benchmark.spec import spec_json_hash
 
-from miles.utils.bench_metrics import read_records, write_text_atomic
+from miles.utils.bench_metrics import read_records, write_bytes_atomic
 
 
 def check_output_dir(output_dir: Path) -> None:
     """Create the run folder and prove it is writable, or raise RunError naming the folder and the cause."""
     if output_dir.exists() and not output_dir.is_dir():
         raise RunError(f"--output-dir {output_dir} is a file, not a folder")
+    probe = output_dir / f".write-probe-{os.getpid()}"  # one per harness: several may start at once
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
-        probe = output_dir / f".write-probe-{os.getpid()}"  # one per harness: several may start at once
         probe.write_text("ok")
-        probe.unlink()
     except OSError as exc:
         raise RunError(f"--output-dir {output_dir} is not writable: {exc.strerror or exc}") from exc
+    finally:
+        with contextlib.suppress(OSError):  # a full disk creates the file and then fails to write it
+            probe.unlink(missing_ok=True)
 
 
 def load_plan(path: Path) -> dict[str, Any]:
@@ -238,13 +239,24 @@ def _prepare(
     _check_prefix_secrets(options)
     sides = plan_sides(plan)
     if not resume:
-        _copy_plan_files(plan_path, output_dir, plan)
         manifest = Manifest(
             path=manifest_path,
             spec_hash=plan.get("spec_hash"),
             sides=plan.get("sides"),
             cells=[new_cell_run(cell, rep) for cell, rep in interleaved_order(plan["cells"], options.repeats, sides)],
         )
+        created: list[Path] = []
+        try:
+            _copy_plan_files(plan_path, output_dir, plan, created)
+            manifest.options = Redactor.from_environ(os.environ).redact_json(asdict(options))
+            manifest.save()
+        except OSError:
+            for path in created:  # a start that failed leaves the folder as it found it, every file whole
+                with contextlib.suppress(OSError):
+                    path.unlink(missing_ok=True)
+                    if path.parent != output_dir:
+                        path.parent.rmdir()  # recording/, when it held nothing else
+            raise
     else:
         manifest = _load_manifest(manifest_path)
         refuse_a_live_previous_harness(output_dir, manifest.harness)
@@ -252,8 +264,8 @@ def _prepare(
         for cell, rep in interleaved_order(plan["cells"], options.repeats, sides):
             if (cell["id"], rep) not in known:  # --resume --repeats N with a larger N adds repeats
                 manifest.cells.append(new_cell_run(cell, rep))
-    manifest.options = Redactor.from_environ(os.environ).redact_json(asdict(options))
-    manifest.save()
+        manifest.options = Redactor.from_environ(os.environ).redact_json(asdict(options))
+        manifest.save()
     todo = [c for c in manifest.cells if _needs_rerun(c, output_dir)]
     return plan, manifest, todo
 
@@ -266,20 +278,24 @@ def _nothing_to_rerun(plan: dict[str, Any], options: ExecuteOptions, output_dir:
     return all(key in runs for key in wanted) and not any(_needs_rerun(c, output_dir) for c in manifest.cells)
 
 
-def _copy_plan_files(plan_path: Path | None, output_dir: Path, plan: dict[str, Any]) -> None:
-    """The plan's files into the run folder; plan.json as it runs here (relocated), so --resume reads what ran."""
+def _copy_plan_files(plan_path: Path | None, output_dir: Path, plan: dict[str, Any], created: list[Path]) -> None:
+    """The plan's files into the run folder, each written whole (tmp file and rename) and replacing a different copy
+    (one a failed start left); plan.json as it runs here (relocated), so --resume reads what ran. `created` gets
+    each file that was not there before."""
     assert plan_path is not None
-    for name in ("parity.json", "parity.md", RECORD_SCRIPT):
-        sibling = plan_path.parent / name
-        if sibling.exists() and not (output_dir / name).exists():
-            (output_dir / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(sibling, output_dir / name)
+    copies = {name: (plan_path.parent / name).read_bytes() for name in ("parity.json", "parity.md", RECORD_SCRIPT)
+              if (plan_path.parent / name).is_file()}  # fmt: skip
     text = plan_path.read_text(encoding="utf-8")
     if plan.get("origin") is not None and json.loads(text).get("origin") != plan["origin"]:
         text = json.dumps(plan, indent=2) + "\n"
-    elif plan_path.resolve() == (output_dir / "plan.json").resolve():
-        return
-    write_text_atomic(output_dir / "plan.json", Redactor.from_environ(os.environ).redact_text(text))
+    copies["plan.json"] = Redactor.from_environ(os.environ).redact_text(text).encode("utf-8")
+    for name, data in copies.items():
+        copy = output_dir / name
+        if copy.is_file() and copy.read_bytes() == data:
+            continue  # the plan's own folder, or a copy already whole
+        if not copy.exists():
+            created.append(copy)
+        write_bytes_atomic(copy, data)
 
 
 def _check_prefix_secrets(options: ExecuteOptions) -> None:
@@ -310,7 +326,7 @@ def execute(
     # Absolute, because each cell runs with the cell folder as its working directory and ${BENCH_CELL_DIR} in its
     # sink path: a relative run folder would make the sink land one level down, where the runner never looks.
     output_dir = Path(output_dir).resolve()
-    created, lock_existed = not output_dir.exists(), (output_dir / LOCK_NAME).exists()
+    created = not output_dir.exists()
     check_output_dir(output_dir)
     try:
         lock = acquire_run_lock(output_dir)  # refused: the lock is another harness's, never ours to remove
@@ -327,8 +343,8 @@ def execute(
         rejected = True
         raise
     finally:
-        # A rejected run leaves nothing behind that it made: its lock file, and the folder if it created it.
-        release_run_lock(lock, remove=rejected and not lock_existed)
+        # No lock file stays behind; a rejected run leaves no folder it created either.
+        release_run_lock(lock)
         if rejected:
             _remove_if_made_and_empty(output_dir, created)
 
@@ -356,7 +372,9 @@ def _execute_locked(
     except OSError as exc:
         if write_error_in(exc) is None:
             raise
-        raise RunError(f"{describe_write_error(exc)} (nothing was started)") from exc
+        raise RunError(
+            f"{describe_write_error(exc)} (nothing was started); free space, then run the same command again"
+        ) from exc
     become_child_subreaper()
     if resume:
         stop_leftovers(manifest, options.grace_s)

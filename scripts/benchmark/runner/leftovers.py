@@ -10,8 +10,8 @@
 - `stop_leftovers(manifest, grace_s)`: for every cell with a process record (a cell the dead harness was running)
   or earlier survivors: first `ray job stop` of the Ray job it recorded (on a private head or an external cluster:
   only the run's own job, never the cluster), then `stop_until_gone` on what `find_leftovers` finds in its own
-  record and in its private Ray head's (SIGTERM, grace, SIGKILL, rescans); the
-  record is cleared when nothing is left, else the survivors are recorded on the cell and in `warnings`.
+  record and in its private Ray head's (SIGTERM, grace, SIGKILL, rescans); the record is cleared (and the head's
+  Ray session folder removed) when nothing is left, else the survivors are recorded on the cell and in `warnings`.
 - `alive_survivors(cell)`: the recorded survivors still running (a cell with any is not rerun: a late writer could
   write into the new attempt's sink).
 """
@@ -31,7 +31,7 @@ from scripts.benchmark.runner.process import (
     read_proc_table,
     stop_until_gone,
 )
-from scripts.benchmark.runner.ray_head import ray_environment, stop_ray_job
+from scripts.benchmark.runner.ray_head import ray_environment, remove_session_folder, stop_ray_job
 
 
 def _same_boot(record: CellProcesses) -> bool:
@@ -129,6 +129,8 @@ def stop_leftovers(manifest: Manifest, grace_s: float, say: Callable[[str], None
             found_total += len(found)
             say(f"{label}: stopping {len(found)} process(es) left by the previous harness: pids {sorted(found)}")
         survivors = _stop_cell_leftovers(cell, grace_s) if found else {}
+        if not survivors and cell.ray is not None:
+            remove_session_folder(cell.ray.temp_dir)
         cell.processes = None
         cell.ray = None
         cell.survivors = [ProcessRecord(pid=p, start_time=t) for p, t in sorted(survivors.items())]

@@ -1,6 +1,9 @@
 """One execution of a plan into a run folder: preparation steps once, then each cell repeat started, watched,
 followed into metrics.jsonl and stopped cleanly; SIGINT/SIGTERM stop the running cell and leave the rest pending.
 
+A train-only run's recording is proven against its kept digest before the first cell and again before each cell
+(runner/recording_check.py); a damaged one stops the matrix with exit 2 naming the file, the rest left pending.
+
 While a cell runs, its process record (group, session, pids with start times) is kept in the manifest, so a --resume
 after a killed harness can find what is left. A write error in the run folder (a full disk) fails the running cell
 with the error as reason, stops the matrix (exit 1) and leaves everything resumable."""
@@ -43,6 +46,7 @@ from scripts.benchmark.runner.ray_head import (
     start_private_head,
     stop_ray_job,
 )
+from scripts.benchmark.runner.recording_check import RecordingCheck, RecordingDamaged
 from scripts.benchmark.runner.rounds import LooksFor, Rounds
 from scripts.benchmark.runner.sink_follower import SinkFollower
 from scripts.benchmark.runner.watchdog import CellOutcome, Watchdog
@@ -86,6 +90,8 @@ class MatrixRunner:
         self.stop = _StopRequest()
         self.reserve = SpaceReserve(self.run_dir)
         self.write_failure: str | None = None
+        self.recording = RecordingCheck(plan) if plan.get("recording") else None
+        self.recording_failure: str | None = None
         self._packages: dict[tuple, dict[str, Any]] = {}
         self._gpu_baseline: dict[int, float] | None = None
         self._cells_by_id = {cell["id"]: cell for cell in plan["cells"]}
@@ -98,6 +104,8 @@ class MatrixRunner:
         try:
             code = self._run_matrix(todo)
             self.progress.close()
+            if self.recording_failure is not None:
+                print(f"error: {self.recording_failure}", file=sys.stderr)
             if self.write_failure is None:
                 report_after_run(self.manifest, self.progress, self.end_report)
             else:
@@ -112,7 +120,8 @@ class MatrixRunner:
     def _run_matrix(self, todo: list[CellRun]) -> int:
         if not self.options.skip_prepare and not self._prepare():
             return 130 if self.stop.signal_name else 1
-        self._note_recording()
+        if not self._note_recording():
+            return 2
         self._gpu_baseline = gpu_memory.read_used_mib()
         for cell_run in todo:
             if self.stop.signal_name:
@@ -127,30 +136,19 @@ class MatrixRunner:
                 state = self._run_cell(self._cells_by_id[cell_run.id], cell_run)
             except Exception as exc:  # a runner bug or an I/O error: recorded on the cell, the matrix goes on
                 state = self._record_runner_error(cell_run, exc)
-            if self.write_failure is not None:
+            if self.write_failure is not None or self.recording_failure is not None:
                 break
-            if not self.stop.signal_name:
-                self._look_after(cell_run)
+            if not self.stop.signal_name and (line := self.rounds.after(cell_run)) is not None:
+                self.progress.message(line)
             if state != "complete" and self.options.fail_fast and not self.stop.signal_name:
                 self.progress.message(f"--fail-fast: stopping after {cell_run.id} rep {cell_run.repeat}")
                 break
         if self.stop.signal_name:
             return 130
+        if self.recording_failure is not None:
+            return 2
         done = {"complete", NOT_NEEDED} | ({SKIPPED} if self.rounds.sequential else set())
         return 0 if all(c.state in done for c in self.manifest.cells) else 1
-
-    def _look_after(self, cell_run: CellRun) -> None:
-        """A sequential pair's look once the cell's round is over (runner/rounds.py); an analysis error is a warning,
-        the rounds go on as if the look could not decide."""
-        try:
-            line = self.rounds.finished(cell_run)
-        except Exception as exc:  # the look is advice to the runner, never a reason to lose the run
-            warning = f"the paired check's look after {cell_run.id} rep {cell_run.repeat} failed: {exc!r}"
-            self.manifest.warnings.append(warning)
-            self.progress.message(warning)
-            return
-        if line is not None:
-            self.progress.message(line)
 
     def _record_runner_error(self, cell_run: CellRun, exc: Exception) -> str:
         """The cell fails with the error; a write error (full disk) also stops the matrix, after freeing the reserve
@@ -205,17 +203,42 @@ class MatrixRunner:
                 return False
         return True
 
-    def _note_recording(self) -> None:
-        """A train-only plan: the digest of the recording its cells replay, into the manifest (the report shows it)."""
-        recording = self.plan.get("recording")
-        if not recording:
-            return
+    def _note_recording(self) -> bool:
+        """A train-only plan: every recording folder its cells replay proven against the kept digest before any cell
+        starts, and that digest into the manifest (the report shows it); False (said, and kept in the warnings)
+        when one is damaged."""
+        if self.recording is None:
+            return True
+        recording = self.plan["recording"]
         try:
-            digest = Path(recording["digest_file"]).read_text(encoding="utf-8").strip() or None
-        except OSError:
-            digest = recording.get("digest")
+            for cell in self._cells_by_id.values():
+                self.recording.check(cell)
+            digest = self.recording.digest()
+        except RecordingDamaged as exc:
+            self.recording_failure = str(exc)
+            self.manifest.warnings.append(f"recording: {exc}")
+            self.manifest.save()
+            return False
         self.manifest.recording = {"key": recording["key"], "root": recording["root"], "digest": digest}
         self.manifest.save()
+        return True
+
+    def _refusal(self, cell: dict[str, Any], cell_run: CellRun) -> str | None:
+        """The cell failed before it starts (its state), or None: processes of its previous attempt still alive
+        (they could write into its sink), or a recording changed since it was proven (it is never replayed)."""
+        if survivors := alive_survivors(cell_run):
+            pids = sorted(p.pid for p in survivors)
+            reason = f"not rerun: pids {pids} of its previous attempt are still alive and could write into its sink"
+        elif self.recording is not None:
+            try:
+                self.recording.check(cell)
+                return None
+            except RecordingDamaged as exc:
+                self.recording_failure = reason = str(exc)
+        else:
+            return None
+        self.manifest.set_state(cell_run, "running")
+        return self._finish(cell_run, CellOutcome("failed", reason), steps=0)
 
     def _ray_target_for(self, cell: dict[str, Any]) -> tuple[RayTarget | None, bool]:
         """(target, start a private head?) for this cell under the --ray mode."""
@@ -229,11 +252,8 @@ class MatrixRunner:
 
     def _run_cell(self, cell: dict[str, Any], cell_run: CellRun) -> str:
         cell_dir = self.run_dir / cell_run.dir
-        if survivors := alive_survivors(cell_run):
-            pids = sorted(p.pid for p in survivors)
-            self.manifest.set_state(cell_run, "running")
-            reason = f"not rerun: pids {pids} of its previous attempt are still alive and could write into its sink"
-            return self._finish(cell_run, CellOutcome("failed", reason), steps=0)
+        if (refused := self._refusal(cell, cell_run)) is not None:
+            return refused
         self._archive_previous_attempt(cell, cell_run, cell_dir)
         (cell_dir / "sink").mkdir(parents=True, exist_ok=True)
         runtime = self.options.runtime(cell["framework"])
@@ -419,6 +439,7 @@ class MatrixRunner:
         """The head's processes and the job's id in the manifest before the job is submitted: a --resume after a
         killed harness stops them (the head's processes and the job outlive the harness)."""
         record = RayRecord(head=head.process.describe() if head is not None else None)
+        record.temp_dir = str(head.temp_dir) if head is not None else None
         if command.submission_id is not None and target is not None:
             record.submission_id, record.dashboard_url = command.submission_id, target.dashboard_url
             record.ray_argv = list(command.argv[: command.argv.index("job")])

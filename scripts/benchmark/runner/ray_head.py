@@ -8,8 +8,10 @@
   submit` now and then failed with "No available agent to submit job"), and returns a
   `PrivateRayHead`; `PrivateRayHead.stop(grace_s)` sends SIGTERM to the `ray start` process alone first, so that it
   shuts its node down in order (it stops its own GCS, raylet and dashboard within a few seconds), then stops whatever
-  is left of that group. (SIGTERM to the whole group at once kills the GCS under `ray start`, whose shutdown then
-  waits ~30 s for a drain RPC that can no longer be answered.)
+  is left of that group, then removes the head's temp dir (its Ray session folder) once none of its processes is
+  left. (SIGTERM to the whole group at once kills the GCS under `ray start`, whose shutdown then waits ~30 s for a
+  drain RPC that can no longer be answered.)
+- `remove_session_folder(temp_dir)`: a private head's temp dir removed, and only one the harness made (`bench-ray-*`).
 - BENCH_RAY_START_ARGS (in the runner's environment): extra `ray start` options for every Ray node the harness starts,
   e.g. "--num-cpus=2 --object-store-memory=200000000" on a small machine; the private head and the --emit-sbatch
   script's head and workers take them.
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import socket
 import tempfile
@@ -40,6 +43,7 @@ from scripts.benchmark.runner.process import ManagedProcess, StopOutcome, is_ali
 
 _READY_TIMEOUT_S = 180.0
 START_ARGS_ENV = "BENCH_RAY_START_ARGS"
+TEMP_PREFIX = "bench-ray-"
 _MIN_GROUP_GRACE_S = 5.0
 
 
@@ -98,7 +102,10 @@ class PrivateRayHead:
             while self.process.poll() is None and time.monotonic() < deadline:
                 self.process.track()
                 time.sleep(0.1)
-        return self.process.stop(max(deadline - time.monotonic(), _MIN_GROUP_GRACE_S))
+        outcome = self.process.stop(max(deadline - time.monotonic(), _MIN_GROUP_GRACE_S))
+        if not outcome.survivors:  # a survivor may still write there: its folder stays, as its pids are recorded
+            remove_session_folder(self.temp_dir)
+        return outcome
 
     def describe(self) -> dict:
         return {
@@ -109,6 +116,13 @@ class PrivateRayHead:
             "argv": self.argv,
             "pid": self.process.pid,
         }
+
+
+def remove_session_folder(temp_dir: Path | str | None) -> None:
+    """A private head's temp dir (Ray's session folder: sockets, logs, spilled objects) once its head is gone; only a
+    folder the harness made (`bench-ray-*`), never a path from elsewhere."""
+    if temp_dir is not None and Path(temp_dir).name.startswith(TEMP_PREFIX) and Path(temp_dir).is_dir():
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
@@ -185,7 +199,7 @@ def start_private_head(
     except ValueError as exc:
         raise RuntimeError(str(exc)) from exc
     ports = find_free_ports(6)
-    temp_dir = Path(tempfile.mkdtemp(prefix="bench-ray-"))
+    temp_dir = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX))
     argv = build_head_argv(ray_argv0, ports=ports, temp_dir=temp_dir, num_gpus=num_gpus, extra=extra)
     process = ManagedProcess(argv=argv, env=env, cwd=temp_dir, log_path=log_path, redactor=redactor)
     process.start()

@@ -113,6 +113,16 @@ class Rounds:
             self.decided = number
         return line
 
+    def after(self, cell_run: CellRun) -> str | None:
+        """`finished`, for the runner's loop: a look that fails (an unreadable sink) is a warning in the manifest,
+        and the rounds go on as if it could not decide; the line to print, if any."""
+        try:
+            return self.finished(cell_run)
+        except Exception as exc:  # the look is advice to the runner, never a reason to lose the run
+            warning = f"the paired check's look after {cell_run.id} rep {cell_run.repeat} failed: {exc!r}"
+            self.manifest.warnings.append(warning)
+            return warning
+
     def expected(self, cell_id: str) -> float | None:
         """Seconds one launch of the cell is expected to take: the longest seen in this run, else the plan's typical
         estimate; None when neither is known."""

@@ -1,10 +1,10 @@
 """One owner per run folder: an exclusive advisory lock on DIR/run.lock, held by the harness for the whole run.
 
 - `hold_run_lock(run_dir)` (a context manager) takes the lock without waiting, writes the holder into the file
-  (pid, host, start time of the process, when it started) and yields a `RunLock`; on exit the file is emptied and
-  the lock released. Only its holder ever deletes the file (a run refused before it started leaves nothing behind),
-  while holding it; a harness that locked the deleted file meanwhile sees that and locks the new one, so two
-  harnesses never hold two different files of one name.
+  (pid, host, start time of the process, when it started) and yields a `RunLock`; on exit the file is removed and
+  the lock released, so a finished run folder holds no lock file. Only its holder ever deletes the file, while
+  holding it; a harness that locked the deleted file meanwhile sees that and locks the new one, so two harnesses
+  never hold two different files of one name.
 - A second harness on the same folder (a second `execute`, or `--resume` while the run is alive) gets `RunError`
   (exit 2) naming the live holder's pid and host.
 - A lock left by a harness that died is free at the file-system level (the kernel drops the lock with its holder):
@@ -144,12 +144,12 @@ def _write_holder(fd: int, holder: HarnessRecord | None) -> None:
         os.fsync(fd)
 
 
-def release_run_lock(lock: RunLock, *, remove: bool = False) -> None:
-    """Empty the file and release the lock; with `remove`, the file goes too, removed while still held (a harness
-    that locks it meanwhile sees it gone and locks the new one), so only the holder ever removes it."""
+def release_run_lock(lock: RunLock) -> None:
+    """Remove the file and release the lock: removed while still held (a harness that locks it meanwhile sees it
+    gone and locks the new one), so only the holder ever removes it and no empty lock file stays behind."""
     try:
         _write_holder(lock.fd, None)
-        if remove and _is_the_file_at(lock.fd, lock.path):
+        if _is_the_file_at(lock.fd, lock.path):
             lock.path.unlink()
     except OSError:
         pass  # an unwritable folder: the kernel lock below is what counts

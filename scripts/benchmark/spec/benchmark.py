@@ -312,8 +312,13 @@ def load_preset(name: str) -> BenchmarkSpec:
     return BenchmarkSpec.model_validate(raw)
 
 
-def load_spec_file(path: str | Path) -> BenchmarkSpec:
-    return BenchmarkSpec.model_validate(read_yaml_mapping(path))
+def load_spec_file(path: str | Path, *, run_mode: str | None = None) -> BenchmarkSpec:
+    """The spec of a YAML file; `run_mode` (a command line's --train-only) is set before it is validated, so a file
+    that already holds the section that mode needs (`recording`) is valid with it."""
+    data = read_yaml_mapping(path)
+    if run_mode is not None and isinstance(data.get("run", {}), dict):
+        data["run"] = {**data.get("run", {}), "mode": run_mode}
+    return BenchmarkSpec.model_validate(data)
 
 
 def with_overrides(

@@ -52,7 +52,7 @@ class MilesRecordingCodec:
         """The recording as `{rollout_id}.pt` files in the (new, empty) folder `path`, rollout 0 first: the payload
         Miles's `save_debug_rollout_data` writes, each sample a `Sample.to_dict()` of the fields a recording holds
         (Miles's `Sample.from_dict` gives the others their defaults)."""
-        torch = require("torch")
+        torch = require("torch", "recording")
         groups_before = samples_before = 0
         for rollout_id, step in enumerate(recording.steps):
             samples = [
@@ -84,7 +84,7 @@ def _sample_dict(sample: RecordedSample, group_index: int, index: int) -> dict[s
 
 
 def _read_step(file: Path, rollout_id: int) -> RecordedStep:
-    torch = require("torch")
+    torch = require("torch", "recording")
     try:
         payload = torch.load(file, map_location="cpu", weights_only=False)
     except Exception as exc:  # a pickle of anything: what fails is the file, named

@@ -61,15 +61,15 @@ def project_dump_dir(
 class VerlRecordingCodec:
     def read(self, path: Path) -> Recording:
         """The recording in `path`: a project dump folder (numbered step folders), or a `dump_dir` holding one."""
-        require("tensordict")
+        require("tensordict", "recording")
         steps = numbered_files(_project_folder(path), "", first=1, what="VERL's {step}/{inner}/tq_batch.pt folders")
         return Recording(steps=tuple(_read_step(folder) for _, folder in steps))
 
     def write(self, recording: Recording, path: Path) -> None:
         """The recording as step folders 1, 2, ... of the (new, empty) project dump folder `path`, each `{step}/0/`
         holding the `tq_batch.pt` and `meta.json` VERL's `RolloutTqSkip.prepare_data` writes."""
-        torch = require("torch")
-        require("tensordict")
+        torch = require("torch", "recording")
+        require("tensordict", "recording")
         for number, step in enumerate(recording.steps, start=1):
             folder = path / str(number) / "0"
             folder.mkdir(parents=True)
@@ -107,7 +107,7 @@ def _read_step(folder: Path) -> RecordedStep:
 
 
 def _read_batch(file: Path) -> tuple[list[str], dict[str, list[Any]]]:
-    torch = require("torch")
+    torch = require("torch", "recording")
     if not file.is_file() or not (file.parent / META_FILE).is_file():
         raise bad_recording(file, "file", f"missing (VERL reads a step from {BATCH_FILE} beside {META_FILE})")
     try:
@@ -200,8 +200,8 @@ def _tags(step: int, recorded: RecordedStep) -> list[dict[str, Any]]:
 def _tensordict(path: Path, step: int, recorded: RecordedStep, keys: list[str]) -> Any:
     """The trajectories as VERL's agent loop hands them to TransferQueue (single-turn text): token fields jagged,
     the reward on the last response token, the rest as non-tensor rows."""
-    torch = require("torch")
-    tensordict = require("tensordict")
+    torch = require("torch", "recording")
+    tensordict = require("tensordict", "recording")
     logged = {sample.rollout_log_probs is not None for sample in recorded.samples}
     if len(logged) > 1:
         raise bad_recording(path / str(step), "rollout_log_probs", "present on some samples of the step, not all")
