@@ -110,7 +110,9 @@ def test_a_non_sequential_plan_skips_only_the_launches_that_do_not_fit(tmp_path)
 # -- a sequential head/base run through run.py, the stand-in trainer in place of each checkout's train.py --------
 
 
-def _sequential_run(root: Path, step_s: dict[str, float]) -> tuple[Path, subprocess.CompletedProcess]:
+def _sequential_run(
+    root: Path, step_s: dict[str, float], startup_s: float = 0.1
+) -> tuple[Path, subprocess.CompletedProcess]:
     sides = ["--candidate", "miles", "--candidate-root", "/ci/miles-head"]
     sides += ["--reference", "miles", "--reference-root", "/ci/miles-base"]
     plan_dir, run_dir = root / "D", root / "R"
@@ -122,7 +124,7 @@ def _sequential_run(root: Path, step_s: dict[str, float]) -> tuple[Path, subproc
     for cell in plan["cells"]:
         argv = [sys.executable, str(STANDINS / "standin_trainer.py"), "--format", cell["sink"]["format"]]
         argv += ["--sink", cell["sink"]["path"], "--steps", str(cell["num_steps"]), "--step-s"]
-        cell["argv"] = cell["launch_argv"] = argv + [str(step_s[cell["side"]])]
+        cell["argv"] = cell["launch_argv"] = argv + [str(step_s[cell["side"]]), "--startup-s", str(startup_s)]
     (plan_dir / "plan.json").write_text(json.dumps(plan, indent=2))
     executed = run_py("execute", str(plan_dir / "plan.json"), "--output-dir", str(run_dir), "--skip-prepare",
                        "--no-preflight", "--ray", "none", "--poll-interval-s", "0.05")  # fmt: skip
@@ -155,11 +157,11 @@ def test_a_sequential_pair_stops_when_the_check_decides_and_ab_judges_it_again(t
 def test_a_recorded_run_gives_the_next_plan_its_measured_launch_times(tmp_path):
     """The run's launches (report.json `launch`), recorded into a history store, are what the next plan of the same
     spec reads back with --cost-store: each cell's start-up and step time measured, in place of the model."""
-    run_dir, executed = _sequential_run(tmp_path, {"miles": 0.025, "miles-base": 0.02})
+    run_dir, executed = _sequential_run(tmp_path, {"miles": 0.025, "miles-base": 0.02}, startup_s=1.0)
     assert executed.returncode == 0, executed.stdout + executed.stderr
     report = json.loads((run_dir / "report.json").read_text())
     launch = {c["id"]: c["launch"] for c in report["cells"]}
-    assert all(len(x["repeats"]) == 3 and 0 < x["startup_s"] < x["wall_s"] for x in launch.values()), launch
+    assert all(len(x["repeats"]) == 3 and 0.5 < x["startup_s"] < x["wall_s"] for x in launch.values()), launch
     store = f"sqlite:///{tmp_path / 'history.db'}"
     recorded = run_py("record", str(run_dir), "--store", store, "--create", "--untrusted", "--trigger", "pull_request")
     assert recorded.returncode == 0, recorded.stdout + recorded.stderr
