@@ -21,7 +21,7 @@ from scripts.benchmark.analysis.train_only import TRAINING_METRICS
 from scripts.benchmark.errors import UserError
 from scripts.benchmark.frameworks import registry
 from scripts.benchmark.plan.build import PlanOptions, build_plan
-from scripts.benchmark.plan.train_only import recording_key
+from scripts.benchmark.plan.train_only import Recorder, recording_key
 from scripts.benchmark.report.headline import TRAIN_ONLY_NOTE
 from scripts.benchmark.run import build_app
 from scripts.benchmark.spec import BACKENDS, LAYOUTS, load_preset, preset_names, spec_hash, spec_json, with_overrides
@@ -132,17 +132,67 @@ def test_every_cell_replays_the_recording_the_candidate_records(preset, layout):
 
 def test_the_recording_key_is_what_determines_the_rollout():
     """The same spec replans to the same recording (reused across runs and nights); a change to what is generated,
-    or to who generates it where, is another recording; where recordings are kept is not part of it."""
+    or to who generates it where, with which code, is another recording; where recordings are kept is not part of
+    it."""
     spec = with_overrides(load_preset("smoke"), train_only=True)
-    miles = registry.option_pair(compare_verl=True, miles_version=None).candidate
+    side = registry.option_pair(compare_verl=True, miles_version=None).candidate
+    miles = Recorder(side, "/ci/miles", "a" * 40)
     key = recording_key(spec, miles, "fsdp", "colocate")
     assert key == recording_key(with_overrides(load_preset("smoke"), train_only=True), miles, "fsdp", "colocate")
     assert key != recording_key(with_overrides(spec, num_steps=20), miles, "fsdp", "colocate")
     assert key != recording_key(spec, miles, "megatron", "colocate")
     assert key != recording_key(spec, miles, "fsdp", "disaggregated")
-    assert key != recording_key(spec, miles.model_copy(update={"target": "0.0.2"}), "fsdp", "colocate")
+    released = Recorder(side.model_copy(update={"target": "0.0.2"}), "/ci/miles", "a" * 40)
+    assert key != recording_key(spec, released, "fsdp", "colocate")
+    assert key != recording_key(spec, Recorder(side, "/ci/other", "a" * 40), "fsdp", "colocate")
+    assert key != recording_key(spec, Recorder(side, "/ci/miles", "b" * 40), "fsdp", "colocate")
     moved = BenchmarkSpec.model_validate({**spec.model_dump(), "recording": {"cache_dir": "/other"}})
     assert recording_key(moved, miles, "fsdp", "colocate") == key
+
+
+def _git_checkout(path: Path, *commits: str) -> list[str]:
+    """A git repository at `path` with one commit per message; the commits' ids."""
+    git = ["git", "-C", str(path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    path.mkdir(parents=True)
+    subprocess.run([*git, "init", "-q"], check=True)
+    ids = []
+    for message in commits:
+        (path / "train.py").write_text(message + "\n")
+        subprocess.run([*git, "add", "train.py"], check=True)
+        subprocess.run([*git, "commit", "-q", "-m", message], check=True)
+        ids.append(subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip())
+    return ids
+
+
+def test_each_checkout_and_commit_records_its_own_rollout(tmp_path):
+    """A PR head, another PR and the nightly plan the same spec from their own checkouts: each replays the rollout
+    its own code generated; the same checkout at the same commit finds the recording again from another plan
+    folder; a checkout whose code no commit names (uncommitted changes, or no git) records for its plan only."""
+    head, other = _git_checkout(tmp_path / "pr", "head", "other-pr")
+    (nightly,) = _git_checkout(tmp_path / "nightly", "main")
+
+    def planned(name: str, miles_root: Path) -> tuple[dict, str]:
+        result = _invoke("--preset", "smoke", "--backend", "fsdp", "--output-dir", str(tmp_path / name),
+                         "--dry-run", "--train-only", "--miles-root", str(miles_root))  # fmt: skip
+        assert result.exit_code == 0, result.output
+        return json.loads((tmp_path / name / "plan.json").read_text())["recording"], result.output
+
+    at_other, _ = planned("p1", tmp_path / "pr")
+    subprocess.run(["git", "-C", str(tmp_path / "pr"), "checkout", "-q", head], check=True)
+    at_head, said = planned("p2", tmp_path / "pr")
+    again, _ = planned("p3", tmp_path / "pr")
+    at_nightly, _ = planned("p4", tmp_path / "nightly")
+    assert (at_head["commit"], at_other["commit"], at_nightly["commit"]) == (head, other, nightly)
+    assert len({at_head["key"], at_other["key"], at_nightly["key"]}) == 3
+    assert (again["key"], again["root"]) == (at_head["key"], at_head["root"]) and again["shared"] is True
+    assert f"{tmp_path / 'pr'} at {head[:12]}), key {at_head['key']}" in said
+    (tmp_path / "pr" / "train.py").write_text("edited\n")
+    dirty, said = planned("p5", tmp_path / "pr")
+    dirty_again, _ = planned("p6", tmp_path / "pr")
+    assert dirty["commit"] is None and dirty["shared"] is False and dirty["key"] != dirty_again["key"]
+    assert "recorded for this plan folder only" in said
+    no_git, _ = planned("p7", tmp_path / "nowhere")
+    assert no_git["shared"] is False and no_git["key"] not in (at_head["key"], dirty["key"])
 
 
 def test_the_parity_table_names_what_each_side_does_besides_training():
@@ -245,12 +295,14 @@ class TestCommandLine:
         data["recording"] = {"cache_dir": str(tmp_path / "rec")}
         spec = tmp_path / "spec.yaml"
         spec.write_text(json.dumps(data))
-        first = _invoke("--spec", str(spec), "--output-dir", str(tmp_path / "a"), "--dry-run")
+        _git_checkout(tmp_path / "miles", "main")
+        miles = ["--miles-root", str(tmp_path / "miles")]
+        first = _invoke("--spec", str(spec), "--output-dir", str(tmp_path / "a"), "--dry-run", *miles)
         recording = json.loads((tmp_path / "a" / "plan.json").read_text())["recording"]
         assert first.exit_code == 0 and recording["digest"] is None and "recorded by the first run" in first.output
         Path(recording["digest_file"]).parent.mkdir(parents=True)
         Path(recording["digest_file"]).write_text("feedc0de\n")
-        again = _invoke("--spec", str(spec), "--output-dir", str(tmp_path / "b"), "--dry-run")
+        again = _invoke("--spec", str(spec), "--output-dir", str(tmp_path / "b"), "--dry-run", *miles)
         replanned = json.loads((tmp_path / "b" / "plan.json").read_text())["recording"]
         assert again.exit_code == 0 and replanned["digest"] == "feedc0de" and "digest feedc0de" in again.output
         assert (replanned["key"], replanned["root"]) == (recording["key"], recording["root"])

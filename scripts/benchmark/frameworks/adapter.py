@@ -100,6 +100,11 @@ class FrameworkAdapter(Protocol):
         """Harness steps its cells need before they start (beyond the shared downloads)."""
         ...
 
+    def checkout(self, side: Side, settings: Mapping[str, Any]) -> str | None:
+        """The folder the side's launches run (its checkout, from the side or the command line's settings); None
+        when it runs an installed package, which its target names."""
+        ...
+
     def cannot_plan(self, backend: str, side: Side) -> list[str]:
         """Why a cell of this backend cannot be planned for the side's target ([] when it can)."""
         ...
@@ -193,6 +198,9 @@ class AdapterDefaults:
 
     def prepare_steps(self, spec: BenchmarkSpec, ctx: LaunchContext) -> list[dict[str, Any]]:
         return []
+
+    def checkout(self, side: Side, settings: Mapping[str, Any]) -> str | None:
+        return side.root
 
     def cannot_plan(self, backend: str, side: Side) -> list[str]:
         return []

@@ -217,7 +217,7 @@ def _train_only_parts(spec, options: PlanOptions, prepare, errors) -> tuple[Plan
     if problems:
         raise UserError("; ".join(problems))
     steps, section = train_only.recording_steps(
-        spec, options.sides, options.backends, options.layout, options.output_dir, options.run_py
+        spec, options.sides, options.backends, options.layout, options.output_dir, options.run_py, options.settings
     )
     recorder = options.sides.candidate
     adapter = registry.get(recorder.framework)

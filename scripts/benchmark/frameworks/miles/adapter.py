@@ -123,6 +123,9 @@ class MilesAdapter(AdapterDefaults):
             paths = dataclasses.replace(paths, miles_root=ctx.side.root)
         return build_miles_launch(spec, backend, layout, paths, target, ctx.side.name, ctx.recording)
 
+    def checkout(self, side: Side, settings: Mapping[str, Any]) -> str | None:
+        return side.root or (settings.get(self.name) or MilesPaths()).miles_root
+
     def recording_path(self, spec: BenchmarkSpec, backend: str, layout: str, root: str) -> str | None:
         return f"{root}/miles"
 
