@@ -21,6 +21,7 @@ from scripts.benchmark.frameworks.native_events import (
     NativeEvent,
     NativeStep,
     SinkIssue,
+    duration_value,
     files_in_time_order,
     metric_value,
     policy_lag,
@@ -120,9 +121,9 @@ VERL_LAG_KEYS = (
 
 def verl_record(native: NativeStep, ctx: RunContext) -> StepRecord:
     metrics, flags = native.metrics, [*native.flags, *scan_values(native.metrics)]
-    step_time = metric_value(metrics, VERL_STEP_TIME_KEY, flags, required=True)
+    step_time = duration_value(metrics, VERL_STEP_TIME_KEY, flags, required=True)
     phases = {
-        phase: metric_value(metrics, key, flags, required=key in VERL_REQUIRED_KEYS)
+        phase: duration_value(metrics, key, flags, required=key in VERL_REQUIRED_KEYS)
         for phase, key in VERL_PHASE_KEYS.items()
     }
     phases["generate"] = _rollout_side_generate(phases["rollout_wait"], ctx, flags)
