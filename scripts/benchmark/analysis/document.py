@@ -47,6 +47,7 @@ from scripts.benchmark.analysis.staleness import lag_pairs, observed_lag
 from scripts.benchmark.analysis.stats import summarise
 from scripts.benchmark.analysis.steady_state import detect_steady_state
 from scripts.benchmark.analysis.step_columns import StepColumns
+from scripts.benchmark.analysis.step_flags import step_flag_summary
 from scripts.benchmark.analysis.train_only import full_loop_comparisons, train_only_view
 from scripts.benchmark.analysis.verdict import practical_thresholds
 from scripts.benchmark.contracts.parity import ParityFile, unexplained
@@ -200,6 +201,7 @@ def _analyse_cell(cell: Cell, settings: AnalysisSettings, skip_first: int = 0) -
         "response_length": _response_length(steady),
         "tokens_per_step": tokens_per_step(steady),
         "policy_lag": observed_lag(columns),
+        "step_flags": step_flag_summary(columns),
         "step_time_series": [
             {"repeat": rep.repeat, "steps": c.steps.tolist(), "step_time_s": _nulls(c.values["step_time_s"])}
             for rep, c in zip(cell.repeats, columns, strict=True)

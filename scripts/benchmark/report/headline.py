@@ -191,6 +191,13 @@ def _notes(doc: ReportDocument) -> list[str]:
         )
     if doc.incomplete:
         notes.append(f"{len(doc.incomplete)} cell repeat(s) did not complete; see Incomplete cells.")
+    flagged = [
+        f"`{c.id}` " + ", ".join(f"{f.flag} on {f.steps} of {f.of_steps} steps" for f in c.step_flags if f.defect)
+        for c in doc.cells
+        if any(f.defect for f in c.step_flags)
+    ]
+    if flagged:
+        notes.append("Flagged steps: " + "; ".join(flagged) + " (values doubtful or left out; see Step flags).")
     over = [(c.id, c.summaries["train_mfu"].median) for c in doc.cells if _above_peak(c)]
     if over:
         notes.append(
