@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from scripts.benchmark.frameworks.miles.versions import DEFAULT_MILES_TARGET, MILES_RELEASE
-from tests.benchmark.standins.plans import REPO_ROOT, RUN_PY, STANDINS
+from tests.benchmark.standins.plans import REPO_ROOT, RUN_PY, STANDINS, reprove
 
 STEP_S = {"miles": 0.04, "miles-base": 0.05}
 """The release side is the slower stand-in, so the pair has a difference to report."""
@@ -44,6 +44,7 @@ def _substitute_standins(plan_path: Path) -> dict:
         argv += ["--sink", sink["path"], "--steps", str(cell["num_steps"]), "--step-s", str(STEP_S[cell["side"]])]
         cell["argv"], cell["launch_argv"] = argv, list(argv)
     plan_path.write_text(json.dumps(plan, indent=2))
+    reprove(plan_path.parent)
     return plan
 
 

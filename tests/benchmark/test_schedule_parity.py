@@ -9,7 +9,6 @@ from functools import cache
 
 import pytest
 from omegaconf import OmegaConf
-
 from scripts.benchmark.analysis.document import analyse_run_folder
 from scripts.benchmark.analysis.settings import AnalysisSettings
 from scripts.benchmark.contracts.parity import ParityPair, parity_text
@@ -300,6 +299,28 @@ class TestContinuousSchedule:
         assert spec_hash(BenchmarkSpec.model_validate(data)) == spec_hash(spec)
         assert spec_json(spec)["placement"]["async_loop"]["schedule"] == "drain"
         assert spec_hash(_continuous()) != spec_hash(spec)
+
+    def test_a_continuous_spec_plans_the_fully_async_loop_disaggregated_and_is_refused_colocated(self, tmp_path):
+        """The schedule is the disaggregated loop's: a spec that asks for it while the plan is colocated is refused
+        (exit 2, nothing written) rather than planned as drain under a hash that says continuous."""
+        from scripts.benchmark.run import build_app
+        from typer.testing import CliRunner
+
+        data = load_preset("smoke").model_dump(mode="json")
+        data["placement"]["async_loop"]["schedule"] = "continuous"
+        spec = tmp_path / "spec.yaml"
+        spec.write_text(json.dumps(data))
+        base = ["--spec", str(spec), "--compare-verl", "--backend", "fsdp", "--dry-run"]
+        refused = CliRunner().invoke(build_app(), [*base, "--output-dir", str(tmp_path / "colocated")])
+        assert refused.exit_code == 2 and "placement.async_loop.schedule" in refused.output
+        assert not (tmp_path / "colocated").exists()
+        planned = CliRunner().invoke(
+            build_app(), [*base, "--layout", "disaggregated", "--output-dir", str(tmp_path / "disaggregated")]
+        )
+        assert planned.exit_code == 0, planned.output
+        plan = json.loads((tmp_path / "disaggregated" / "plan.json").read_text())
+        (miles,) = [c for c in plan["cells"] if c["framework"] == "miles"]
+        assert "--fully-async" in miles["argv"] and plan["spec"]["placement"]["async_loop"]["schedule"] == "continuous"
 
     def test_a_schedule_neither_framework_runs_is_refused(self):
         data = load_preset("smoke").model_dump()

@@ -26,7 +26,7 @@ from scripts.benchmark.report.headline import TRAIN_ONLY_NOTE
 from scripts.benchmark.run import build_app
 from scripts.benchmark.spec import BACKENDS, LAYOUTS, load_preset, preset_names, spec_hash, spec_json, with_overrides
 from scripts.benchmark.spec.benchmark import BenchmarkSpec
-from tests.benchmark.standins.plans import RUN_PY, STANDINS
+from tests.benchmark.standins.plans import RUN_PY, STANDINS, reprove
 from tests.benchmark.toy_framework import ADAPTER as TOY
 from typer.testing import CliRunner
 
@@ -368,6 +368,7 @@ def _plan_standin_run(tmp_path: Path, name: str, *extra: str) -> tuple[Path, dic
         argv += ["--learning", json.dumps(STANDIN_LEARNING[cell["framework"]])]
         cell["argv"], cell["launch_argv"] = argv, list(argv)
     (plan_dir / "plan.json").write_text(json.dumps(plan, indent=2))
+    reprove(plan_dir)
     return plan_dir, plan
 
 
@@ -393,6 +394,7 @@ def _standin_recording_pass(plan_dir: Path, plan: dict) -> None:
     (plan_dir / "recording" / "record.sh").write_text("\n".join(lines) + "\n")
     plan["prepare"] = steps
     (plan_dir / "plan.json").write_text(json.dumps(plan, indent=2))
+    reprove(plan_dir)
 
 
 def test_a_stand_in_replay_run_reports_the_train_only_section(tmp_path):
@@ -451,7 +453,22 @@ def test_a_stand_in_replay_run_reports_the_train_only_section(tmp_path):
     assert TRAIN_ONLY_NOTE in markdown and TRAIN_ONLY_NOTE in reported.stdout + _run_py("report", str(run_dir)).stdout
     assert TRAIN_ONLY_NOTE not in (tmp_path / "full" / "report.md").read_text()
     before = (run_dir / "report.json").read_bytes()
-    for other, words in ((tmp_path / "nowhere", "no report.json there"), (run_dir, "a train-only run")):
+    another_spec, other_sides = tmp_path / "another-spec", tmp_path / "other-sides"
+    for folder, change in (
+        (another_spec, lambda doc: doc.update(spec_hash="0123456789ab")),  # another model, another batch, ...
+        (other_sides, lambda doc: doc["sides"][1].update(framework="miles", name="miles-base", target="0.0.2")),
+    ):
+        folder.mkdir()
+        document = json.loads((tmp_path / "full" / "report.json").read_text())
+        change(document)
+        (folder / "report.json").write_text(json.dumps(document))
+    refusals = (
+        (tmp_path / "nowhere", "no report.json there"),
+        (run_dir, "a train-only run"),
+        (another_spec, "a run of spec 0123456789ab, not of this train-only run's spec as a full loop"),
+        (other_sides, "its sides (framework, target, checkout) are not this run's"),
+    )
+    for other, words in refusals:
         refused = _run_py("report", str(run_dir), "--full-loop", str(other))
         assert refused.returncode == 2 and f"--full-loop {other}: {words}" in refused.stderr, refused.stderr
         assert "Traceback" not in refused.stderr and (run_dir / "report.json").read_bytes() == before

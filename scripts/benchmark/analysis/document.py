@@ -312,8 +312,8 @@ def analyse_run_folder(
     """The report document (contracts/report.py) for one run folder; `full_loop`: a full-loop run folder whose
     training-phase ratios a train-only report shows beside its own."""
     settings = settings or AnalysisSettings()
-    beside = full_loop_comparisons(full_loop)
     folder = read_run_folder(run_dir)
+    beside = full_loop_comparisons(full_loop, folder.plan)
     analysed = [
         _analyse_cell(cell, settings, first_steps_to_cut(folder.parity, cell.backend, cell.layout))
         for cell in folder.cells

@@ -30,7 +30,7 @@ from scripts.benchmark.contracts.plan import RECORD_SCRIPT
 from scripts.benchmark.contracts.sides import Side, SidePair
 from scripts.benchmark.frameworks import registry
 from scripts.benchmark.frameworks.launch import RecordingPass
-from scripts.benchmark.spec import BenchmarkSpec, spec_json, spec_json_hash
+from scripts.benchmark.spec import BenchmarkSpec, full_loop_spec_hash, spec_json
 
 RECORD_STEP = "record-rollout"
 DIGEST_STEP = "digest-recording"
@@ -86,11 +86,8 @@ def recorder_of(side: Side, settings: Mapping[str, Any], plan_dir: Path) -> Reco
 def recording_key(spec: BenchmarkSpec, recorder: Recorder, backend: str, layout: str) -> str:
     """What determines the recorded rollout: the spec as a full-loop run and who generated it, where, with which
     code."""
-    resolved = spec_json(spec)
-    resolved["run"].pop("mode", None)
-    resolved.pop("recording", None)
     side = recorder.side
-    what = {"spec": spec_json_hash(resolved), "framework": side.framework, "target": side.target}
+    what = {"spec": full_loop_spec_hash(spec_json(spec)), "framework": side.framework, "target": side.target}
     what |= {"backend": backend, "layout": layout}
     if recorder.checkout is not None:
         what |= {"checkout": recorder.checkout, "commit": recorder.commit, "plan": recorder.plan_dir}
