@@ -272,7 +272,7 @@ class TestContinuousSchedule:
     def test_miles_runs_fully_async_with_retract_and_the_lag_bound(self, backend):
         miles, verl, _ = _continuous_rows("qwen3-4b", backend)
         drain_miles, drain_verl, _ = _launches("qwen3-4b", backend, "disaggregated")
-        tail = ["--fully-async", "--pause-generation-mode", "retract", "--max-weight-staleness", "1"]
+        tail = ["--fully-async", "--pause-generation-mode", "retract", "--max-weight-staleness", "0"]
         assert miles[-len(tail) :] == tail and miles[: -len(tail)] == list(drain_miles)
         assert miles[1].endswith("/train_async.py") and verl == list(drain_verl)
         assert not {t for t in tail if t.startswith("--")} & set(drain_miles)
@@ -281,16 +281,21 @@ class TestContinuousSchedule:
     def test_parity_matches_the_loop_and_names_what_still_differs(self, backend):
         _, _, rows = _continuous_rows("qwen3-4b", backend)
         assert not [r.knob for r in rows.values() if r.status == "MISMATCH"]
-        for knob in ("rollout_loop", "max_policy_lag", "weight_sync_cadence"):
+        for knob in ("rollout_loop", "weight_sync_cadence"):
             assert rows[knob].status == "matched", knob
-        assert rows["max_policy_lag"].candidate == rows["max_policy_lag"].reference == 1
+        lag = rows["max_policy_lag"]
+        assert lag.status == "asymmetry" and lag.reference == 1
+        assert lag.candidate.startswith("1 by the weight version a sample finished under")
+        assert "oldest weights a trajectory used" in lag.note and "one version staler" in lag.note
         shape, partial = rows["loop_shape"], rows["partial_rollout"]
         assert shape.status == "asymmetry" and "refilled one group at a time" in shape.candidate
+        assert "up to 2 batches of finished groups buffered (3 generated ahead of training)" in shape.candidate
         assert "in flight through the update" in shape.candidate and "in flight through the update" in shape.reference
         assert "drops groups staler than the bound" in shape.note and "nothing dropped" in shape.note
         assert partial.status == "asymmetry" and "retracted" in partial.candidate and "abort" in partial.reference
         first = rows["first_steps_composition"]
-        assert first.status == "asymmetry" and "first prompt groups to finish" in first.candidate
+        assert first.status == "asymmetry" and "at every step" in first.candidate
+        assert "different prompts at every step, not only the first two" in first.note
 
     def test_the_drain_default_keeps_the_hash_and_continuous_changes_it(self):
         spec = with_overrides(load_preset("smoke"), layout="disaggregated")

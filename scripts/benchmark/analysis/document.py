@@ -43,7 +43,7 @@ from scripts.benchmark.analysis.run_folder import (
     stat_column,
 )
 from scripts.benchmark.analysis.settings import AnalysisSettings
-from scripts.benchmark.analysis.staleness import lag_pairs, observed_lag
+from scripts.benchmark.analysis.staleness import bound_versions, lag_pairs, observed_lag
 from scripts.benchmark.analysis.stats import summarise
 from scripts.benchmark.analysis.steady_state import detect_steady_state
 from scripts.benchmark.analysis.step_columns import StepColumns
@@ -87,7 +87,7 @@ def first_steps_to_cut(parity: ParityFile | None, backend: str, layout: str) -> 
     composition, lag = rows.get("first_steps_composition"), rows.get("max_policy_lag")
     if composition is None or composition.status != "asymmetry" or lag is None:
         return 0
-    lags = [v for v in (lag.candidate, lag.reference) if isinstance(v, int) and not isinstance(v, bool)]
+    lags = [v for v in map(bound_versions, (lag.candidate, lag.reference)) if v is not None]
     return max(lags) + 1 if lags else 0
 
 

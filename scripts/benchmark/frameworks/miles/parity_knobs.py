@@ -99,33 +99,52 @@ def _miles_loop(m: _Miles) -> dict[str, Any]:
     }
 
 
-FULLY_ASYNC_SHAPE = (
-    "persistent producer: up to 1 batch of prompt groups generating, refilled one group at a time; requests in "
-    "flight through the update; groups staler than the bound dropped"
-)
 PAUSE_WORDS = {
     "retract": "in-flight requests retracted to SGLang's waiting queue at each weight update and re-prefilled with "
     "the new weights",
     "in_place": "in-flight requests frozen at each weight update and resumed on their old KV cache",
     "abort": "in-flight requests aborted at each weight update",
 }
+FINISH_VERSION = (
+    "by the weight version a sample finished under (SGLang stamps the engine's version when a request completes, "
+    "so a sample retracted across an update holds tokens of the version before: one more)"
+)
+
+
+def _fully_async_shape(m: _Miles) -> str:
+    """What the rollout pool holds around an update: the producer's groups in flight and the data buffer's finished
+    groups (`fully_async_rollout.py`, `fully_async_data_buffer.py`), in batches of the step."""
+    batch = m.get("--rollout-batch-size", int)
+    concurrent = m.get("--async-max-concurrent-samples", int)
+    in_flight = concurrent // m.get("--n-samples-per-prompt", int) / batch if concurrent else 1
+    buffered = int(m.get("--async-data-buffer-capacity-factor", float) * batch) / batch
+    return (
+        f"persistent producer: up to {in_flight:g} batch of prompt groups generating, refilled one group at a time, "
+        f"and up to {buffered:g} batches of finished groups buffered ({in_flight + buffered:g} generated ahead of "
+        "training); requests in flight through the update; at each drain, groups whose oldest weights are further "
+        "behind than the bound dropped, not regenerated (--async-unused-samples-handler "
+        f"{m.get('--async-unused-samples-handler')})"
+    )
 
 
 def _fully_async_loop(m: _Miles, interval: int) -> dict[str, Any]:
     """The producer keeps --async-max-concurrent-samples (default one batch) generating, backfilled per group
     (`fully_async_rollout.py`); the data buffer drops a group whose oldest weight version is more than
-    --max-weight-staleness behind the engine's (`fully_async_data_buffer.py`, --async-unused-samples-handler drop);
-    the weight update pauses the engines with --pause-generation-mode."""
+    --max-weight-staleness behind the engines' version when the batch is drained (`fully_async_data_buffer.py`);
+    train_async.py drains the next batch before the update that precedes its training (`train_async.py`), so the
+    policy that trains it is one version newer (weights updated every step): the lag bound against the training
+    policy is the flag plus one, by the version each sample finished under."""
     bound = m.get("--max-weight-staleness", int)
-    lag = "unbounded" if bound is None else bound
-    one_step = bound == 1 and interval == 1
+    lag = "unbounded" if bound is None else bound + 1
+    one_step = lag == 1 and interval == 1
     return {
         "rollout_loop": ONE_STEP_OFF_POLICY if one_step else f"fully async (staleness bound {lag})",
-        "loop_shape": FULLY_ASYNC_SHAPE,
-        "max_policy_lag": lag,
+        "loop_shape": _fully_async_shape(m),
+        "max_policy_lag": lag if lag == "unbounded" else f"{lag} {FINISH_VERSION}",
         "weight_sync_cadence": "every step" if interval == 1 else f"every {interval} steps",
         "partial_rollout": PAUSE_WORDS.get(m.get("--pause-generation-mode") or "retract", "unknown pause mode"),
-        "first_steps_composition": "by completion: the first prompt groups to finish (first step: fastest prompts)",
+        "first_steps_composition": "by completion at every step: the prompt groups that finish first (the first "
+        "step the fastest prompts), never the file's batches",
     }
 
 

@@ -63,13 +63,13 @@ MILES_REQUIRED_KEYS: tuple[str, ...] = (
     "rollout/total_lengths",
     "rollout/response_lengths",
 )
-MILES_LAG_KEYS = ("rollout/fully_async/avg_staleness", "rollout/fully_async/max_staleness")
-"""--fully-async only (fully_async_data_buffer.py): the engine's weight version when the batch is drained minus each
-consumed group's oldest; the other loops log none (their lag comes from the weight versions below)."""
 MILES_VERSION_KEYS = ("rollout/weight_version/mean", "rollout/weight_version/min")
 """Every loop (`log_rollout_data`, miles/ray/rollout/metrics.py): statistics over the rollout's samples of each
-sample's oldest weight version (`Sample.weight_versions`, one per generation call from SGLang's meta_info), logged
-when the engines report numeric versions."""
+sample's oldest weight version (`Sample.weight_versions`, one per generation call from SGLang's meta_info: the
+engine's version when the call finished), logged when the engines report numeric versions. The policy lag is read
+from these against the training policy's version, in every loop; --fully-async's own
+`rollout/fully_async/max_staleness` is not a lag against the training policy (the buffer compares with the engines'
+version when the batch is drained, one update before it trains), so it stays in `raw` only."""
 POST_TRAIN_KEY = "stdout/post_train_time"
 """Seconds from the train rank's `Timer train end` line to its `perf N:` line (stdout timestamps, ms): work after the
 train timer that Miles books into the next record's train_wait. Only in stdout sinks."""
@@ -454,13 +454,10 @@ def normalize_miles_steps(steps: dict[int, NativeStep], ctx: RunContext) -> list
 
 
 def _miles_policy_lag(metrics: dict[str, Any], rollout_id: int) -> dict[str, float | None]:
-    """The fully-async buffer's own staleness where it logs one; otherwise the lag of the samples' weight versions
-    behind the policy that trains them. Miles's first weight sync makes the engines' version 1 and each step's update
-    adds one before the next rollout is trained (the launches update every step), so rollout k trains policy version
-    k + 1: lag mean = k + 1 - mean oldest version, max = k + 1 - min oldest version (VERL's worst-case definition)."""
-    logged = policy_lag(metrics, *MILES_LAG_KEYS)
-    if logged:
-        return logged
+    """The lag of the samples' weight versions behind the policy that trains them. Miles's first weight sync makes
+    the engines' version 1 and each step's update adds one before the next rollout is trained (the launches update
+    every step), so rollout k trains policy version k + 1: lag mean = k + 1 - mean oldest version, max = k + 1 - min
+    oldest version (VERL's worst-case definition, on the versions each side records)."""
     versions = policy_lag(metrics, *MILES_VERSION_KEYS)  # {"mean": mean oldest version, "max": min oldest version}
     trained = rollout_id + 1
     return {name: None if v is None else trained - v for name, v in versions.items()}

@@ -52,15 +52,24 @@ _DISAGGREGATED = {
     "update and re-prefills them (prompt and tokens so far) under the new weights after the radix-cache flush. "
     "Miles's drain loop (train_async.py) has nothing in flight at the update; its continuous loop (--fully-async, "
     "retract) re-prefills its in-flight requests too, inside SGLang (back to the waiting queue) rather than by abort "
-    "and resubmission from the client. Same lag bound (1 step)",
+    "and resubmission from the client. Same lag bound (1 step; max_policy_lag says on which versions)",
     "loop_shape": "cannot be matched: Miles's drain loop (train_async.py) drains each batch (its rollout GPUs idle "
     "through the long tail and the update) while VERL keeps the pool busy with the next batch. Miles's continuous "
-    "loop (--fully-async) keeps its pool busy too, but refills one prompt group at a time up to one batch in flight "
-    "(VERL submits a whole batch per step, up to two in flight) and drops groups staler than the bound, where VERL's "
-    "sampler waits for them (nothing dropped)",
+    "loop (--fully-async) keeps its pool busy too, but refills one prompt group at a time up to one batch in flight, "
+    "buffers up to two more batches of finished groups (VERL submits a whole batch per step, up to two in flight, "
+    "nothing buffered beyond them) and drops groups staler than the bound at each drain, where VERL's sampler waits "
+    "for them (nothing dropped): Miles's dropped groups are generation work VERL does not waste",
+    "max_policy_lag": "the same bound counted on different versions: VERL's sampler bounds the oldest weights a "
+    "trajectory used (its partial rollouts keep the version each segment started under), Miles's continuous loop "
+    "the version each sample finished under (SGLang stamps the engine's version at completion; a request retracted "
+    "across an update is stamped with the newer one), so Miles can train tokens one version staler than VERL on the "
+    "samples that spanned an update; the report's observed lag reads each side's own versions",
     "first_steps_composition": "VERL's first two steps train the fastest then the slowest prompts of two batches "
-    "and it generates one batch more than it trains; Miles's drain loop trains the file's batches in order, its "
-    "continuous loop the first prompt groups to finish. The report cuts those steps from the steady state",
+    "and it generates one batch more than it trains; Miles's drain loop trains the file's batches in order, and the "
+    "report cuts those steps from the steady state. Miles's continuous loop trains the first prompt groups to finish "
+    "at every step, so that pair trains different prompts at every step, not only the first two: its per-step work "
+    "differs by the prompts' lengths, which medians over many steps and the per-token costs "
+    "(generate_s_per_1k_response_tokens, train_s_per_1k_tokens) average out and a step-paired comparison does not",
     "weight_cpu_backup": "VERL's decoupled PPO (bypass_mode=False) swaps the training model through CPU to give "
     "every mini-batch the step's first weights for old log-probs (in VERL's old_logprob phase); Miles recomputes "
     "old log-probs once, with no copy. Avoiding it means rollout log-probs on both sides (another algorithm)",
