@@ -113,6 +113,7 @@ class TestMatchedLaunches:
             "metric_sink",
             "weight_cpu_backup",
             "rollout_engine_version",
+            "rollout_memory_release",
         }
 
     @pytest.mark.parametrize("preset", preset_names())
@@ -400,8 +401,8 @@ class TestOutputs:
         pair = ParityPair(backend="megatron", layout="colocate", candidate_cell="m", reference_cell="v", rows=rows)
         parity = parity_file("abc123abc123", [pair])
         counts = parity.pairs[0].counts
-        assert counts["MISMATCH"] == 0 and counts["asymmetry"] == 6
-        assert counts["matched"] + 6 == len(parity.pairs[0].rows)
+        assert counts["MISMATCH"] == 0 and counts["asymmetry"] == 7
+        assert counts["matched"] + 7 == len(parity.pairs[0].rows)
         text = parity_markdown(parity, "qwen3-1.7b-base", registry.option_pair(compare_verl=True, miles_version=None))
         clip_high = "| grpo | clip_high | 0.28 | 0.28 | matched | `--eps-clip-high 0.28` | "
         assert clip_high + "`actor_rollout_ref.actor.clip_ratio_high=0.28` |  |" in text

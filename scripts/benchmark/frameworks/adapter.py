@@ -121,6 +121,11 @@ class FrameworkAdapter(Protocol):
         """Why its cells cannot replay a converted recording of this spec in this layout ([] when they can)."""
         ...
 
+    def plan_warnings(self, spec: BenchmarkSpec) -> list[str]:
+        """Risks of its launches of this spec that its own code points at and no CPU check can settle (the plan
+        prints them; they do not stop it)."""
+        ...
+
     def build_launch(self, spec: BenchmarkSpec, backend: str, layout: str, ctx: LaunchContext) -> FrameworkLaunch: ...
 
     def launch_problems(self, launch: FrameworkLaunch) -> list[str]:
@@ -212,6 +217,9 @@ class AdapterDefaults:
         return None
 
     def replay_problems(self, spec: BenchmarkSpec, layout: str) -> list[str]:
+        return []
+
+    def plan_warnings(self, spec: BenchmarkSpec) -> list[str]:
         return []
 
     def launch_problems(self, launch: FrameworkLaunch) -> list[str]:

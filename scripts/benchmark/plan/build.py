@@ -270,7 +270,7 @@ def build_plan(spec: BenchmarkSpec, preset: str | None, options: PlanOptions, re
         "targets": {side.name: side.target for side in sides if side.target},
         "prepare": prepare,
         "cells": [_plan_cell(spec, launch) for launch in launches],
-        "warnings": steady_state_warnings(spec),
+        "warnings": steady_state_warnings(spec) + _framework_warnings(spec, options.sides),
         "repeats": repeats,
         "origin": plan_origin(options.output_dir),
     }
@@ -282,6 +282,12 @@ def build_plan(spec: BenchmarkSpec, preset: str | None, options: PlanOptions, re
     if errors:
         raise PlanError("; ".join(errors), plan)
     return plan
+
+
+def _framework_warnings(spec: BenchmarkSpec, sides: SidePair) -> list[str]:
+    """What each side's framework says about the risks of its launches of this spec (printed, never fatal)."""
+    frameworks = dict.fromkeys(side.framework for side in sides.sides())
+    return [warning for name in frameworks for warning in registry.get(name).plan_warnings(spec)]
 
 
 def _proven(pair: ParityPair, data: dict[str, Any]) -> ParityPair:

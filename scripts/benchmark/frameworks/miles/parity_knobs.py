@@ -111,6 +111,19 @@ FINISH_VERSION = (
 )
 
 
+RELEASED_WITHOUT_COPY = "released after generation; rollout weights dropped, no CPU copy"
+RELEASED_WITH_COPY = "released after generation; rollout weights copied to CPU at the release and back at the wake"
+
+
+def _memory_release(m: _Miles, colocate: bool) -> str:
+    """Colocated, Miles releases its engines' memory after generation (offload_rollout); SGLang keeps a CPU copy of
+    the weights only with --sglang-enable-weights-cpu-backup, which Miles itself turns on for LoRA alone
+    (`sglang_engine.py`): the update then overwrites weights it reallocated, never copied."""
+    if not colocate:
+        return "kept"
+    return RELEASED_WITH_COPY if m.has("--sglang-enable-weights-cpu-backup") else RELEASED_WITHOUT_COPY
+
+
 def _fully_async_shape(m: _Miles) -> str:
     """What the rollout pool holds around an update: the producer's groups in flight and the data buffer's finished
     groups (`fully_async_rollout.py`, `fully_async_data_buffer.py`), in batches of the step."""
@@ -244,7 +257,7 @@ def _miles_rollout(m: _Miles, colocate: bool, bundled_sglang: str | None) -> dic
             or "sglang default"
         ),
         "weight_sync_bucket_mb": (m.get("--update-weight-buffer-size", int) or 0) // MIB,
-        "rollout_memory_release": "released after generation" if colocate else "kept",
+        "rollout_memory_release": _memory_release(m, colocate),
         "rollout_memory_saver": on_off(colocate),
         "prefill_cuda_graphs": _prefill_graphs(m, colocate, bundled_sglang),
         "rollout_engine_version": (

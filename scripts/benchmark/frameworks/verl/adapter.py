@@ -17,7 +17,7 @@ from typing import Any
 from scripts.benchmark.frameworks.adapter import AdapterDefaults, CheckStage, LaunchContext, OwnCheck
 from scripts.benchmark.frameworks.launch import FrameworkLaunch
 from scripts.benchmark.frameworks.native_events import NoStepsError, SinkIssue, merge_native_events
-from scripts.benchmark.frameworks.sglang_version import graph_key_in
+from scripts.benchmark.frameworks.sglang_version import graph_key_in, version_tuple
 from scripts.benchmark.frameworks.verl.data import converted_paths, prepare_step
 from scripts.benchmark.frameworks.verl.launch import (
     VerlData,
@@ -36,6 +36,8 @@ from scripts.benchmark.spec import BenchmarkSpec
 from miles.utils.bench_flops import ModelArch, verl_native_train_flops
 from miles.utils.bench_metrics import RunContext, StepRecord
 
+FA3_GRAPH_CAPTURE_BROKEN = (0, 5, 12)
+"""From this SGLang release VERL's server defaults to flashinfer: FA3 CUDA-graph capture is broken (issue 22800)."""
 _SGLANG_KEYS = (
     "cuda_graph_max_bs",
     "cuda_graph_max_bs_decode",
@@ -75,6 +77,29 @@ _DISAGGREGATED = {
     "old log-probs once, with no copy. Avoiding it means rollout log-probs on both sides (another algorithm)",
     "rollout_memory_saver": "VERL always enables SGLang's memory saver; without colocation it only adds "
     "bookkeeping, no offload",
+}
+
+ROLLOUT_WEIGHT_COPY_S = {
+    "Qwen3-1.7B": (0.12, 0.74),
+    "Qwen3-4B": (0.29, 1.79),
+    "Qwen3-30B-A3B, TP-4 shard": (0.55, 3.35),
+}
+"""One save plus one restore of one GPU's bf16 rollout weights, into pinned and into pageable host memory, timed on
+an H200 (driver 580.159.04, torch 2.11, 2026-12-05): seconds per step (pinned, pageable)."""
+_COLOCATE = {
+    "rollout_memory_release": "VERL launches its hybrid SGLang servers with enable_weights_cpu_backup=True, set after "
+    "the cell's engine_kwargs so no override turns it off (async_sglang_server.py launch_server; without it VERL's "
+    "naive weight update could not restore the weight buffers): each sleep after generation copies the rollout "
+    "weights GPU->CPU (in VERL's generate phase) and each wake copies them back (in its weight_sync phase) before the "
+    "update overwrites them; Miles drops them and reallocates. Measured per GPU per step, one save plus one restore "
+    "(pinned to pageable host memory): "
+    + ", ".join(f"{model} {low:g}-{high:g} s" for model, (low, high) in ROLLOUT_WEIGHT_COPY_S.items())
+    + " (which host memory torch_memory_saver uses, and eight GPUs copying at once, not measured)",
+}
+_COLOCATE_PHASES = {
+    "weight_sync": "VERL's includes restoring its rollout weights from CPU before the update overwrites them "
+    "(enable_weights_cpu_backup, always on in its hybrid server: parity row rollout_memory_release); Miles's "
+    "reallocates them with no copy",
 }
 
 # What VERL's separate_async books in each phase that Miles's train_async.py books elsewhere or never does.
@@ -126,6 +151,21 @@ class VerlAdapter(AdapterDefaults):
             "batch.samples_per_optimizer_step = the samples per step"
         ]
 
+    def plan_warnings(self, spec: BenchmarkSpec) -> list[str]:
+        """VERL's launch_server picks flashinfer, not fa3, on SGLang >= 0.5.12 when the cell names no attention
+        backend, because FA3 CUDA-graph capture is broken there (its comment, SGLang issue 22800); the cells pass the
+        spec's backend through engine_kwargs, which overrides that choice."""
+        version = spec.rollout.sglang_versions.get(self.name, "0")
+        if spec.rollout.attention_backend != "fa3" or version_tuple(version) < FA3_GRAPH_CAPTURE_BROKEN:
+            return []
+        return [
+            f"rollout.attention_backend=fa3 on VERL's SGLang {version}: VERL 0.9.1 itself runs flashinfer on SGLang "
+            ">= 0.5.12 because FA3 CUDA-graph capture is broken there (async_sglang_server.py, SGLang issue 22800), "
+            "and its cells pass fa3 over that choice; not checked on a GPU here: a VERL engine that fails to start "
+            "or capture its graphs points at it (rollout.attention_backend: flashinfer runs both sides on "
+            "flashinfer)"
+        ]
+
     def recording_done(self, spec: BenchmarkSpec, backend: str, layout: str, root: str) -> str | None:
         last = f"{spec.run.num_steps}/{parameter_sync_step(spec, layout) - 1}"
         return f"{tq_project_dir(spec, backend, layout, root)}/{last}/meta.json"
@@ -142,10 +182,10 @@ class VerlAdapter(AdapterDefaults):
         return launch_words(knob, argv)
 
     def inherent_differences(self, backend: str, layout: str) -> dict[str, str]:
-        return {**_ALWAYS, **(_DISAGGREGATED if layout == "disaggregated" else {})}
+        return {**_ALWAYS, **(_DISAGGREGATED if layout == "disaggregated" else _COLOCATE)}
 
     def incomparable_phases(self, layout: str) -> dict[str, str]:
-        return dict(_DISAGGREGATED_PHASES) if layout == "disaggregated" else {}
+        return dict(_DISAGGREGATED_PHASES if layout == "disaggregated" else _COLOCATE_PHASES)
 
     def read_sink(self, paths: list[Path], ctx: RunContext) -> list[StepRecord]:
         issues: list[SinkIssue] = []

@@ -406,10 +406,15 @@ def _prefill_graphs(v: _Verl, sglang: dict[str, Any]) -> str:
 
 def _memory_release(hybrid: bool, free_cache_engine: bool) -> str:
     """A standalone SGLang server with free_cache_engine releases its KV pool before every weight sync and
-    re-allocates it after (async_sglang_server.py `release_kv_cache`/`resume_kv_cache`)."""
+    re-allocates it after (async_sglang_server.py `release_kv_cache`/`resume_kv_cache`). The hybrid (colocated)
+    server sleeps after generation and wakes before the update; VERL launches it with enable_weights_cpu_backup,
+    set after the cell's engine_kwargs (`launch_server`), so its weights go to CPU at every sleep and come back at
+    every wake, whatever the cell passes."""
     if not free_cache_engine:
         return "kept"
-    return "released after generation" if hybrid else "KV pool released and re-allocated at every weight update"
+    if hybrid:
+        return "released after generation; rollout weights copied to CPU at the release and back at the wake"
+    return "KV pool released and re-allocated at every weight update"
 
 
 def _verl_backend(v: _Verl) -> dict[str, Any]:
