@@ -217,10 +217,11 @@ def train_args(backend: str) -> Namespace:
     return args
 
 
-def rollout_manager_args() -> Namespace:
+def rollout_manager_args(replay: bool = False) -> Namespace:
     from tests.fast.ray.rollout.conftest import make_args  # Miles's own test helpers
 
-    return make_args(use_bench_tracking=True, rollout_num_gpus=8, log_passrate=False)
+    recording = {"load_debug_rollout_data": "/recording/{rollout_id}.pt"} if replay else {}
+    return make_args(use_bench_tracking=True, rollout_num_gpus=8, log_passrate=False, **recording)
 
 
 def rollout_manager_logs(args: Namespace, k: int) -> None:
@@ -273,7 +274,14 @@ def train_rank_logs(
         log_utils.log_perf_data(k, args, extra_metrics={})
 
 
-def run_miles(entry: str, backend: str, folder: Path, monkeypatch, step_back: dict[int, float] | None = None) -> Path:
+def run_miles(
+    entry: str,
+    backend: str,
+    folder: Path,
+    monkeypatch,
+    step_back: dict[int, float] | None = None,
+    replay: bool = False,
+) -> Path:
     """One run's three processes, their calls in the order the entry script makes them; returns the console."""
     monkeypatch.setenv(BENCH_TRACKING_DIR_ENV, str(folder / "sink"))
     clock = Clock()
@@ -284,7 +292,7 @@ def run_miles(entry: str, backend: str, folder: Path, monkeypatch, step_back: di
     level, root.level = root.level, logging.INFO
     root.addHandler(console)
     driver, manager, rank = (MilesProcess(n, console) for n in ("main", "rollout_manager", "actor_cell0_rank0"))
-    rm_args, args = rollout_manager_args(), train_args(backend)
+    rm_args, args = rollout_manager_args(replay), train_args(backend)
     try:
         driver.enter()
         tracking.init_tracking(args)
@@ -435,3 +443,29 @@ def test_a_wall_clock_step_back_inside_a_timer_is_flagged_and_left_out(
         expected = truth("train.py", "fsdp", record.step - 1)
         assert record.step_time_s == pytest.approx(expected["step_time_s"], rel=1e-12)
         assert not any(f.startswith("negative_duration") for f in record.flags)
+
+
+@pytest.mark.parametrize("backend", ["fsdp", "megatron"])
+def test_a_replay_logs_no_rollout_record_and_is_read_without_a_missing_key(
+    backend, one_rank_group, tmp_path, monkeypatch
+):
+    """A train-only cell (--load-debug-rollout-data): Miles's own log_rollout_data returns before logging the rollout
+    manager's record, so the sink holds the train rank's records only. Read as a replay, no step misses a key, none
+    has a generate time or a policy lag; read as a full loop, every step would miss perf/rollout_time."""
+    from dataclasses import replace
+
+    LOGGED.clear()
+    console = run_miles("train.py", backend, tmp_path, monkeypatch, replay=True)
+    assert not any(metrics.get("perf/rollout_time") is not None for _, metrics in LOGGED)
+    replayed = replace(CTX, replay=True)
+    records = build_step_records("miles", [tmp_path / "sink"], replayed)
+    assert [comparable(r) for r in records] == [
+        comparable(r) for r in build_step_records("miles", [console], replayed)
+    ]
+    for record in records:
+        assert not [f for f in record.flags if f.startswith("missing:")], record.flags
+        assert record.phases_s["generate"] is None and "generate:not_recorded:replay" in record.flags
+        assert record.policy_lag == {} and record.phases_s["train"] == Rollout(record.step - 1).actor_train
+    assert all(r.step_time_s is not None for r in records[:-1])
+    full_loop = build_step_records("miles", [tmp_path / "sink"], CTX)
+    assert all("missing:perf/rollout_time" in r.flags for r in full_loop)

@@ -30,6 +30,8 @@ from tests.benchmark.standins.plans import RUN_PY, STANDINS, reprove
 from tests.benchmark.toy_framework import ADAPTER as TOY
 from typer.testing import CliRunner
 
+from miles.utils.bench_metrics import read_records
+
 MILES_TEMPLATE = "/miles/{rollout_id}.pt"
 
 
@@ -365,7 +367,9 @@ def _plan_standin_run(tmp_path: Path, name: str, *extra: str) -> tuple[Path, dic
         sink = cell["sink"]
         argv = [sys.executable, str(STANDINS / "standin_trainer.py"), "--format", sink["format"], "--sink"]
         argv += [sink["path"], "--steps", str(cell["num_steps"]), "--step-s", str(STEP_S), "--startup-s", "0.01"]
-        argv += ["--learning", json.dumps(STANDIN_LEARNING[cell["framework"]])]
+        argv += ["--learning", json.dumps(STANDIN_LEARNING[cell["framework"]])] + (
+            ["--replay"] if cell.get("replay") else []
+        )
         cell["argv"], cell["launch_argv"] = argv, list(argv)
     (plan_dir / "plan.json").write_text(json.dumps(plan, indent=2))
     reprove(plan_dir)
@@ -421,6 +425,11 @@ def test_a_stand_in_replay_run_reports_the_train_only_section(tmp_path):
         "root": plan["recording"]["root"],
         "digest": "0123abcd",
     }
+    assert all(cell.get("replay") is True for cell in plan["cells"])
+    for cell in plan["cells"]:
+        records = read_records(run_dir / "cells" / cell["id"] / "rep-0" / "metrics.jsonl")
+        assert records and not [f for r in records for f in r.flags if f.startswith("missing:")]
+        assert {r.phases_s["generate"] for r in records} == {None} and {str(r.policy_lag) for r in records} == {"{}"}
     reported = _run_py("report", str(run_dir), "--full-loop", str(tmp_path / "full"), "--quiet")
     assert reported.returncode == 0, reported.stdout + reported.stderr
     report = json.loads((run_dir / "report.json").read_text())

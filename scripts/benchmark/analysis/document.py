@@ -339,7 +339,10 @@ def analyse_run_folder(
         )
     learning = analyse_learning(folder.cells, cells, folder.plan, folder.sides, seed=settings.seed)
     reference = folder.sides.reference
+    train_only = train_only_view(folder, comparisons, beside)
+    # a replay generates nothing: no policy lag to compare (its records carry none)
     lags = lag_pairs(cells, folder.parity, folder.sides.candidate.name, reference.name) if reference else []
+    lags = [] if train_only is not None else lags
     return ReportDocument(
         schema_version=REPORT_SCHEMA_VERSION,
         run_dir=str(folder.run_dir),
@@ -363,5 +366,5 @@ def analyse_run_folder(
         learning=learning,
         learning_margins=learning_margins(folder.plan),
         policy_lag=lags,
-        train_only=train_only_view(folder, comparisons, beside),
+        train_only=train_only,
     )

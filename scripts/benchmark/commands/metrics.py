@@ -121,6 +121,7 @@ def ingest_impl(
     optimizer_steps_per_step: int | None = None,
     max_response_tokens: int | None = None,
     layout: str | None = None,
+    replay: bool = False,
 ) -> list:
     from scripts.benchmark.frameworks.sinks import build_step_records
 
@@ -137,6 +138,7 @@ def ingest_impl(
         optimizer_steps_per_step=optimizer_steps_per_step,
         max_response_tokens=max_response_tokens,
         layout=layout,
+        replay=replay,
     )
     records = build_step_records(framework, sources, ctx)
     write_records(output, records)
@@ -208,6 +210,9 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option(help="colocate or disaggregated: VERL's generation time is known only when colocated"),
         ] = None,
+        replay: Annotated[
+            bool, typer.Option("--replay/--no-replay", help="a train-only cell: trained on a recorded rollout")
+        ] = False,
     ) -> None:
         """Read a framework's own metric sink and write schema-v2 records (one JSON object per line).
 
@@ -243,6 +248,7 @@ def register(app: typer.Typer) -> None:
                 optimizer_steps_per_step=optimizer_steps_per_step,
                 max_response_tokens=max_response_tokens,
                 layout=layout,
+                replay=replay,
             )
         except ValueError as exc:
             raise UserError(f"ingest: {exc}") from exc

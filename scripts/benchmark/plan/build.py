@@ -269,7 +269,7 @@ def build_plan(spec: BenchmarkSpec, preset: str | None, options: PlanOptions, re
         "sides": [side.model_dump(mode="json") for side in sides],
         "targets": {side.name: side.target for side in sides if side.target},
         "prepare": prepare,
-        "cells": [_plan_cell(spec, launch) for launch in launches],
+        "cells": [_plan_cell(spec, launch) | _replay_key(options) for launch in launches],
         "warnings": steady_state_warnings(spec) + _framework_warnings(spec, options.sides),
         "repeats": repeats,
         "origin": plan_origin(options.output_dir),
@@ -282,6 +282,11 @@ def build_plan(spec: BenchmarkSpec, preset: str | None, options: PlanOptions, re
     if errors:
         raise PlanError("; ".join(errors), plan)
     return plan
+
+
+def _replay_key(options: PlanOptions) -> dict[str, Any]:
+    """A train-only cell says so: its readers then expect no generation and no staleness in its sink."""
+    return {"replay": True} if options.recording is not None and options.recording.role == "replay" else {}
 
 
 def _framework_warnings(spec: BenchmarkSpec, sides: SidePair) -> list[str]:

@@ -345,6 +345,14 @@ def _post_train_seconds(native: NativeStep | None, flags: list[str]) -> float:
     return float(value)
 
 
+def _required_keys(ctx: RunContext) -> tuple[str, ...]:
+    """In a replay (`--load-debug-rollout-data`) the rollout manager returns from `log_rollout_data` before logging
+    (miles/ray/rollout/metrics.py): its perf/rollout_time is not missing, it is not there by design."""
+    if not ctx.replay:
+        return MILES_REQUIRED_KEYS
+    return tuple(key for key in MILES_REQUIRED_KEYS if key != MILES_PHASE_KEYS["generate"])
+
+
 def _miles_tokens(metrics: dict[str, Any], flags: list[str], ctx: RunContext) -> tuple[int | None, dict]:
     """Train side: sum(seq_lens) = perf/actor_train_tok_per_s x perf/actor_train_time; samples = that / the mean
     rollout/total_lengths; response = samples x mean rollout/response_lengths; prompt = the rest."""
@@ -408,11 +416,14 @@ def normalize_miles_steps(steps: dict[int, NativeStep], ctx: RunContext) -> list
         metrics, flags = native.metrics, [*native.flags, *scan_values(native.metrics)]
         train_wait = duration_value(metrics, "perf/train_wait_time", flags, required=True)
         train_block = duration_value(metrics, "perf/train_time", flags, required=True)
+        required = _required_keys(ctx)
         phases = {
-            phase: duration_value(metrics, key, flags, required=key in MILES_REQUIRED_KEYS)
+            phase: duration_value(metrics, key, flags, required=key in required)
             for phase, key in MILES_PHASE_KEYS.items()
             if phase != "weight_sync"
         }
+        if ctx.replay:  # the rollout manager logs no rollout record when it loads a recording (metrics.py)
+            flags.append("generate:not_recorded:replay")
         # A new process's first record waited for its own start, not for the previous process's post-train work.
         previous = None if native.new_process else steps.get(rollout_id - 1)
         carried_in = _carried_seconds(metrics, flags) + _post_train_seconds(previous, flags)
@@ -430,7 +441,8 @@ def normalize_miles_steps(steps: dict[int, NativeStep], ctx: RunContext) -> list
         elif following.superseded and not native.superseded:  # the next record is another attempt's, not ours
             flags.append("miles_shift:next_step_superseded")
         else:
-            weight_sync = duration_value(following.metrics, "perf/update_weights_time", flags, required=True)
+            # a replay (debug_train_only) syncs no weights: no update timer is expected
+            weight_sync = duration_value(following.metrics, "perf/update_weights_time", flags, required=not ctx.replay)
             if train_wait is not None and train_block is not None:
                 carried_out = _carried_seconds(following.metrics, flags) + _post_train_seconds(native, flags)
                 step_time = train_wait + train_block - carried_in + carried_out
@@ -447,7 +459,7 @@ def normalize_miles_steps(steps: dict[int, NativeStep], ctx: RunContext) -> list
                 samples=samples,
                 flags=list(dict.fromkeys(flags)),
                 raw=metrics,
-                policy_lag=_miles_policy_lag(metrics, rollout_id),
+                policy_lag={} if ctx.replay else _miles_policy_lag(metrics, rollout_id),
             )
         )
     return records
