@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
-from scripts.benchmark.analysis.train_only import TRAINING_METRICS
+from scripts.benchmark.analysis.train_only import NOT_COMPARED, TRAINING_METRICS
 from scripts.benchmark.errors import UserError
 from scripts.benchmark.frameworks import registry
 from scripts.benchmark.plan.build import PlanOptions, build_plan
@@ -457,6 +457,14 @@ def test_a_stand_in_replay_run_reports_the_train_only_section(tmp_path):
     assert first["clip_fraction"]["difference"] == pytest.approx((0.10 - 0.30) / 0.30)
     assert first["approx_kl"]["agrees"] is True and first["approx_kl"]["difference"] == 0.0
     markdown = (run_dir / "report.md").read_text()
+    glance = markdown.split("## At a glance", 1)[1].split("\n## ", 1)[0]
+    assert "**fsdp / colocate: training step**" in glance and "train tokens/s" in glance
+    assert "step time" not in glance.split("Train-only run:")[0].lower()  # the card leads with the training step
+    pair_table = markdown.split("## Miles vs VERL: fsdp / colocate", 1)[1].split("\n### ", 1)[0].splitlines()
+    (step_row,) = [line for line in pair_table if line.startswith("| `step_time_s` |")]
+    (train_row,) = [line for line in pair_table if line.startswith("| `phases_s.train` |")]
+    assert step_row.endswith("| n/a: " + NOT_COMPARED + " |") and "n/a" not in train_row.split("|")[-2]
+    assert "Training step" in _run_py("report", str(run_dir)).stdout
     assert "## Train-only: the training step on one recorded rollout" in markdown and "`0123abcd`" in markdown
     assert "| clip_fraction | 1 |" in markdown and "DIFFERS" in markdown
     assert TRAIN_ONLY_NOTE in markdown and TRAIN_ONLY_NOTE in reported.stdout + _run_py("report", str(run_dir)).stdout

@@ -48,7 +48,7 @@ from scripts.benchmark.analysis.stats import summarise
 from scripts.benchmark.analysis.steady_state import detect_steady_state
 from scripts.benchmark.analysis.step_columns import StepColumns
 from scripts.benchmark.analysis.step_flags import step_flag_summary
-from scripts.benchmark.analysis.train_only import full_loop_comparisons, train_only_view
+from scripts.benchmark.analysis.train_only import full_loop_comparisons, outside_the_training_step, train_only_view
 from scripts.benchmark.analysis.verdict import practical_thresholds
 from scripts.benchmark.contracts.parity import ParityFile, unexplained
 from scripts.benchmark.contracts.report import AttributionModel, ComparisonModel, ReportDocument
@@ -326,6 +326,8 @@ def analyse_run_folder(
     comparisons, attribution, refused = _compare_pairs(
         cells, samples, folder, settings=settings, thresholds=thresholds
     )
+    if (folder.plan or {}).get("recording"):
+        comparisons, attribution = outside_the_training_step(comparisons, attribution)
     calibration = None
     if measured_peak_tflops is not None and roofline_tflops is not None:
         calibration = calibration_view(

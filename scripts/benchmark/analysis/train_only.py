@@ -22,8 +22,10 @@ from pathlib import Path
 from scripts.benchmark.analysis.learning import step_means
 from scripts.benchmark.analysis.run_folder import Cell, RunFolder
 from scripts.benchmark.contracts.report import (
+    AttributionModel,
     ComparisonModel,
     FirstStepModel,
+    Practical,
     TrainOnlyModel,
     TrainOnlyRowModel,
     validate_report_file,
@@ -46,6 +48,27 @@ NOT_COMPARED = (
     "step_time_s, phases_s.generate, phases_s.weight_sync and the rest of the step: in replay each side does "
     "different work besides training (parity row rollout_replay)"
 )
+
+
+def outside_the_training_step(
+    comparisons: list[ComparisonModel], attribution: list[AttributionModel]
+) -> tuple[list[ComparisonModel], list[AttributionModel]]:
+    """A train-only run's comparisons and attribution with every number outside the training step marked not
+    compared (its ratio kept for reference): in replay each side does other work besides training."""
+    marked = [
+        (
+            c
+            if c.metric in TRAINING_METRICS
+            else c.model_copy(update={"verdict": Practical.NOT_COMPARED, "method": f"not compared: {NOT_COMPARED}"})
+        )
+        for c in comparisons
+    ]
+    training = {f"phases_s.{p}" for p in ("old_logprob", "ref_logprob", "train")}
+    rows = [
+        a if a.component in training else a.model_copy(update={"comparable": False, "note": NOT_COMPARED})
+        for a in attribution
+    ]
+    return marked, rows
 
 
 def full_loop_comparisons(run_dir: Path | None, plan: dict | None) -> tuple[str | None, list[ComparisonModel]]:

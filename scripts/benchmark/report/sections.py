@@ -64,7 +64,7 @@ def format_gap(value: float | None) -> str:
 def _better_side(row: ComparisonModel, candidate: str) -> str:
     """The document's practical verdict on one ratio: <candidate> better / worse beyond the threshold, no practical
     difference, or inconclusive."""
-    if row.ratio is None:
+    if row.ratio is None or (row.verdict is Practical.NOT_COMPARED and row.method.startswith("not compared: ")):
         return "n/a: " + row.method.removeprefix("not compared: ")
     if row.verdict is Practical.NOT_COMPARED:
         return "n/a: too few steps for an interval"
@@ -134,7 +134,7 @@ def _comparison_blocks(doc: ReportDocument) -> list[Any]:
         blocks.append(Table(header, table))
         blocks.append(Heading(3, f"Where the step-time gap goes ({backend} / {layout})"))
         blocks.append(_attribution_table(doc, backend, layout, pct))
-    compared = [c for c in doc.comparisons if c.ratio is not None]
+    compared = [c for c in doc.comparisons if c.ratio is not None and not c.method.startswith("not compared")]
     if compared:
         example = compared[0].method
         blocks.append(
