@@ -64,7 +64,8 @@ def test_two_miles_targets_plan_with_only_the_target_and_its_sink_declared(tmp_p
     assert [step["name"] for step in plan["prepare"]] == ["download-model", "download-dataset"]  # no conversion
     (pair,) = json.loads((tmp_path / "D" / "parity.json").read_text())["pairs"]
     differing = {row["knob"]: row for row in pair["rows"] if row["status"] != "matched"}
-    assert list(differing) == ["target", "rollout_engine_version", "metric_sink"]  # colocated: both prefill off
+    # colocated: both prefill off; no decode-graph cap in the launches: each bundled SGLang's own rule
+    assert list(differing) == ["target", "cuda_graph_max_bs", "rollout_engine_version", "metric_sink"]
     assert {row["status"] for row in differing.values()} == {"asymmetry"}
     assert (differing["rollout_engine_version"]["candidate"], differing["rollout_engine_version"]["reference"]) == (
         "sglang 0.5.16 + Miles's patches (sglang-miles)",

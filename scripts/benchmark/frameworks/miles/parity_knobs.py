@@ -72,7 +72,8 @@ REPLAY_EXTRAS = "recorded rollout, no SGLang engine (debug_train_only): no gener
 ONE_STEP_OFF_POLICY = "one-step off-policy: rollout N+1 generates while step N trains"
 # SGLang code facts: Miles @31f1ca9 runs its sglang-miles fork of 0.5.16, whose default prefill backend on CUDA is
 # breakable (segmented capture, no torch.compile: `default_prefill_backend`), read from the 0.5.16 release.
-ENGINE_VERSION = "sglang 0.5.16 + Miles's patches (sglang-miles)"
+MILES_SGLANG = "0.5.16"
+ENGINE_VERSION = f"sglang {MILES_SGLANG} + Miles's patches (sglang-miles)"
 PREFILL_DEFAULT = "breakable (sglang 0.5.16 default)"
 
 
@@ -254,7 +255,7 @@ def _miles_rollout(m: _Miles, colocate: bool, bundled_sglang: str | None) -> dic
         "cuda_graph_max_bs": (
             m.get("--sglang-cuda-graph-max-bs-decode", int)
             or m.get("--sglang-cuda-graph-max-bs", int)
-            or "sglang default"
+            or f"not set: the decode graphs' batch cap by the rule of sglang {bundled_sglang or MILES_SGLANG}"
         ),
         "weight_sync_bucket_mb": (m.get("--update-weight-buffer-size", int) or 0) // MIB,
         "rollout_memory_release": _memory_release(m, colocate),

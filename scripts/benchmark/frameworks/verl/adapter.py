@@ -48,6 +48,9 @@ _ALWAYS = {
     "client_concurrency": "small: both servers cap running requests at the same number; VERL queues the rest "
     "in SGLang, Miles in its client",
     "completion_wait": "VERL's generate phase ends up to 2 s late per step (hard-coded poll_interval=2.0)",
+    "cuda_graph_max_bs": "no cap in the launches: each SGLang release sizes its decode CUDA graphs by its own rule, "
+    "so the largest decode batch run with a graph may differ (a larger one runs without); rollout.cuda_graph_max_bs "
+    "pins both",
 }
 _DISAGGREGATED = {
     "partial_rollout": "cannot be matched: VERL's separate_async always aborts the in-flight requests at the weight "

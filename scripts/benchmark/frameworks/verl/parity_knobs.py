@@ -19,7 +19,10 @@ from scripts.benchmark.frameworks.verl.data import parse_converted_name
 AR = "actor_rollout_ref"
 # SGLang code facts: VERL 0.9.1 pins sglang==0.5.12, whose default captures piecewise prefill graphs
 # (ServerArgs.disable_piecewise_cuda_graph=False; from 0.5.14 the switch is disable_prefill_cuda_graph).
-ENGINE_VERSION = "sglang 0.5.12 (VERL 0.9.1's pin)"
+VERL_SGLANG = "0.5.12"
+ENGINE_VERSION = f"sglang {VERL_SGLANG} (VERL 0.9.1's pin)"
+DEFAULT_RULE = "not set: the decode graphs' batch cap by the rule of"
+"""A cap no launch word sets is each SGLang release's own choice: two releases are not said to match on it."""
 PREFILL_GRAPHS = "piecewise (sglang 0.5.12 default)"
 PREFILL_OFF_KEYS = ("disable_piecewise_cuda_graph", "disable_prefill_cuda_graph")
 
@@ -384,7 +387,9 @@ def _verl_rollout(v: _Verl) -> dict[str, Any]:
         "chunked_prefill": sglang.get("chunked_prefill_size", "sglang default"),
         "rollout_attention_backend": sglang.get("attention_backend", "flashinfer"),
         "cuda_graphs": on_off(not v.get(f"{ro}.enforce_eager")),
-        "cuda_graph_max_bs": sglang.get("cuda_graph_max_bs_decode", sglang.get("cuda_graph_max_bs", "sglang default")),
+        "cuda_graph_max_bs": sglang.get(
+            "cuda_graph_max_bs_decode", sglang.get("cuda_graph_max_bs", f"{DEFAULT_RULE} sglang {VERL_SGLANG}")
+        ),
         "weight_sync_bucket_mb": v.get(f"{ro}.checkpoint_engine.update_weights_bucket_megabytes"),
         "rollout_memory_release": _memory_release(hybrid, bool(v.get(f"{ro}.free_cache_engine"))),
         "prefill_cuda_graphs": _prefill_graphs(v, sglang),
