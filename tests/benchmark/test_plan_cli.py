@@ -81,7 +81,8 @@ def verl_beside(tmp_path_factory, verl_root) -> Path:
 
     site = Path(ask(python, "import site; print(site.getsitepackages()[0])"))
     (site / "aa_verl.pth").write_text(f"{verl_root}\n")
-    (site / "zz_test_venv.pth").write_text(ask(sys.executable, "import site; print(site.getsitepackages()[0])") + "\n")
+    ours = [p for p in sys.path if p.endswith("site-packages")]  # this interpreter's, layered venvs included
+    (site / "zz_test_venv.pth").write_text("".join(f"{p}\n" for p in ours))
     assert ask(python, "import scripts; print(scripts.__file__)") == str(verl_root / "scripts" / "__init__.py")
     return python
 

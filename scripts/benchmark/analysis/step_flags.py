@@ -5,8 +5,8 @@ of its steps (every repeat, warm-up included), with a few of the flags as writte
   a place or a count (a file, a line, an attempt number, a value), e.g. `duplicate_step:train`,
   `negative_duration:perf/train_wait_time`, `truncated_last_line`.
 - `step_flag_summary(columns) -> list[dict]`: one entry per kind, most frequent first; `defect` is False for the
-  notes every healthy run of a framework carries (token totals rebuilt from means, the last Miles step's missing
-  step time, ...), True for what makes a value doubtful or leaves it out.
+  notes every healthy run of a framework carries (token totals rebuilt from means, each framework's own: the
+  registry's `note_flags`), True for what makes a value doubtful or leaves it out.
 """
 
 from __future__ import annotations
@@ -15,16 +15,11 @@ import re
 from collections import Counter
 
 from scripts.benchmark.analysis.step_columns import StepColumns
+from scripts.benchmark.frameworks.registry import note_flags
 
-NOTES = (
-    "tokens:from_means",
-    "seq_lens:uniform_mean",
-    "samples:from_spec",
-    "generate:not_recorded",
-    "miles_shift:no_next_step",
-    "miles_shift:post_train_untimed",
-)
-"""Kinds (or their beginnings) that describe how a healthy run's values are read, not a defect of the run."""
+NOTES = ("tokens:from_means", "seq_lens:uniform_mean", "samples:from_spec", "generate:not_recorded")
+"""Kinds (or their beginnings) that describe how a healthy run's values are read, not a defect of the run; each
+framework adds its own (`registry.note_flags`)."""
 _PLACE = re.compile(r"\d|\s|=|\.(jsonl|txt|log)$")
 EXAMPLES = 3
 
@@ -56,7 +51,7 @@ def step_flag_summary(columns: list[StepColumns]) -> list[dict]:
             "steps": count,
             "of_steps": total,
             "examples": examples[kind],
-            "defect": not kind.startswith(NOTES),
+            "defect": not kind.startswith(NOTES + note_flags()),
         }
         for kind, count in sorted(steps.items(), key=lambda item: (-item[1], item[0]))
     ]

@@ -73,6 +73,8 @@ class FrameworkAdapter(Protocol):
     """Learning signal -> the native keys it is read from, first present wins."""
     incomplete_flags: tuple[str, ...]
     """Step flags that mean a step is not final while the cell still runs (besides `incomplete:*`)."""
+    note_flags: tuple[str, ...]
+    """Step flags (or their beginnings) every healthy run of it carries: how a value is read, not a defect."""
     packages: Mapping[str, str]
     """Distribution -> module of what the environment record probes for its version."""
     module_extras: Mapping[str, str]
@@ -184,6 +186,7 @@ class AdapterDefaults:
 
     learning_keys: Mapping[str, Sequence[str]] = {}
     incomplete_flags: tuple[str, ...] = ()
+    note_flags: tuple[str, ...] = ()
     packages: Mapping[str, str] = {}
     module_extras: Mapping[str, str] = {}
     runs_checkout: bool = False

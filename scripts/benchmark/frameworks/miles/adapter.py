@@ -84,6 +84,7 @@ class MilesAdapter(AdapterDefaults):
     sink_formats = ("miles-stdout", "miles-event-log", "miles-tracking")
     learning_keys = MILES_LEARNING_KEYS
     incomplete_flags = ("miles_shift:no_next_step",)
+    note_flags = ("miles_shift:no_next_step", "miles_shift:post_train_untimed")
     packages = {"miles": "miles"}
     recording_codec = RECORDING_CODEC
     runs_checkout = True

@@ -19,10 +19,9 @@ from scripts.benchmark.frameworks.verl.data import parse_converted_name
 AR = "actor_rollout_ref"
 # SGLang code facts: VERL 0.9.1 pins sglang==0.5.12, whose default captures piecewise prefill graphs
 # (ServerArgs.disable_piecewise_cuda_graph=False; from 0.5.14 the switch is disable_prefill_cuda_graph).
-VERL_SGLANG = "0.5.12"
-ENGINE_VERSION = f"sglang {VERL_SGLANG} (VERL 0.9.1's pin)"
-DEFAULT_RULE = "not set: the decode graphs' batch cap by the rule of"
-"""A cap no launch word sets is each SGLang release's own choice: two releases are not said to match on it."""
+ENGINE_VERSION = "sglang 0.5.12 (VERL 0.9.1's pin)"
+NO_CAP = "not set: the decode graphs' batch cap by the rule of sglang 0.5.12"  # that release's own choice
+HYBRID_RELEASE = "released after generation; rollout weights copied to CPU at the release and back at the wake"
 PREFILL_GRAPHS = "piecewise (sglang 0.5.12 default)"
 PREFILL_OFF_KEYS = ("disable_piecewise_cuda_graph", "disable_prefill_cuda_graph")
 
@@ -387,9 +386,7 @@ def _verl_rollout(v: _Verl) -> dict[str, Any]:
         "chunked_prefill": sglang.get("chunked_prefill_size", "sglang default"),
         "rollout_attention_backend": sglang.get("attention_backend", "flashinfer"),
         "cuda_graphs": on_off(not v.get(f"{ro}.enforce_eager")),
-        "cuda_graph_max_bs": sglang.get(
-            "cuda_graph_max_bs_decode", sglang.get("cuda_graph_max_bs", f"{DEFAULT_RULE} sglang {VERL_SGLANG}")
-        ),
+        "cuda_graph_max_bs": sglang.get("cuda_graph_max_bs_decode", sglang.get("cuda_graph_max_bs", NO_CAP)),
         "weight_sync_bucket_mb": v.get(f"{ro}.checkpoint_engine.update_weights_bucket_megabytes"),
         "rollout_memory_release": _memory_release(hybrid, bool(v.get(f"{ro}.free_cache_engine"))),
         "prefill_cuda_graphs": _prefill_graphs(v, sglang),
@@ -410,16 +407,11 @@ def _prefill_graphs(v: _Verl, sglang: dict[str, Any]) -> str:
 
 
 def _memory_release(hybrid: bool, free_cache_engine: bool) -> str:
-    """A standalone SGLang server with free_cache_engine releases its KV pool before every weight sync and
-    re-allocates it after (async_sglang_server.py `release_kv_cache`/`resume_kv_cache`). The hybrid (colocated)
-    server sleeps after generation and wakes before the update; VERL launches it with enable_weights_cpu_backup,
-    set after the cell's engine_kwargs (`launch_server`), so its weights go to CPU at every sleep and come back at
-    every wake, whatever the cell passes."""
+    """A standalone server with free_cache_engine releases its KV pool at every weight sync; the hybrid one sleeps
+    with enable_weights_cpu_backup, forced on by `launch_server` whatever the cell passes (async_sglang_server.py)."""
     if not free_cache_engine:
         return "kept"
-    if hybrid:
-        return "released after generation; rollout weights copied to CPU at the release and back at the wake"
-    return "KV pool released and re-allocated at every weight update"
+    return HYBRID_RELEASE if hybrid else "KV pool released and re-allocated at every weight update"
 
 
 def _verl_backend(v: _Verl) -> dict[str, Any]:
