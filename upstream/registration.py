@@ -85,6 +85,7 @@ CPU_TESTS: dict[str, tuple[str, int]] = {
     "test_verl_reader.py": (FAST, 1),
     "test_verl_writer_code.py": (SLOW, 66),
     "test_verl_staleness_code.py": (SLOW, 60),
+    "test_verl_sglang_server.py": (SLOW, 15),
     "test_miles_release_fsdp.py": (FAST, 50),
     "test_metric_registry.py": (FAST, 8),
     "test_miles_vs_miles.py": (FAST, 70),

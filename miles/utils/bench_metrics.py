@@ -216,6 +216,8 @@ class RunContext:
     layout: Literal["colocate", "disaggregated"] | None = None
     """The cell's layout: whether the rollout runs alongside training (what a trainer-side timer measures depends on
     it); None = unknown."""
+    replay: bool = False
+    """The cell trained on a recorded rollout (a train-only run): no generation was logged, no staleness applies."""
 
     def __post_init__(self) -> None:
         for name in ("num_train_gpus", "num_rollout_gpus"):
@@ -238,6 +240,7 @@ class RunContext:
         optimizer_steps_per_step: int | None = None,
         max_response_tokens: int | None = None,
         layout: Literal["colocate", "disaggregated"] | None = None,
+        replay: bool = False,
     ) -> RunContext:
         """Resolve the MFU peak: an explicit override wins, then a measured peak, then the device table."""
         if peak_tflops is not None:
@@ -261,6 +264,7 @@ class RunContext:
             optimizer_steps_per_step=optimizer_steps_per_step,
             max_response_tokens=max_response_tokens,
             layout=layout,
+            replay=replay,
         )
 
 

@@ -3,7 +3,9 @@ file under the folder the harness names in BENCH_TRACKING_DIR_ENV.
 
 Why a backend and not the console: the reader gets each logged value as logged (no regex over log lines, no Ray
 prefixes, no wall-clock stamps standing in for durations), with the step key the caller named and the process that
-logged it. Each process instance writes its own file (pid + a fresh id), so a restarted process is a new file.
+logged it. Each process instance writes its own file (pid + a fresh id), so a restarted process is a new file, and
+claims the folder's next creation sequence number as it opens it (an exclusive create in `.sequence/`), which orders
+the attempts of a run by what the folder proves rather than by any clock.
 
 The cost on the logging process is the write alone: one `os.write` of one line to a file opened with O_APPEND (a
 line is whole or, after a crash inside the write, cut at the end of the file), no flush to disk, no device sync
@@ -28,6 +30,8 @@ except ImportError:  # pragma: no cover - depends on the checkout
 
 BENCH_TRACKING_DIR_ENV = "BENCH_TRACKING_DIR"
 """Set by the harness to the cell's sink folder; without it the backend stays off."""
+SEQUENCE_DIR = ".sequence"
+"""Where each process claims its creation sequence number: one empty file per number, created exclusively."""
 FORMAT = "bench-tracking-v1"
 """The `format` field of every line: how the reader tells these files from other JSON lines."""
 DEVICE_TENSOR = "device-tensor"
@@ -40,6 +44,20 @@ def _role(primary: bool, kwargs: dict[str, Any]) -> str:
     if primary:
         return "main"
     return "rollout_manager" if "router_addr" in kwargs else "train"
+
+
+def claim_sequence(folder: str) -> int:
+    """The folder's next free creation sequence number, claimed by an exclusive create (no two processes share one,
+    and a process that starts later gets a higher one than every process whose claim it could see)."""
+    claims = os.path.join(folder, SEQUENCE_DIR)
+    os.makedirs(claims, exist_ok=True)
+    number = len(os.listdir(claims))
+    while True:
+        try:
+            os.close(os.open(os.path.join(claims, f"{number:09d}"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            return number
+        except FileExistsError:
+            number += 1
 
 
 def encode_value(value: Any) -> Any:
@@ -73,7 +91,7 @@ class BenchTrackingBackend(TrackingBackend):
         role = _role(primary, kwargs)
         instance = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self._process = {"role": role, "host": socket.gethostname(), "pid": os.getpid(), "instance": instance}
-        self._process["started"] = time.time()
+        self._process |= {"sequence": claim_sequence(folder), "started": time.time()}
         path = os.path.join(folder, f"{role}-{instance}.jsonl")
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 

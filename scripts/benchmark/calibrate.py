@@ -9,11 +9,17 @@ Examples:
 from __future__ import annotations
 
 import sys
+import types
 from pathlib import Path
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(_REPO_ROOT) not in sys.path:  # run as a script from anywhere: make `scripts.` and `miles.` importable
     sys.path.insert(0, str(_REPO_ROOT))
+# This checkout's `scripts` is a namespace package, which loses to any regular `scripts` package on sys.path (VERL's
+# wheel installs one): bind the name to this checkout's folder before anything imports it.
+if str(_REPO_ROOT / "scripts") not in getattr(sys.modules.get("scripts"), "__path__", []):
+    sys.modules["scripts"] = types.ModuleType("scripts")
+    sys.modules["scripts"].__path__ = [str(_REPO_ROOT / "scripts")]
 
 import typer  # noqa: E402
 

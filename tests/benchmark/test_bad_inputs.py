@@ -155,6 +155,21 @@ def _more_steps(plan: dict) -> None:
     plan["spec"]["run"]["num_steps"] += 1
 
 
+def _other_lr(plan: dict) -> None:
+    """The Miles cell's learning rate changed after planning, in the words parity read and in the words that run."""
+    (cell,) = [c for c in plan["cells"] if c["framework"] == "miles"]
+    for key in ("argv", "launch_argv"):
+        cell[key] = [("3e-06" if i and cell[key][i - 1] == "--lr" else w) for i, w in enumerate(cell[key])]
+
+
+def _other_data_source(plan: dict) -> None:
+    """VERL's data conversion (its scorer) changed after planning: the words parity read its reward scorer from."""
+    (step,) = [s for s in plan["prepare"] if s["name"] == "convert-data"]
+    step["argv"] = [
+        ("math" if i and step["argv"][i - 1] == "--data-source" else w) for i, w in enumerate(step["argv"])
+    ]
+
+
 def _unproven(s: Setup, damage: Callable[[Path], object]) -> Path:
     """A comparing plan of the dry run, damaged after planning."""
     folder = s.planned("cmp", "--compare-verl", "--backend", "fsdp")
@@ -223,6 +238,9 @@ CASES = [
     Case("check-miles-root-missing", lambda s: _smoke(s, "out", "--check-miles", "--miles-root",
                                                       str(s.path("no-miles"))),
          ("no-miles", "--miles-root", "not a folder"), lambda s: s.path("no-miles"), code=4),
+    Case("spec-continuous-colocated", lambda s: _spec_file(s, SMOKE_TEXT.replace(
+        "placement:\n", "placement:\n  async_loop: {schedule: continuous}\n", 1)),
+         ("placement.async_loop.schedule", "disaggregated"), OUT),
     Case("spec-duplicate-section", lambda s: _spec_file(s, SMOKE_TEXT + "\nrun:\n  num_steps: 3\n"),
          ("spec.yaml", "run"), OUT),
     Case("spec-steps-yes", lambda s: _spec_file(s, SMOKE_TEXT.replace("num_steps: 24", "num_steps: yes")),
@@ -291,6 +309,10 @@ CASES = [
          ("plan.json", "parity.json is missing"), RUN),
     Case("plan-spec-edited", lambda s: _execute(s, _unproven(s, lambda d: _edit_json(d / "plan.json", _more_steps))),
          ("plan.json", "no longer matches its spec_hash"), RUN),
+    Case("plan-launch-edited", lambda s: _execute(s, _unproven(s, lambda d: _edit_json(d / "plan.json", _other_lr))),
+         ("plan.json", "cells[miles-fsdp-colocate]", "parity.json proved matched"), RUN),
+    Case("plan-prepare-edited", lambda s: _execute(s, _unproven(s, lambda d: _edit_json(
+        d / "plan.json", _other_data_source))), ("cells[verl-fsdp-colocate]", "parity.json proved matched"), RUN),
     Case("parity-of-another-spec", lambda s: _execute(s, _unproven(s, lambda d: _edit_json(
         d / "parity.json", lambda p: p.update(spec_hash="ffffffffffff")))), ("parity.json", "ffffffffffff"), RUN),
     Case("parity-table-corrupt", lambda s: _execute(s, _unproven(s, lambda d: (d / "parity.json").write_text("{"))),

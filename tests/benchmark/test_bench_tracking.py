@@ -86,7 +86,7 @@ class TestThroughMilesTrackingManager:
     def test_one_file_per_process_every_call_with_its_step_key(self, tracking_base, tmp_path, monkeypatch):
         calls = miles_log_calls(range(3))
         run_processes(tracking_base, tmp_path / "sink", monkeypatch, calls)
-        files = sorted(tmp_path.joinpath("sink").iterdir())
+        files = sorted(tmp_path.joinpath("sink").glob("*.jsonl"))
         assert sorted(p.name.split("-")[0] for p in files) == ["main", "rollout_manager", "train"]
         lines = [json.loads(x) for p in files for x in p.read_text().splitlines()]
         assert len(lines) == len(calls) + 1
@@ -123,6 +123,73 @@ class TestThroughMilesTrackingManager:
         assert any(f.startswith(f"truncated_last_line:{train_file.name}:") for f in records[2].flags)
 
 
+def slower(calls, seconds: float):
+    """The same log calls from an attempt whose generation took `seconds` longer each rollout."""
+    changed = []
+    for identity, step_key, metrics in calls:
+        metrics = dict(metrics)
+        if "perf/rollout_time" in metrics:
+            metrics["perf/rollout_time"] += seconds
+        if "perf/train_wait_time" in metrics:
+            metrics["perf/train_wait_time"] += seconds
+        changed.append((identity, step_key, metrics))
+    return changed
+
+
+def without_flags(record, *kinds: str) -> dict:
+    data = comparable(record)
+    data["flags"] = [f for f in data["flags"] if not f.startswith(kinds)]
+    return data
+
+
+class TestAttemptsInOrder:
+    """Which attempt of a step is kept follows what the folder proves (the order the processes claimed their
+    creation sequence numbers in), not the clock each writer stamps."""
+
+    def test_a_restart_whose_clock_is_behind_still_wins(self, tracking_base, tmp_path, monkeypatch):
+        import miles.utils.bench_tracking as bench_tracking
+
+        run_processes(tracking_base, tmp_path / "sink", monkeypatch, slower(miles_log_calls(range(4)), 5.0))
+        clock = bench_tracking.time.time() - 3600.0  # the restarted node's clock is an hour behind
+        monkeypatch.setattr(bench_tracking.time, "time", lambda: clock)
+        run_processes(tracking_base, tmp_path / "sink", monkeypatch, miles_log_calls(range(4)))
+        monkeypatch.undo()
+        run_processes(tracking_base, tmp_path / "clean", monkeypatch, miles_log_calls(range(4)))
+        records = build_step_records("miles", [tmp_path / "sink"], CTX)
+        clean = build_step_records("miles", [tmp_path / "clean"], CTX)
+        assert [without_flags(r, "duplicate_step") for r in records] == [without_flags(r) for r in clean]
+        for record in records:
+            assert "duplicate_step:rollout_manager:kept_attempt_2_of_2" in record.flags
+            assert record.phases_s["generate"] == Rollout(record.step - 1).generate
+
+    def test_a_second_run_into_the_same_folder_keeps_its_own_steps_and_flags_the_older_runs(
+        self, tracking_base, tmp_path, monkeypatch
+    ):
+        """Miles's launcher mode re-used with the same run id: a new run from rollout 0 after an older, longer one."""
+        run_processes(tracking_base, tmp_path / "sink", monkeypatch, slower(miles_log_calls(range(8)), 5.0))
+        run_processes(tracking_base, tmp_path / "sink", monkeypatch, miles_log_calls(range(5)))
+        records = {r.step: r for r in build_step_records("miles", [tmp_path / "sink"], CTX)}
+        assert sorted(records) == list(range(1, 9))
+        for step in range(1, 6):
+            assert records[step].phases_s["generate"] == Rollout(step - 1).generate
+        for step in range(1, 5):
+            assert records[step].step_time_s == pytest.approx(Rollout(step - 1).truth_step_time())
+        assert records[5].step_time_s is None and "miles_shift:next_step_superseded" in records[5].flags
+        for step in range(6, 9):
+            for source in ("rollout_manager", "train"):
+                assert f"superseded_attempt:{source}:a later attempt restarted at step 0" in records[step].flags
+        assert not any(f.startswith("superseded_attempt") for step in range(1, 6) for f in records[step].flags)
+
+    def test_a_foreign_first_line_loses_only_that_line(self, tracking_base, tmp_path, monkeypatch):
+        run_processes(tracking_base, tmp_path / "sink", monkeypatch, miles_log_calls(range(3)))
+        clean = build_step_records("miles", [tmp_path / "sink"], CTX)
+        for path in tmp_path.joinpath("sink").glob("train-*.jsonl"):
+            path.write_text('{"written": "by something else"}\n' + path.read_text())
+        records = build_step_records("miles", [tmp_path / "sink"], CTX)
+        assert [without_flags(r, "foreign_line") for r in records] == [without_flags(r) for r in clean]
+        assert any(f.startswith("foreign_line:train-") and f.endswith(":1") for f in records[0].flags)
+
+
 class TestOnlyTheWrite:
     def test_a_log_call_opens_nothing_logs_nothing_and_reads_no_device_value(
         self, tracking_base, tmp_path, monkeypatch
@@ -149,7 +216,7 @@ class TestOnlyTheWrite:
             logging.getLogger().setLevel(previous_level)
             tracking.finish()
         assert seen == [] and records == []
-        (line,) = [json.loads(x) for p in tmp_path.iterdir() for x in p.read_text().splitlines()]
+        (line,) = [json.loads(x) for p in tmp_path.glob("*.jsonl") for x in p.read_text().splitlines()]
         assert line["metrics"] == {"rollout/step": 0, "perf/train_time": 1.5, "train/loss": DEVICE_TENSOR}
 
     def test_without_the_folder_the_backend_is_off(self, tracking_base, tmp_path, monkeypatch):
@@ -181,7 +248,12 @@ class TestPreflightWantsTheBackend:
     """A target planned with the tracking sink, run on a checkout without the backend, is refused before any GPU
     time (not failed after its run on an empty sink); the checkout with the patch series passes."""
 
-    MEMBERS = ("train.py", "miles/utils/tracking_utils/tracking.py", "miles/utils/arguments.py")
+    MEMBERS = (
+        "train.py",
+        "miles/utils/tracking_utils/tracking.py",
+        "miles/utils/arguments.py",
+        "miles/backends/megatron_utils/actor.py",
+    )
 
     @staticmethod
     def plan_cells(miles_root: Path, miles_version: str | None, tmp_path: Path) -> list[dict]:
@@ -222,6 +294,7 @@ class TestPreflightWantsTheBackend:
         assert "no miles/utils/bench_tracking.py" in problems[0]
         assert "tracking.py does not name BenchTrackingBackend" in problems[0]
         assert "arguments.py does not name use_bench_tracking" in problems[0]
+        assert 'actor.py does not name timer("weight_backup")' in problems[0]
         assert "--miles-version 0.0.2" in problems[0]
 
     def test_the_patch_series_applied_passes_and_a_stdout_target_is_not_asked(self, pristine, tmp_path):
@@ -233,8 +306,9 @@ class TestPreflightWantsTheBackend:
         released = self.plan_cells(pristine, "0.0.2", tmp_path)
         assert not [p for p in registry.get("miles").preflight(released) if "tracking backend" in p]
         shutil.copy2(REPO_ROOT / "miles" / "utils" / "bench_tracking.py", pristine / "miles" / "utils")
-        patch = REPO_ROOT / "upstream" / "miles" / "0002-tracking-bench-backend.patch"
-        applied = subprocess.run(["git", "apply", str(patch)], cwd=pristine, capture_output=True, text=True)
-        assert applied.returncode == 0, applied.stderr
+        for name in ("0002-tracking-bench-backend.patch", "0004-megatron-weight-backup-timer.patch"):
+            patch = REPO_ROOT / "upstream" / "miles" / name
+            applied = subprocess.run(["git", "apply", str(patch)], cwd=pristine, capture_output=True, text=True)
+            assert applied.returncode == 0, applied.stderr
         cells = self.plan_cells(pristine, None, tmp_path)
         assert not [p for p in registry.get("miles").preflight(cells) if "tracking backend" in p]

@@ -3,7 +3,8 @@ test runs the fast tier) Miles's real `init_tracking` / `log` / `finish_tracking
 values for a few rollouts: the rollout manager's `log_rollout_data` (ray/rollout/metrics.py), the train actor's
 `log_rollout_data` and `log_train_step` (training_utils/log_utils.py, on a one-rank gloo group) and its perf line,
 `log_perf_data_raw` as the FSDP actor calls it or `log_perf_data` as the Megatron actor does. Each shape is a
-train.py run (sync, colocated: offload and wake-up timers) or a train_async.py one (the next rollout logged while
+train.py run (sync, colocated: offload and wake-up timers; Megatron also copies its weights to CPU after each
+training, timed by the patch series' `weight_backup` timer) or a train_async.py one (the next rollout logged while
 the current one trains), FSDP or Megatron. The driver, the rollout manager and the train rank each have their own
 tracking manager and console name, as each is its own Ray process.
 
@@ -46,11 +47,12 @@ dist = torch.distributed
 
 from miles.backends.training_utils import log_utils, parallel  # noqa: E402
 from miles.ray.rollout import metrics as rollout_metrics  # noqa: E402
+from miles.utils import timer as miles_timer  # noqa: E402
 from miles.utils import train_metric_utils  # noqa: E402
 from miles.utils.bench_tracking import BENCH_TRACKING_DIR_ENV  # noqa: E402
 from miles.utils.flops_utils import flops_args_from_hf_config, fwd_tflops_per_gpu  # noqa: E402
 from miles.utils.ft_utils.process_group_utils import GroupInfo  # noqa: E402
-from miles.utils.timer import Timer  # noqa: E402
+from miles.utils.timer import Timer, timer  # noqa: E402
 from miles.utils.tracking_utils.base import TrackingBackend, TrackingManager  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -65,6 +67,9 @@ OPTIMIZER_STEPS = (
     {"loss": 0.0375, "pg_loss": 0.1875, "pg_clipfrac": 0.25, "ppo_kl": 0.00390625, "grad_norm": 0.625},
 )
 """The train rank's optimizer steps of every rollout (log_train_step's loss dict and grad norm)."""
+WEIGHT_BACKUP = 1.5
+"""Seconds the colocated Megatron actor spends copying its weights to CPU after each training (actor.py, after the
+train timer and before its perf line: inside the next rollout's train_wait)."""
 LOGGED: list[tuple[str, dict]] = []
 """Every (step_key, metrics) Miles handed its tracking manager, in call order, across the processes of a run."""
 
@@ -91,9 +96,15 @@ def async_wait(k: int) -> float:
     return 2.0 + k / 4
 
 
-def timers(entry: str, k: int) -> dict[str, float]:
+def backs_up(entry: str, backend: str) -> bool:
+    """The Megatron actor copies its weights to CPU after training under --colocate (train.py's layout)."""
+    return entry == "train.py" and backend == "megatron"
+
+
+def timers(entry: str, backend: str, k: int) -> dict[str, float]:
     """The train rank's Timer for rollout k: train.py books the offload and the weight update after training k-1
-    into train_wait (its inverse timer), plus the wake-up; train_async.py only the weight update."""
+    into train_wait (its inverse timer), plus the wake-up and the Megatron weight copy after training k-1;
+    train_async.py only the weight update."""
     r, previous = Rollout(k), Rollout(k - 1)
     update_before = INITIAL_UPDATE_WEIGHTS if k == 0 else previous.update_weights
     values = {"log_probs": r.log_probs, "actor_train": r.actor_train}
@@ -101,21 +112,23 @@ def timers(entry: str, k: int) -> dict[str, float]:
     values["update_weights"] = update_before
     if entry == "train.py":
         sleep_before = INITIAL_SLEEP if k == 0 else previous.sleep
+        backup_before = WEIGHT_BACKUP if backs_up(entry, backend) and k > 0 else 0.0
         values |= {"sleep": sleep_before, "wake_up": r.wake_up}
-        values["train_wait"] = sleep_before + update_before + r.generate + r.rm_overhead + r.wake_up
+        values["train_wait"] = backup_before + sleep_before + update_before + r.generate + r.rm_overhead + r.wake_up
     else:
         values["train_wait"] = update_before + async_wait(k)
     return values
 
 
-def truth(entry: str, k: int) -> dict[str, float]:
+def truth(entry: str, backend: str, k: int) -> dict[str, float]:
     """What really happened in step k+1, booked as VERL books it (generation through the update after training)."""
     r = Rollout(k)
     if entry == "train.py":
+        backup = WEIGHT_BACKUP if backs_up(entry, backend) else 0.0
         return {
-            "step_time_s": r.truth_step_time(),
+            "step_time_s": r.truth_step_time() + backup,
             "rollout_wait": r.generate + r.rm_overhead + r.wake_up,
-            "other": r.train_overhead + r.sleep,
+            "other": r.train_overhead + r.sleep + backup,
         }
     train_block = r.log_probs + r.actor_train + r.train_overhead
     return {
@@ -123,6 +136,27 @@ def truth(entry: str, k: int) -> dict[str, float]:
         "rollout_wait": async_wait(k),
         "other": r.train_overhead,
     }
+
+
+class Clock:
+    """The wall clock Miles's Timer reads (`time()` in miles/utils/timer.py): it moves only when the test says."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def timed(name: str, seconds: float, clock: Clock, step_back: float = 0.0) -> None:
+    """Miles's own Timer around `seconds` of work, while its wall clock steps back `step_back` seconds. Its console
+    lines are left out: they are markers to the stdout reader, which this test's other timers do not write."""
+    miles_timer.logger.disabled = True
+    try:
+        with timer(name):
+            clock.now += seconds - step_back
+    finally:
+        miles_timer.logger.disabled = False
 
 
 class Console(logging.Handler):
@@ -183,10 +217,11 @@ def train_args(backend: str) -> Namespace:
     return args
 
 
-def rollout_manager_args() -> Namespace:
+def rollout_manager_args(replay: bool = False) -> Namespace:
     from tests.fast.ray.rollout.conftest import make_args  # Miles's own test helpers
 
-    return make_args(use_bench_tracking=True, rollout_num_gpus=8, log_passrate=False)
+    recording = {"load_debug_rollout_data": "/recording/{rollout_id}.pt"} if replay else {}
+    return make_args(use_bench_tracking=True, rollout_num_gpus=8, log_passrate=False, **recording)
 
 
 def rollout_manager_logs(args: Namespace, k: int) -> None:
@@ -200,8 +235,11 @@ def rollout_manager_logs(args: Namespace, k: int) -> None:
     rollout_metrics.log_rollout_data(k, args, samples, None, Rollout(k).generate)
 
 
-def train_rank_logs(args: Namespace, entry: str, backend: str, k: int) -> None:
-    """The actor's calls of one training: rollout data, one optimizer step, then the perf line."""
+def train_rank_logs(
+    args: Namespace, entry: str, backend: str, k: int, clock: Clock, step_back: dict[int, float]
+) -> None:
+    """The actor's calls of one training: rollout data, one optimizer step, the Megatron actor's weight copy, then
+    the perf line. `step_back`: rollout -> seconds the wall clock steps back while its train_wait runs."""
     length = response_length(k)
     rollout_data = {
         "response_lengths": [length] * SAMPLES,
@@ -215,10 +253,15 @@ def train_rank_logs(args: Namespace, entry: str, backend: str, k: int) -> None:
     log_utils.log_rollout_data(k, args, rollout_data)
     for step_id, losses in enumerate(OPTIMIZER_STEPS):
         log_utils.log_train_step(args, dict(losses), losses["grad_norm"], k, step_id, len(OPTIMIZER_STEPS))
-    timer = Timer()
-    for name, seconds in timers(entry, k).items():
-        timer.add(name, seconds)
-    timer.seq_lens = rollout_data["total_lengths"]
+    values = timers(entry, backend, k)
+    for name, seconds in values.items():
+        if name != "train_wait" or k not in step_back:
+            Timer().add(name, seconds)
+    if k in step_back:
+        timed("train_wait", values["train_wait"], clock, step_back[k])
+    if backs_up(entry, backend):  # the patch series' timer around the actor's weight copy, after the train timer
+        timed("weight_backup", WEIGHT_BACKUP, clock)
+    Timer().seq_lens = rollout_data["total_lengths"]
     if backend == "fsdp":
         flops_args = flops_args_from_hf_config(hf_config())
         train_metric_utils.log_perf_data_raw(
@@ -231,16 +274,25 @@ def train_rank_logs(args: Namespace, entry: str, backend: str, k: int) -> None:
         log_utils.log_perf_data(k, args, extra_metrics={})
 
 
-def run_miles(entry: str, backend: str, folder: Path, monkeypatch) -> Path:
+def run_miles(
+    entry: str,
+    backend: str,
+    folder: Path,
+    monkeypatch,
+    step_back: dict[int, float] | None = None,
+    replay: bool = False,
+) -> Path:
     """One run's three processes, their calls in the order the entry script makes them; returns the console."""
     monkeypatch.setenv(BENCH_TRACKING_DIR_ENV, str(folder / "sink"))
+    clock = Clock()
+    monkeypatch.setattr(miles_timer, "time", clock)
     monkeypatch.setattr(tracking, "_manager", tracking._manager)
     console = Console()
     root = logging.getLogger()
     level, root.level = root.level, logging.INFO
     root.addHandler(console)
     driver, manager, rank = (MilesProcess(n, console) for n in ("main", "rollout_manager", "actor_cell0_rank0"))
-    rm_args, args = rollout_manager_args(), train_args(backend)
+    rm_args, args = rollout_manager_args(replay), train_args(backend)
     try:
         driver.enter()
         tracking.init_tracking(args)
@@ -257,7 +309,7 @@ def run_miles(entry: str, backend: str, folder: Path, monkeypatch) -> Path:
                 manager.enter()
                 rollout_manager_logs(rm_args, k + ahead)
             rank.enter()
-            train_rank_logs(args, entry, backend, k)
+            train_rank_logs(args, entry, backend, k, clock, step_back or {})
         for process in (rank, manager, driver):
             process.enter()
             tracking.finish_tracking()
@@ -289,14 +341,14 @@ def mean(key: str) -> float:
     return sum(step[key] for step in OPTIMIZER_STEPS) / len(OPTIMIZER_STEPS)
 
 
-def assert_train_side(record, entry: str, k: int) -> None:
+def assert_train_side(record, entry: str, backend: str, k: int) -> None:
     """Throughput, FLOPs, overlap and the learning signals of step k+1 from the known values."""
     r, seq_lens = Rollout(k), [PROMPT + response_length(k)] * SAMPLES
     assert record.train_tokens_per_s == pytest.approx(sum(seq_lens) / r.actor_train, rel=1e-12)
     tflops = batch_train_flops(ARCH, seq_lens) / r.actor_train / CTX.num_train_gpus / 1e12
     assert record.train_tflops_per_gpu == pytest.approx(tflops, rel=1e-12)
     assert record.train_mfu == pytest.approx(tflops / 989.0, rel=1e-12)
-    rollout_wait = truth(entry, k)["rollout_wait"]
+    rollout_wait = truth(entry, backend, k)["rollout_wait"]
     assert record.overlap_s == (0.0 if entry == "train.py" else pytest.approx(r.generate - rollout_wait))
     assert record.learning == {
         "reward_mean": 0.375,
@@ -314,7 +366,7 @@ def assert_train_side(record, entry: str, k: int) -> None:
 def test_every_field_of_every_step_exactly_and_stdout_agrees(entry, backend, one_rank_group, tmp_path, monkeypatch):
     LOGGED.clear()
     console = run_miles(entry, backend, tmp_path, monkeypatch)
-    files = sorted(p.name.split("-")[0] for p in (tmp_path / "sink").iterdir())
+    files = sorted(p.name.split("-")[0] for p in (tmp_path / "sink").glob("*.jsonl"))
     assert files == ["main", "rollout_manager", "train"]
     records = build_step_records("miles", [tmp_path / "sink"], CTX)
     from_stdout = build_step_records("miles", [console], CTX)
@@ -323,8 +375,8 @@ def test_every_field_of_every_step_exactly_and_stdout_agrees(entry, backend, one
     for record in records:
         k = record.step - 1
         assert record.raw == logged[k]  # every value every process logged for the rollout, as logged
-        assert record.raw["perf/train_wait_time"] == timers(entry, k)["train_wait"]
-        r, expected = Rollout(k), truth(entry, k)
+        assert record.raw["perf/train_wait_time"] == timers(entry, backend, k)["train_wait"]
+        r, expected = Rollout(k), truth(entry, backend, k)
         assert record.phases_s["generate"] == r.generate
         assert record.phases_s["old_logprob"] == r.log_probs and record.phases_s["train"] == r.actor_train
         assert record.phases_s["ref_logprob"] is None
@@ -332,7 +384,7 @@ def test_every_field_of_every_step_exactly_and_stdout_agrees(entry, backend, one
         assert record.samples == SAMPLES
         assert record.tokens == {"prompt": SAMPLES * PROMPT, "response": SAMPLES * response_length(k)}
         assert record.rollout_tokens_per_gpu_s == pytest.approx(SAMPLES * response_length(k) / r.generate / 8)
-        assert_train_side(record, entry, k)
+        assert_train_side(record, entry, backend, k)
         if k == ROLLOUTS - 1:
             assert record.step_time_s is None and "miles_shift:no_next_step" in record.flags
             continue
@@ -342,3 +394,78 @@ def test_every_field_of_every_step_exactly_and_stdout_agrees(entry, backend, one
         busy = r.log_probs + r.actor_train
         assert record.wait_ratio == pytest.approx(1 - busy / expected["step_time_s"], rel=1e-12)
     assert [comparable(r) for r in records] == [comparable(r) for r in from_stdout]
+
+
+def test_the_megatron_actor_times_its_weight_copy_in_the_steps_own_perf_line():
+    """The patch series' timer: in the Megatron actor's train_actor(), the CPU weight copy runs inside `timer(
+    "weight_backup")`, after the train timer's block and before the perf line that logs it (so the copy's seconds
+    reach the record whose step caused them, which the reader books in that step)."""
+    import ast
+    import importlib.util
+
+    source = Path(importlib.util.find_spec("miles.backends.megatron_utils.actor").origin).read_text()
+    train = next(
+        node
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef) and node.name == "train_actor"
+    )
+    blocks = {ast.unparse(w.items[0].context_expr): w for w in ast.walk(train) if isinstance(w, ast.With)}
+    backup = blocks["timer('weight_backup')"]
+    assert [ast.unparse(statement) for statement in backup.body] == ["self.weights_backuper.backup('actor')"]
+    train_block = blocks["inverse_timer('train_wait')"]
+    (perf_line,) = [c for c in ast.walk(train) if isinstance(c, ast.Call) and ast.unparse(c.func) == "log_perf_data"]
+    assert train_block.end_lineno < backup.lineno < perf_line.lineno
+
+
+@pytest.mark.parametrize("step_back", [46.0, 60.0])
+def test_a_wall_clock_step_back_inside_a_timer_is_flagged_and_left_out(
+    step_back, one_rank_group, tmp_path, monkeypatch
+):
+    """Miles's Timer reads time.time(): the clock stepping back while rollout 2's train_wait runs shortens it below
+    the work inside it (46 s) or below zero (60 s). That step's wait and step time are left out, flagged; every
+    other step keeps its exact values."""
+    LOGGED.clear()
+    console = run_miles("train.py", "fsdp", tmp_path, monkeypatch, step_back={2: step_back})
+    records = build_step_records("miles", [tmp_path / "sink"], CTX)
+    from_stdout = build_step_records("miles", [console], CTX)
+    assert [comparable(r) for r in records] == [comparable(r) for r in from_stdout]
+    stepped = records[2]
+    assert stepped.raw["perf/train_wait_time"] == pytest.approx(
+        timers("train.py", "fsdp", 2)["train_wait"] - step_back
+    )
+    assert stepped.step_time_s is None and stepped.phases_s["rollout_wait"] is None
+    negative = (
+        "negative_duration:perf/train_wait_time" if step_back == 60.0 else "negative_duration:phases_s.rollout_wait"
+    )
+    assert negative in stepped.flags
+    assert stepped.phases_s["train"] == Rollout(2).actor_train
+    for record in records[:2]:
+        expected = truth("train.py", "fsdp", record.step - 1)
+        assert record.step_time_s == pytest.approx(expected["step_time_s"], rel=1e-12)
+        assert not any(f.startswith("negative_duration") for f in record.flags)
+
+
+@pytest.mark.parametrize("backend", ["fsdp", "megatron"])
+def test_a_replay_logs_no_rollout_record_and_is_read_without_a_missing_key(
+    backend, one_rank_group, tmp_path, monkeypatch
+):
+    """A train-only cell (--load-debug-rollout-data): Miles's own log_rollout_data returns before logging the rollout
+    manager's record, so the sink holds the train rank's records only. Read as a replay, no step misses a key, none
+    has a generate time or a policy lag; read as a full loop, every step would miss perf/rollout_time."""
+    from dataclasses import replace
+
+    LOGGED.clear()
+    console = run_miles("train.py", backend, tmp_path, monkeypatch, replay=True)
+    assert not any(metrics.get("perf/rollout_time") is not None for _, metrics in LOGGED)
+    replayed = replace(CTX, replay=True)
+    records = build_step_records("miles", [tmp_path / "sink"], replayed)
+    assert [comparable(r) for r in records] == [
+        comparable(r) for r in build_step_records("miles", [console], replayed)
+    ]
+    for record in records:
+        assert not [f for f in record.flags if f.startswith("missing:")], record.flags
+        assert record.phases_s["generate"] is None and "generate:not_recorded:replay" in record.flags
+        assert record.policy_lag == {} and record.phases_s["train"] == Rollout(record.step - 1).actor_train
+    assert all(r.step_time_s is not None for r in records[:-1])
+    full_loop = build_step_records("miles", [tmp_path / "sink"], CTX)
+    assert all("missing:perf/rollout_time" in r.flags for r in full_loop)

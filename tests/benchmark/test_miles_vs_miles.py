@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from scripts.benchmark.frameworks.miles.versions import DEFAULT_MILES_TARGET, MILES_RELEASE
-from tests.benchmark.standins.plans import STANDINS, run_py
+from tests.benchmark.standins.plans import STANDINS, reprove, run_py
 
 STEP_S = {"miles": 0.04, "miles-base": 0.05}
 """The release side is the slower stand-in, so the pair has a difference to report."""
@@ -32,6 +32,7 @@ def _substitute_standins(plan_path: Path) -> dict:
         argv += ["--sink", sink["path"], "--steps", str(cell["num_steps"]), "--step-s", str(STEP_S[cell["side"]])]
         cell["argv"], cell["launch_argv"] = argv, list(argv)
     plan_path.write_text(json.dumps(plan, indent=2))
+    reprove(plan_path.parent)
     return plan
 
 
@@ -51,7 +52,8 @@ def test_two_miles_targets_plan_with_only_the_target_and_its_sink_declared(tmp_p
     assert [step["name"] for step in plan["prepare"]] == ["download-model", "download-dataset"]  # no conversion
     (pair,) = json.loads((tmp_path / "D" / "parity.json").read_text())["pairs"]
     differing = {row["knob"]: row for row in pair["rows"] if row["status"] != "matched"}
-    assert list(differing) == ["target", "rollout_engine_version", "metric_sink"]  # colocated: both prefill off
+    # colocated: both prefill off; no decode-graph cap in the launches: each bundled SGLang's own rule
+    assert list(differing) == ["target", "cuda_graph_max_bs", "rollout_engine_version", "metric_sink"]
     assert {row["status"] for row in differing.values()} == {"asymmetry"}
     assert (differing["rollout_engine_version"]["candidate"], differing["rollout_engine_version"]["reference"]) == (
         "sglang 0.5.16 + Miles's patches (sglang-miles)",

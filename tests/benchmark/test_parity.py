@@ -23,7 +23,7 @@ from scripts.benchmark.frameworks.verl.parity_knobs import (
     parse_verl,
 )
 from scripts.benchmark.plan.parity import ParityError, ParitySide, build_parity, parity_file, parity_markdown
-from scripts.benchmark.spec import BACKENDS, LAYOUTS, load_preset, preset_names, with_overrides
+from scripts.benchmark.spec import BACKENDS, LAYOUTS, BenchmarkSpec, load_preset, preset_names, with_overrides
 
 AR = "actor_rollout_ref"
 
@@ -95,6 +95,46 @@ def both(*edits):
     return edit
 
 
+SCHEDULES = ("drain", "continuous")
+DIFFERENT_WORK = {
+    "rollout_memory_release": {"colocate"},
+    "max_policy_lag": {"continuous"},
+    "first_steps_composition": {"disaggregated"},
+    "loop_shape": {"disaggregated"},
+    "partial_rollout": {"disaggregated"},
+}
+"""Rows whose two sides do different work in these layouts or schedules (the frameworks' own code says so:
+test_verl_sglang_server.py, test_policy_lag.py, test_schedule_parity.py): never matched there."""
+
+
+def _every_pair():
+    for preset in preset_names():
+        for layout in LAYOUTS:
+            for schedule in SCHEDULES if layout == "disaggregated" else ("drain",):
+                yield preset, layout, schedule
+
+
+@pytest.mark.parametrize("preset,layout,schedule", list(_every_pair()))
+def test_no_matched_row_of_any_preset_layout_and_schedule_hides_different_work(preset, layout, schedule):
+    """Every preset x layout x schedule, both backends: rows that name a framework's default are never matched (two
+    SGLang releases' defaults are not one setting), and the rows where the two sides do different work are declared
+    with their note."""
+    data = with_overrides(load_preset(preset), layout=layout).model_dump(mode="json")
+    data["placement"]["async_loop"]["schedule"] = schedule
+    spec = BenchmarkSpec.model_validate(data)
+    train, val = converted_paths(spec, "/out/data")
+    prepare = prepare_step(spec, "/out/data", "run.py")["argv"]
+    for backend in BACKENDS:
+        miles = build_miles_launch(spec, backend, layout).argv
+        verl = build_verl_launch(spec, backend, layout, VerlData(train, val)).argv
+        rows = {r.knob: r for r in _build(miles, verl, backend, layout, prepare)}
+        matched = {knob: r for knob, r in rows.items() if r.status == "matched"}
+        assert not [k for k, r in matched.items() if "default" in str(r.candidate)], (backend, layout)
+        for knob, where in DIFFERENT_WORK.items():
+            if {layout, schedule} & where:
+                assert rows[knob].status == "asymmetry" and rows[knob].note, (knob, backend, layout, schedule)
+
+
 class TestMatchedLaunches:
     @pytest.mark.parametrize("preset", preset_names())
     @pytest.mark.parametrize("backend", BACKENDS)
@@ -113,6 +153,8 @@ class TestMatchedLaunches:
             "metric_sink",
             "weight_cpu_backup",
             "rollout_engine_version",
+            "rollout_memory_release",
+            "cuda_graph_max_bs",
         }
 
     @pytest.mark.parametrize("preset", preset_names())
@@ -400,8 +442,8 @@ class TestOutputs:
         pair = ParityPair(backend="megatron", layout="colocate", candidate_cell="m", reference_cell="v", rows=rows)
         parity = parity_file("abc123abc123", [pair])
         counts = parity.pairs[0].counts
-        assert counts["MISMATCH"] == 0 and counts["asymmetry"] == 6
-        assert counts["matched"] + 6 == len(parity.pairs[0].rows)
+        assert counts["MISMATCH"] == 0 and counts["asymmetry"] == 8
+        assert counts["matched"] + 8 == len(parity.pairs[0].rows)
         text = parity_markdown(parity, "qwen3-1.7b-base", registry.option_pair(compare_verl=True, miles_version=None))
         clip_high = "| grpo | clip_high | 0.28 | 0.28 | matched | `--eps-clip-high 0.28` | "
         assert clip_high + "`actor_rollout_ref.actor.clip_ratio_high=0.28` |  |" in text

@@ -68,6 +68,48 @@ class TestReadmeCommand:
         assert result.stdout.strip() == "[]", result.stderr
 
 
+@pytest.fixture(scope="module")
+def verl_beside(tmp_path_factory, verl_root) -> Path:
+    """A venv whose site-packages path holds the real VERL 0.9.1 wheel, then the test venv's packages: VERL's wheel
+    installs top-level `scripts` and `tests` packages, as on a GPU node where VERL is installed in python3."""
+    venv = tmp_path_factory.mktemp("verl-beside") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+
+    def ask(interpreter, code: str) -> str:
+        return subprocess.run([interpreter, "-c", code], capture_output=True, text=True, cwd="/").stdout.strip()
+
+    site = Path(ask(python, "import site; print(site.getsitepackages()[0])"))
+    (site / "aa_verl.pth").write_text(f"{verl_root}\n")
+    ours = [p for p in sys.path if p.endswith("site-packages")]  # this interpreter's, layered venvs included
+    (site / "zz_test_venv.pth").write_text("".join(f"{p}\n" for p in ours))
+    assert ask(python, "import scripts; print(scripts.__file__)") == str(verl_root / "scripts" / "__init__.py")
+    return python
+
+
+class TestVerlInstalledBeside:
+    """The harness starts in a Python where VERL is installed: its regular `scripts` package would otherwise hide
+    this checkout's namespace package `scripts`."""
+
+    def test_the_main_command_plans(self, verl_beside, tmp_path, verl_root):
+        out = tmp_path / "out"
+        argv = [verl_beside, RUN_PY, "--backend", "fsdp", "--compare-verl", "--preset", "smoke", "--output-dir", out]
+        env = {**os.environ, "VERL_ISOLATED_DIR": str(verl_root)}
+        result = subprocess.run([*argv, "--dry-run"], capture_output=True, text=True, env=env, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert "VERL strict compose: ok" in result.stdout and (out / "plan.json").is_file()
+
+    def test_a_cell_scripts_prepare_line_and_calibrate_start(self, verl_beside, tmp_path):
+        """convert-data is the prepare line a VERL cell script runs with the node's python3."""
+        argv = [verl_beside, RUN_PY, "convert-data", "--source", tmp_path / "none.jsonl", "--start", "0", "--end", "2"]
+        argv += ["--train-file", tmp_path / "t.parquet", "--val-file", tmp_path / "v.parquet"]
+        result = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path)
+        assert result.returncode == 2 and "none.jsonl" in result.stderr and "Traceback" not in result.stderr
+        calibrate = RUN_PY.parent / "calibrate.py"
+        result = subprocess.run([verl_beside, calibrate, "--help"], capture_output=True, text=True, cwd=tmp_path)
+        assert result.returncode == 0 and "--output-dir" in result.stdout, result.stderr
+
+
 class TestWandb:
     def test_wandb_switch_turns_on_tracking_in_both_launches_without_the_key(self, tmp_path, verl_root):
         """--wandb: Miles gets the wandb flags (no --wandb-key), VERL the wandb logger; parity matches; sinks stay."""

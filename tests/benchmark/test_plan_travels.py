@@ -19,7 +19,7 @@ from pathlib import Path
 
 from scripts.benchmark.contracts.plan import HARNESS_DIR
 from scripts.benchmark.runner.relocate import relocated
-from tests.benchmark.standins.plans import REPO_ROOT, RUN_PY, STANDINS, harness_argv, standin_cell, write_plan
+from tests.benchmark.standins.plans import REPO_ROOT, RUN_PY, STANDINS, harness_argv, reprove, standin_cell, write_plan
 from tests.benchmark.test_end_to_end import _run_py, _substitute_standins
 
 
@@ -79,6 +79,7 @@ def _as_planned_elsewhere(plan_path: Path, source: Path) -> None:
             argv = ["bash", "-c", 'test -s "$1" || exit 3; shift; exec "$@"', "_", words[0], *argv]
         cell["argv"], cell["launch_argv"] = argv, list(argv)
     plan_path.write_text(json.dumps(plan, indent=2))
+    reprove(plan_path.parent)
 
 
 def test_a_plan_made_in_one_folder_executes_from_a_copy_in_another(tmp_path: Path):

@@ -12,11 +12,9 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-
 from scripts.benchmark.analysis.document import analyse_run_folder
 from scripts.benchmark.analysis.settings import AnalysisSettings
 from scripts.benchmark.contracts.parity import ParityPair, parity_text
-from scripts.benchmark.frameworks.miles.sink import MILES_LAG_KEYS
 from scripts.benchmark.frameworks.sinks import build_step_records
 from scripts.benchmark.frameworks.verl.sink import VERL_LAG_KEYS
 from scripts.benchmark.plan.parity import parity_file
@@ -50,16 +48,83 @@ def test_verl_staleness_from_a_real_file_logger(verl_root, tmp_path, monkeypatch
     assert [r.policy_lag for r in read_records(tmp_path / "metrics.jsonl")] == [r.policy_lag for r in records]
 
 
-def test_miles_fully_async_staleness_from_its_perf_lines(tmp_path):
+def test_the_fully_async_buffers_own_staleness_is_not_taken_for_the_lag(tmp_path):
+    """--fully-async logs its data buffer's staleness against the engines' version at the drain, one update before
+    the batch trains: it stays in raw, and the lag is read from the samples' weight versions as in every loop."""
     calls = miles_log_calls(range(3))
     for identity, _, metrics in calls:
         if identity is ROLLOUT_MANAGER:
             k = metrics["rollout/step"]
-            metrics |= {MILES_LAG_KEYS[0]: 0.5 * k, MILES_LAG_KEYS[1]: k, "rollout/fully_async/queue_size": 3}
+            metrics |= {"rollout/fully_async/avg_staleness": 0.0, "rollout/fully_async/max_staleness": 0}
+            metrics |= {"rollout/weight_version/mean": float(k), "rollout/weight_version/min": float(k)}
     log = tmp_path / "log.txt"
     log.write_text(stdout_text(calls))
     records = build_step_records("miles", [log], MILES_CTX)
-    assert [r.policy_lag for r in records] == [{"mean": 0.5 * k, "max": float(k)} for k in range(3)]
+    assert [r.policy_lag for r in records] == [{"mean": 1.0, "max": 1.0}] * 3
+    assert all(r.raw["rollout/fully_async/max_staleness"] == 0 for r in records)
+
+
+def test_the_continuous_pairs_lag_bound_holds_in_miles_own_data_buffer():
+    """Miles's own DefaultDataBuffer (inside a Miles checkout) with the continuous Miles cell's settings, drained as
+    train_async.py drains it: batch k+1 is drained while the engines still serve version k+1, one update before the
+    policy of version k+2 trains it; a group is stamped with the version it finished under. Every group the buffer
+    hands to training is at most the parity row's bound behind the training policy, and the reader's lag from the
+    trained samples' weight versions says the same."""
+    buffers = pytest.importorskip(
+        "miles.rollout.fully_async_data_buffer",
+        reason="Miles's data buffer is not importable: this test runs inside a Miles checkout (the overlay test)",
+    )
+    import asyncio
+    from argparse import Namespace
+
+    from scripts.benchmark.analysis.staleness import bound_versions
+    from scripts.benchmark.frameworks.miles.flags import flag_default, load_inventory
+    from scripts.benchmark.frameworks.miles.sink import _miles_policy_lag
+    from tests.benchmark.test_schedule_parity import _continuous_rows
+
+    from miles.utils import metric_utils
+    from miles.utils.types import Sample
+
+    miles, _, rows = _continuous_rows("qwen3-4b", "megatron")
+    value = lambda flag: miles[miles.index(flag) + 1]  # noqa: E731
+    args = Namespace(
+        max_weight_staleness=int(value("--max-weight-staleness")),
+        async_data_buffer_capacity_factor=flag_default(
+            load_inventory(), "megatron", "--async-data-buffer-capacity-factor"
+        ),
+        rollout_batch_size=4,
+        dynamic_sampling_filter_path=None,
+    )
+    bound = bound_versions(rows["max_policy_lag"].candidate)
+
+    def group(finished_under: int) -> list:
+        samples = []
+        for _ in range(2):
+            sample = Sample(status=Sample.Status.COMPLETED)
+            sample.update_from_meta_info(
+                Namespace(sglang_speculative_algorithm=None),
+                {"weight_version": str(finished_under), "finish_reason": {"type": "stop"}},
+            )
+            samples.append(sample)
+        return samples
+
+    async def drain(engine_version: int, finished: list[int]) -> list[list]:
+        dropped: list = []
+        buffer = buffers.DefaultDataBuffer(
+            buffers.DataBufferConstructorInput(args=args, unused_handler_fn=dropped.append)
+        )
+        for version in finished:
+            await buffer.put(buffers.DataBufferInput(prompt_group=[], group=group(version)))
+        return [(await buffer.get(current_version=engine_version)).group for _ in range(args.rollout_batch_size)]
+
+    # the engines serve version 5 while batch 5 drains: groups finished under 4 (before the last update) and 5
+    trained = asyncio.run(drain(5, [4, 5, 4, 5, 5, 5, 5, 4]))
+    training_policy = 5 + 1
+    lags = [training_policy - min(s.oldest_weight_version for s in g) for g in trained]
+    assert max(lags) <= bound == 1
+    oldest = [s.oldest_weight_version for g in trained for s in g]  # what log_rollout_data summarises
+    logged = metric_utils.dict_add_prefix(metric_utils.compute_statistics(oldest), "rollout/weight_version/")
+    assert _miles_policy_lag(logged, rollout_id=5)["max"] == max(lags)
 
 
 @pytest.fixture(scope="module")

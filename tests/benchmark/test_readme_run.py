@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from scripts.benchmark.errors import MODULE_EXTRAS
-from tests.benchmark.standins.plans import REPO_ROOT, STANDINS
+from tests.benchmark.standins.plans import REPO_ROOT, STANDINS, reprove
 
 README = REPO_ROOT / "README.md"
 
@@ -62,6 +62,7 @@ def test_the_readme_install_brings_what_a_run_needs_to_end_with_its_report(tmp_p
         cell["argv"], cell["launch_argv"], cell["num_steps"] = argv, list(argv), 6
     plan["cells"] = [c for c in plan["cells"] if c["backend"] == "fsdp"]
     (out / "plan.json").write_text(json.dumps(plan))
+    reprove(out)
 
     run_dir = tmp_path / "run"
     execute = [sys.executable, str(REPO_ROOT / "scripts/benchmark/run.py"), "execute", str(out / "plan.json")]

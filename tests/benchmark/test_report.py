@@ -19,7 +19,8 @@ from scripts.benchmark.contracts.parity import parse_parity, unexplained
 from scripts.benchmark.contracts.report import validate_report_file
 from scripts.benchmark.errors import wrap_commands
 from scripts.benchmark.report.plots import phase_bars_size_px, ratio_chart_size_px, step_times_size_px
-from tests.benchmark.synthetic_runs import SyntheticCell, matched_parity, write_run_folder
+from scripts.benchmark.report.write import write_report
+from tests.benchmark.synthetic_runs import SyntheticCell, gap_pair, matched_parity, write_run_folder
 from typer.testing import CliRunner
 
 WARMUP_STEPS = 12
@@ -608,11 +609,64 @@ def _mount_tmpfs(folder: Path, size: str) -> bool:
 
 
 def _fill(path: Path) -> None:
-    """Write until the file system says it is full."""
-    with open(path, "wb") as handle:
+    """Write until the file system says it is full (unbuffered: no byte left to flush, and fail, at close)."""
+    with open(path, "wb", buffering=0) as handle:
         try:
             while True:
                 handle.write(b"\0" * 65536)
                 handle.flush()
         except OSError as exc:
             assert exc.errno == errno.ENOSPC, exc
+
+
+class TestStepFlagsReachTheReport:
+    """What the readers flag on step records (and what reading metrics.jsonl finds) is summarised per cell in
+    report.json, in a Step flags section, and named under the headline when a value is doubtful or left out."""
+
+    @staticmethod
+    def rewrite(path: Path, change) -> None:
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        path.write_text("".join(json.dumps(record) + "\n" for record in change(lines)))
+
+    def test_flags_duplicated_lines_and_non_numbers_are_counted_once_and_shown(self, tmp_path):
+        settings = AnalysisSettings(reps=200)
+        clean_dir = write_run_folder(tmp_path / "clean", gap_pair({"train": 1.0}, num_steps=120))
+        clean = analyse_run_folder(clean_dir, settings)
+        run_dir = write_run_folder(tmp_path / "run", gap_pair({"train": 1.0}, num_steps=120))
+        miles = run_dir / "cells/miles-fsdp-colocate/rep-0/metrics.jsonl"
+        verl = run_dir / "cells/verl-fsdp-colocate/rep-0/metrics.jsonl"
+
+        def stepped_back(records):
+            for record in records[40:43]:
+                record["flags"] = [*record["flags"], "negative_duration:phases_s.rollout_wait"]
+                record["step_time_s"] = None
+            return records
+
+        def fast(records):
+            records[50]["step_time_s"] = "fast"
+            return records
+
+        self.rewrite(miles, stepped_back)
+        self.rewrite(verl, fast)
+        verl.write_text(verl.read_text() * 2)  # every line written twice
+        doc = analyse_run_folder(run_dir, settings)
+        write_report(doc, run_dir)
+        cells = {c.id: c for c in doc.cells}
+        clean_cells = {c.id: c for c in clean.cells}
+        flags = {c: {f.flag: f for f in cells[c].step_flags} for c in cells}
+        assert flags["miles-fsdp-colocate"]["negative_duration:phases_s.rollout_wait"].steps == 3
+        duplicated = flags["verl-fsdp-colocate"]["duplicate_line"]
+        assert duplicated.steps == duplicated.of_steps == 120
+        assert flags["verl-fsdp-colocate"]["non_numeric:step_time_s"].steps == 1
+        verl_steps = cells["verl-fsdp-colocate"].summaries["step_time_s"].n
+        assert verl_steps == clean_cells["verl-fsdp-colocate"].summaries["step_time_s"].n - 1  # not twice
+        assert all(f.defect for f in cells["verl-fsdp-colocate"].step_flags)
+        assert clean_cells["verl-fsdp-colocate"].step_flags == []
+        markdown = (run_dir / "report.md").read_text()
+        assert "## Step flags" in markdown
+        assert "| `miles-fsdp-colocate` | `negative_duration:phases_s.rollout_wait` | defect | 3 of " in markdown
+        glance = markdown.split("## At a glance", 1)[1].split("\n## ", 1)[0]
+        assert "Flagged steps: `miles-fsdp-colocate` negative_duration:phases_s.rollout_wait on 3 of" in glance
+        assert "`verl-fsdp-colocate` duplicate_line on" in glance and "non_numeric:step_time_s" in glance
+        write_report(clean, clean_dir)
+        assert "Flagged steps" not in (clean_dir / "report.md").read_text()

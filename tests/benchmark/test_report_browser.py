@@ -1,5 +1,6 @@
 """report.html in a real browser (headless Chromium) at 1280 px: the headline cards come before the first table,
-nothing overflows horizontally, the embedded plots load; and a screenshot of it is kept in the docs.
+nothing overflows horizontally, the embedded plots load, the cards lead with their verdict (no bold red paragraph
+beside it); at phone widths no card text is cut; and a screenshot of it is kept in the docs.
 
 Regenerate the docs screenshot: MILES_BENCH_UPDATE_SCREENSHOT=1 python -m pytest tests/benchmark/test_report_browser.py
 """
@@ -22,6 +23,8 @@ from tests.benchmark.headless_chromium import chromium_binary, dump_dom, screens
 from tests.benchmark.synthetic_runs import gap_pair, write_run_folder
 
 WIDTH = 1280
+PHONE_FRAME_ABOVE = 500
+"""Headless Chromium lays a page out at least this wide, whatever --window-size says."""
 DOCS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "benchmark" / "report-screenshot.png"
 SCREENSHOT_HEIGHT = 1100
 
@@ -41,6 +44,13 @@ window.addEventListener("load", () => {
     cardsBeforeTable: !!(cards && table && (cards.compareDocumentPosition(table) & Node.DOCUMENT_POSITION_FOLLOWING)),
     images: [...document.images].map((i) => i.complete && i.naturalWidth > 0),
     verdicts: [...document.querySelectorAll(".card .verdict")].map((v) => v.textContent),
+    clipped: [...document.querySelectorAll(".card .who, .card .tot, .card .verdict, .card .card-title, .card .seg")]
+      .filter((e) => e.textContent && getComputedStyle(e).fontSize !== "0px")
+      .filter((e) => e.scrollWidth > e.clientWidth + 1 || e.getBoundingClientRect().right > root.clientWidth + 1)
+      .map((e) => e.className + ": " + e.textContent),
+    boldRedBesideVerdict: [...document.querySelectorAll(".card p:not(.verdict)")]
+      .filter((e) => getComputedStyle(e).color === "rgb(207, 34, 46)" && Number(getComputedStyle(e).fontWeight) >= 600)
+      .map((e) => e.textContent),
   };
   const out = document.createElement("pre");
   out.id = "measured";
@@ -65,10 +75,18 @@ def rendered(tmp_path_factory) -> Path:
     return run_dir
 
 
-def measure(report: Path, tmp_path: Path) -> dict:
+def measure(report: Path, tmp_path: Path, width: int = WIDTH) -> dict:
+    """The measuring script's results on the report at `width` px. Below Chromium's smallest headless window the
+    report is measured inside an iframe of that width, whose viewport (its media queries too) is that width."""
     page = tmp_path / "measured.html"
-    page.write_text(report.read_text().replace("</body>", MEASURE + "</body>"))
-    dom = dump_dom(page, width=WIDTH, height=900)
+    measured = report.read_text().replace("</body>", MEASURE + "</body>")
+    if width < PHONE_FRAME_ABOVE:
+        copy = "window.addEventListener('load', () => document.body.appendChild(document.querySelector('iframe')"
+        copy += ".contentDocument.getElementById('measured').cloneNode(true)));"
+        frame = f'<iframe style="width:{width}px;height:900px;border:0" srcdoc="{html.escape(measured)}"></iframe>'
+        measured = f"<!DOCTYPE html><html><body style='margin:0'>{frame}<script>{copy}</script></body></html>"
+    page.write_text(measured)
+    dom = dump_dom(page, width=max(width, PHONE_FRAME_ABOVE), height=900)
     found = re.search(r'<pre id="measured">(.*?)</pre>', dom, re.S)
     assert found, "the measuring script did not run"
     return json.loads(html.unescape(found[1]))
@@ -83,6 +101,23 @@ def test_cards_come_first_and_nothing_overflows_at_1280px(rendered, tmp_path):
     assert measured["images"] == [True, True, True]
     assert measured["verdicts"][0].startswith("Miles 10% slower")
     assert measured["verdicts"][1].startswith("no practical difference")
+
+
+def test_cards_lead_with_their_verdict_no_bold_red_paragraph_beside_it(rendered, tmp_path):
+    """One repeat and no learning signals in every cell: what the cards say besides the verdict is a plain note
+    (the one-repeat caution once under the cards), never a bold red block competing with it."""
+    measured = measure(rendered / "report.html", tmp_path)
+    assert measured["cards"] == 4 and measured["boldRedBesideVerdict"] == []
+    text = (rendered / "report.html").read_text()
+    assert text.count("One repeat: the interval covers this run") == 1
+
+
+@pytest.mark.parametrize("width", [390, 768, WIDTH])
+def test_on_a_phone_no_card_text_is_cut_and_nothing_overflows(rendered, tmp_path, width):
+    measured = measure(rendered / "report.html", tmp_path, width=width)
+    assert measured["clientWidth"] == width and measured["cards"] == 4
+    assert measured["clipped"] == []
+    assert measured["scrollWidth"] <= measured["clientWidth"], measured["tooWide"]
 
 
 def test_overflow_check_catches_a_page_wider_than_the_window(rendered, tmp_path):

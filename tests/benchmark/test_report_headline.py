@@ -77,14 +77,16 @@ def test_a_card_measured_in_one_repeat_says_its_interval_is_one_run(tmp_path, re
     cells = [dataclasses.replace(c, repeats=repeats) for c in gap_pair(TEN_PERCENT, num_steps=60, cv=0.01, seed=5)]
     run_dir = write_run_folder(tmp_path, cells)
     write_report(analyse_run_folder(run_dir, AnalysisSettings(reps=REPS)), run_dir)
-    line = (run_dir / "headline.md").read_text()
-    assert ("One repeat: the interval covers this run's steps only" in line) == (repeats == 1), line
+    text = (run_dir / "headline.md").read_text()
+    assert text.count("One repeat: the interval covers this run's steps only") == (repeats == 1), text
+    cards = [line for line in text.splitlines() if line.startswith("- **")]
+    assert not any("One repeat" in card for card in cards)  # said once under the cards, never in a card
 
 
 def test_headline_markdown_is_one_line_per_pair(tmp_path):
     cells = gap_pair(TEN_PERCENT, num_steps=120) + gap_pair({}, backend="megatron", num_steps=120, seed=3)
     doc = analyse_run_folder(write_run_folder(tmp_path, cells), AnalysisSettings(reps=200))
-    lines = [line for line in headline_markdown(doc).splitlines() if line.startswith("- ")]
+    lines = [line for line in headline_markdown(doc).splitlines() if line.startswith("- **")]
     assert [line.split("**")[1] for line in lines] == ["fsdp / colocate", "megatron / colocate"]
 
 

@@ -13,7 +13,7 @@ import pytest
 from scripts.benchmark.contracts.manifest import NOT_NEEDED, SKIPPED, Manifest, new_cell_run
 from scripts.benchmark.runner.executor import interleaved_order
 from scripts.benchmark.runner.rounds import Rounds
-from tests.benchmark.standins.plans import STANDINS, run_py
+from tests.benchmark.standins.plans import STANDINS, reprove, run_py
 
 CELLS = [
     {"id": "miles-fsdp-colocate", "framework": "miles", "side": "miles", "backend": "fsdp", "layout": "colocate"},
@@ -126,6 +126,7 @@ def _sequential_run(
         argv += ["--sink", cell["sink"]["path"], "--steps", str(cell["num_steps"]), "--step-s"]
         cell["argv"] = cell["launch_argv"] = argv + [str(step_s[cell["side"]]), "--startup-s", str(startup_s)]
     (plan_dir / "plan.json").write_text(json.dumps(plan, indent=2))
+    reprove(plan_dir)
     executed = run_py("execute", str(plan_dir / "plan.json"), "--output-dir", str(run_dir), "--skip-prepare",
                        "--no-preflight", "--ray", "none", "--poll-interval-s", "0.05")  # fmt: skip
     return run_dir, executed

@@ -19,18 +19,20 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
-from scripts.benchmark.analysis.train_only import TRAINING_METRICS
+from scripts.benchmark.analysis.train_only import NOT_COMPARED, TRAINING_METRICS
 from scripts.benchmark.errors import UserError
 from scripts.benchmark.frameworks import registry
 from scripts.benchmark.plan.build import PlanOptions, build_plan
-from scripts.benchmark.plan.train_only import recording_key
+from scripts.benchmark.plan.train_only import Recorder, recording_key
 from scripts.benchmark.report.headline import TRAIN_ONLY_NOTE
 from scripts.benchmark.run import build_app
 from scripts.benchmark.spec import BACKENDS, LAYOUTS, load_preset, preset_names, spec_hash, spec_json, with_overrides
 from scripts.benchmark.spec.benchmark import BenchmarkSpec
-from tests.benchmark.standins.plans import RUN_PY, STANDINS
+from tests.benchmark.standins.plans import RUN_PY, STANDINS, reprove
 from tests.benchmark.toy_framework import ADAPTER as TOY
 from typer.testing import CliRunner
+
+from miles.utils.bench_metrics import read_records
 
 MILES_TEMPLATE = "/miles/{rollout_id}.pt"
 
@@ -134,17 +136,67 @@ def test_every_cell_replays_the_recording_the_candidate_records(preset, layout):
 
 def test_the_recording_key_is_what_determines_the_rollout():
     """The same spec replans to the same recording (reused across runs and nights); a change to what is generated,
-    or to who generates it where, is another recording; where recordings are kept is not part of it."""
+    or to who generates it where, with which code, is another recording; where recordings are kept is not part of
+    it."""
     spec = with_overrides(load_preset("smoke"), train_only=True)
-    miles = registry.option_pair(compare_verl=True, miles_version=None).candidate
+    side = registry.option_pair(compare_verl=True, miles_version=None).candidate
+    miles = Recorder(side, "/ci/miles", "a" * 40)
     key = recording_key(spec, miles, "fsdp", "colocate")
     assert key == recording_key(with_overrides(load_preset("smoke"), train_only=True), miles, "fsdp", "colocate")
     assert key != recording_key(with_overrides(spec, num_steps=20), miles, "fsdp", "colocate")
     assert key != recording_key(spec, miles, "megatron", "colocate")
     assert key != recording_key(spec, miles, "fsdp", "disaggregated")
-    assert key != recording_key(spec, miles.model_copy(update={"target": "0.0.2"}), "fsdp", "colocate")
+    released = Recorder(side.model_copy(update={"target": "0.0.2"}), "/ci/miles", "a" * 40)
+    assert key != recording_key(spec, released, "fsdp", "colocate")
+    assert key != recording_key(spec, Recorder(side, "/ci/other", "a" * 40), "fsdp", "colocate")
+    assert key != recording_key(spec, Recorder(side, "/ci/miles", "b" * 40), "fsdp", "colocate")
     moved = BenchmarkSpec.model_validate({**spec.model_dump(), "recording": {"cache_dir": "/other"}})
     assert recording_key(moved, miles, "fsdp", "colocate") == key
+
+
+def _git_checkout(path: Path, *commits: str) -> list[str]:
+    """A git repository at `path` with one commit per message; the commits' ids."""
+    git = ["git", "-C", str(path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    path.mkdir(parents=True)
+    subprocess.run([*git, "init", "-q"], check=True)
+    ids = []
+    for message in commits:
+        (path / "train.py").write_text(message + "\n")
+        subprocess.run([*git, "add", "train.py"], check=True)
+        subprocess.run([*git, "commit", "-q", "-m", message], check=True)
+        ids.append(subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip())
+    return ids
+
+
+def test_each_checkout_and_commit_records_its_own_rollout(tmp_path):
+    """A PR head, another PR and the nightly plan the same spec from their own checkouts: each replays the rollout
+    its own code generated; the same checkout at the same commit finds the recording again from another plan
+    folder; a checkout whose code no commit names (uncommitted changes, or no git) records for its plan only."""
+    head, other = _git_checkout(tmp_path / "pr", "head", "other-pr")
+    (nightly,) = _git_checkout(tmp_path / "nightly", "main")
+
+    def planned(name: str, miles_root: Path) -> tuple[dict, str]:
+        result = _invoke("--preset", "smoke", "--backend", "fsdp", "--output-dir", str(tmp_path / name),
+                         "--dry-run", "--train-only", "--miles-root", str(miles_root))  # fmt: skip
+        assert result.exit_code == 0, result.output
+        return json.loads((tmp_path / name / "plan.json").read_text())["recording"], result.output
+
+    at_other, _ = planned("p1", tmp_path / "pr")
+    subprocess.run(["git", "-C", str(tmp_path / "pr"), "checkout", "-q", head], check=True)
+    at_head, said = planned("p2", tmp_path / "pr")
+    again, _ = planned("p3", tmp_path / "pr")
+    at_nightly, _ = planned("p4", tmp_path / "nightly")
+    assert (at_head["commit"], at_other["commit"], at_nightly["commit"]) == (head, other, nightly)
+    assert len({at_head["key"], at_other["key"], at_nightly["key"]}) == 3
+    assert (again["key"], again["root"]) == (at_head["key"], at_head["root"]) and again["shared"] is True
+    assert f"{tmp_path / 'pr'} at {head[:12]}), key {at_head['key']}" in said
+    (tmp_path / "pr" / "train.py").write_text("edited\n")
+    dirty, said = planned("p5", tmp_path / "pr")
+    dirty_again, _ = planned("p6", tmp_path / "pr")
+    assert dirty["commit"] is None and dirty["shared"] is False and dirty["key"] != dirty_again["key"]
+    assert "recorded for this plan folder only" in said
+    no_git, _ = planned("p7", tmp_path / "nowhere")
+    assert no_git["shared"] is False and no_git["key"] not in (at_head["key"], dirty["key"])
 
 
 def test_the_parity_table_names_what_each_side_does_besides_training():
@@ -247,12 +299,14 @@ class TestCommandLine:
         data["recording"] = {"cache_dir": str(tmp_path / "rec")}
         spec = tmp_path / "spec.yaml"
         spec.write_text(json.dumps(data))
-        first = _invoke("--spec", str(spec), "--output-dir", str(tmp_path / "a"), "--dry-run")
+        _git_checkout(tmp_path / "miles", "main")
+        miles = ["--miles-root", str(tmp_path / "miles")]
+        first = _invoke("--spec", str(spec), "--output-dir", str(tmp_path / "a"), "--dry-run", *miles)
         recording = json.loads((tmp_path / "a" / "plan.json").read_text())["recording"]
         assert first.exit_code == 0 and recording["digest"] is None and "recorded by the first run" in first.output
         Path(recording["digest_file"]).parent.mkdir(parents=True)
         Path(recording["digest_file"]).write_text("feedc0de\n")
-        again = _invoke("--spec", str(spec), "--output-dir", str(tmp_path / "b"), "--dry-run")
+        again = _invoke("--spec", str(spec), "--output-dir", str(tmp_path / "b"), "--dry-run", *miles)
         replanned = json.loads((tmp_path / "b" / "plan.json").read_text())["recording"]
         assert again.exit_code == 0 and replanned["digest"] == "feedc0de" and "digest feedc0de" in again.output
         assert (replanned["key"], replanned["root"]) == (recording["key"], recording["root"])
@@ -343,9 +397,12 @@ def _plan_standin_run(tmp_path: Path, name: str, *extra: str) -> tuple[Path, dic
         sink = cell["sink"]
         argv = [sys.executable, str(STANDINS / "standin_trainer.py"), "--format", sink["format"], "--sink"]
         argv += [sink["path"], "--steps", str(cell["num_steps"]), "--step-s", str(STEP_S), "--startup-s", "0.01"]
-        argv += ["--learning", json.dumps(STANDIN_LEARNING[cell["framework"]])]
+        argv += ["--learning", json.dumps(STANDIN_LEARNING[cell["framework"]])] + (
+            ["--replay"] if cell.get("replay") else []
+        )
         cell["argv"], cell["launch_argv"] = argv, list(argv)
     (plan_dir / "plan.json").write_text(json.dumps(plan, indent=2))
+    reprove(plan_dir)
     return plan_dir, plan
 
 
@@ -380,6 +437,7 @@ def _standin_recording_pass(tmp_path: Path, plan_dir: Path, plan: dict) -> str:
     (plan_dir / "recording" / "record.sh").write_text("\n".join(lines) + "\n")
     plan["prepare"] = [step for step in plan["prepare"] if "record" in step["name"]]
     (plan_dir / "plan.json").write_text(json.dumps(plan, indent=2))
+    reprove(plan_dir)
     return recording_digest(staged, "miles")
 
 
@@ -407,6 +465,11 @@ def test_a_stand_in_replay_run_reports_the_train_only_section(tmp_path):
         "root": plan["recording"]["root"],
         "digest": digest,
     }
+    assert all(cell.get("replay") is True for cell in plan["cells"])
+    for cell in plan["cells"]:
+        records = read_records(run_dir / "cells" / cell["id"] / "rep-0" / "metrics.jsonl")
+        assert records and not [f for r in records for f in r.flags if f.startswith("missing:")]
+        assert {r.phases_s["generate"] for r in records} == {None} and {str(r.policy_lag) for r in records} == {"{}"}
     reported = _run_py("report", str(run_dir), "--full-loop", str(tmp_path / "full"), "--quiet")
     assert reported.returncode == 0, reported.stdout + reported.stderr
     report = json.loads((run_dir / "report.json").read_text())
@@ -434,12 +497,35 @@ def test_a_stand_in_replay_run_reports_the_train_only_section(tmp_path):
     assert first["clip_fraction"]["difference"] == pytest.approx((0.10 - 0.30) / 0.30)
     assert first["approx_kl"]["agrees"] is True and first["approx_kl"]["difference"] == 0.0
     markdown = (run_dir / "report.md").read_text()
+    glance = markdown.split("## At a glance", 1)[1].split("\n## ", 1)[0]
+    assert "**fsdp / colocate: training step**" in glance and "train tokens/s" in glance
+    assert "step time" not in glance.split("Train-only run:")[0].lower()  # the card leads with the training step
+    pair_table = markdown.split("## Miles vs VERL: fsdp / colocate", 1)[1].split("\n### ", 1)[0].splitlines()
+    (step_row,) = [line for line in pair_table if line.startswith("| `step_time_s` |")]
+    (train_row,) = [line for line in pair_table if line.startswith("| `phases_s.train` |")]
+    assert step_row.endswith("| n/a: " + NOT_COMPARED + " |") and "n/a" not in train_row.split("|")[-2]
+    assert "Training step" in _run_py("report", str(run_dir)).stdout
     assert "## Train-only: the training step on one recorded rollout" in markdown and f"`{digest}`" in markdown
     assert "| clip_fraction | 1 |" in markdown and "DIFFERS" in markdown
     assert TRAIN_ONLY_NOTE in markdown and TRAIN_ONLY_NOTE in reported.stdout + _run_py("report", str(run_dir)).stdout
     assert TRAIN_ONLY_NOTE not in (tmp_path / "full" / "report.md").read_text()
     before = (run_dir / "report.json").read_bytes()
-    for other, words in ((tmp_path / "nowhere", "no report.json there"), (run_dir, "a train-only run")):
+    another_spec, other_sides = tmp_path / "another-spec", tmp_path / "other-sides"
+    for folder, change in (
+        (another_spec, lambda doc: doc.update(spec_hash="0123456789ab")),  # another model, another batch, ...
+        (other_sides, lambda doc: doc["sides"][1].update(framework="miles", name="miles-base", target="0.0.2")),
+    ):
+        folder.mkdir()
+        document = json.loads((tmp_path / "full" / "report.json").read_text())
+        change(document)
+        (folder / "report.json").write_text(json.dumps(document))
+    refusals = (
+        (tmp_path / "nowhere", "no report.json there"),
+        (run_dir, "a train-only run"),
+        (another_spec, "a run of spec 0123456789ab, not of this train-only run's spec as a full loop"),
+        (other_sides, "its sides (framework, target, checkout) are not this run's"),
+    )
+    for other, words in refusals:
         refused = _run_py("report", str(run_dir), "--full-loop", str(other))
         assert refused.returncode == 2 and f"--full-loop {other}: {words}" in refused.stderr, refused.stderr
         assert "Traceback" not in refused.stderr and (run_dir / "report.json").read_bytes() == before

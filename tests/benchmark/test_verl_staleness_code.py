@@ -37,3 +37,31 @@ def test_the_reader_takes_the_worst_case_not_the_lower_bound(sink):
     data = [json.loads(line)["data"] for line in sink.read_text().splitlines()]
     assert data[1]["training/off_policy/trajectory_staleness/max"] == 0
     assert data[1]["training/off_policy/trajectory_staleness_worst/max"] == 1
+
+
+def _replay_stamps(verl_root) -> list[str]:
+    """The staleness tags VERL's replay loader (RolloutTqSkip, utils/skip/rollout_skip.py) gives every injected
+    trajectory, as assignments in its source."""
+    import ast
+
+    tree = ast.parse((verl_root / "verl" / "utils" / "skip" / "rollout_skip.py").read_text(encoding="utf-8"))
+    return [
+        ast.unparse(node)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign) and "_global_steps" in ast.unparse(node.targets[0])
+    ]
+
+
+def test_verls_replay_logs_a_lag_of_minus_one_which_the_reader_does_not_take(verl_root, tmp_path):
+    """In a train-only cell VERL's loader stamps every trajectory with the current step as its oldest and newest
+    version, so its own metric method logs (step - 1) - step = -1: a replay has no staleness to read."""
+    stamps = _replay_stamps(verl_root)
+    assert "tag['min_global_steps'] = global_steps" in stamps and "tag['max_global_steps'] = global_steps" in stamps
+    replayed = {step: [[step, step]] * 2 for step in (1, 2, 3)}
+    sink = verl_child_sink(tmp_path, "staleness_steps.py", json.dumps(replayed))
+    logged = [json.loads(line)["data"] for line in sink.read_text().splitlines()]
+    assert {d["training/off_policy/trajectory_staleness_worst/max"] for d in logged} == {-1}
+    ctx = RunContext.build(arch=None, num_train_gpus=4, num_rollout_gpus=4, layout="colocate", replay=True)
+    assert [r.policy_lag for r in build_step_records("verl", [sink], ctx)] == [{}, {}, {}]
+    full_loop = RunContext.build(arch=None, num_train_gpus=4, num_rollout_gpus=4, layout="colocate")
+    assert {r.policy_lag["max"] for r in build_step_records("verl", [sink], full_loop)} == {-1}

@@ -42,11 +42,12 @@ from scripts.benchmark.analysis.run_folder import (
     stat_column,
 )
 from scripts.benchmark.analysis.settings import AnalysisSettings
-from scripts.benchmark.analysis.staleness import lag_pairs, observed_lag
+from scripts.benchmark.analysis.staleness import bound_versions, lag_pairs, observed_lag
 from scripts.benchmark.analysis.stats import summarise
 from scripts.benchmark.analysis.steady_state import detect_steady_state
 from scripts.benchmark.analysis.step_columns import StepColumns
-from scripts.benchmark.analysis.train_only import full_loop_comparisons, train_only_view
+from scripts.benchmark.analysis.step_flags import step_flag_summary
+from scripts.benchmark.analysis.train_only import full_loop_comparisons, outside_the_training_step, train_only_view
 from scripts.benchmark.analysis.verdict import practical_thresholds
 from scripts.benchmark.calibration.results import grad_ckpt_by_backend, roofline_model_key
 from scripts.benchmark.contracts.parity import ParityFile, unexplained
@@ -86,7 +87,7 @@ def first_steps_to_cut(parity: ParityFile | None, backend: str, layout: str) -> 
     composition, lag = rows.get("first_steps_composition"), rows.get("max_policy_lag")
     if composition is None or composition.status != "asymmetry" or lag is None:
         return 0
-    lags = [v for v in (lag.candidate, lag.reference) if isinstance(v, int) and not isinstance(v, bool)]
+    lags = [v for v in map(bound_versions, (lag.candidate, lag.reference)) if v is not None]
     return max(lags) + 1 if lags else 0
 
 
@@ -201,6 +202,7 @@ def _analyse_cell(cell: Cell, settings: AnalysisSettings, skip_first: int = 0) -
         "tokens_per_step": tokens_per_step(steady),
         "policy_lag": observed_lag(columns),
         "launch": launch_timing(cell.repeats),
+        "step_flags": step_flag_summary(columns),
         "step_time_series": [
             {"repeat": rep.repeat, "steps": c.steps.tolist(), "step_time_s": _nulls(c.values["step_time_s"])}
             for rep, c in zip(cell.repeats, columns, strict=True)
@@ -337,8 +339,8 @@ def analyse_run_folder(
     """The report document (contracts/report.py) for one run folder; `full_loop`: a full-loop run folder whose
     training-phase ratios a train-only report shows beside its own."""
     settings = settings or AnalysisSettings()
-    beside = full_loop_comparisons(full_loop)
     folder = read_run_folder(run_dir)
+    beside = full_loop_comparisons(full_loop, folder.plan)
     analysed = [
         _analyse_cell(cell, settings, first_steps_to_cut(folder.parity, cell.backend, cell.layout))
         for cell in folder.cells
@@ -351,6 +353,8 @@ def analyse_run_folder(
     comparisons, attribution, refused = _compare_pairs(
         cells, samples, folder, settings=settings, thresholds=thresholds
     )
+    if (folder.plan or {}).get("recording"):
+        comparisons, attribution = outside_the_training_step(comparisons, attribution)
     calibration = None
     if measured_peak_tflops is not None and roofline_tflops is not None:
         calibration = calibration_view(
@@ -364,7 +368,10 @@ def analyse_run_folder(
         )
     learning = analyse_learning(folder.cells, cells, folder.plan, folder.sides, seed=settings.seed)
     reference = folder.sides.reference
+    train_only = train_only_view(folder, comparisons, beside)
+    # a replay generates nothing: no policy lag to compare (its records carry none)
     lags = lag_pairs(cells, folder.parity, folder.sides.candidate.name, reference.name) if reference else []
+    lags = [] if train_only is not None else lags
     return ReportDocument(
         schema_version=REPORT_SCHEMA_VERSION,
         run_dir=str(folder.run_dir),
@@ -388,5 +395,5 @@ def analyse_run_folder(
         learning=learning,
         learning_margins=learning_margins(folder.plan),
         policy_lag=lags,
-        train_only=train_only_view(folder, comparisons, beside),
+        train_only=train_only,
     )

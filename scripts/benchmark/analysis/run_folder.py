@@ -184,7 +184,7 @@ def _report_columns(columns: StepColumns) -> StepColumns:
     for name in REPORT_METRICS:
         if name not in values:
             values[name], measured[name] = np.full(n, np.nan), np.zeros(n, dtype=bool)
-    return StepColumns(steps=columns.steps, values=values, measured=measured)
+    return StepColumns(steps=columns.steps, values=values, measured=measured, flags=columns.flags)
 
 
 def gpu_of(environment: dict[str, Any]) -> tuple[str | None, int | None]:

@@ -5,13 +5,16 @@ bound the launches set (the parity row `max_policy_lag`) and against the other s
   the steps that logged it; None when no step did (a sink without staleness records).
 - `lag_pairs(cells, parity, candidate, reference)`: per backend x layout with both sides' cells, both observed lags,
   the bound each launch set, and flags: `<side>:exceeds_bound` (a logged maximum above that side's bound),
-  `<side>:not_logged`, `observed_lag_differs` (the two maxima differ). Each framework's own definition is kept: VERL's
-  is the trained policy's version minus a trajectory's oldest, Miles's the engine's version when the batch is drained
-  minus a group's oldest (docs/benchmark/report.md, Policy lag).
+  `<side>:not_logged`, `observed_lag_differs` (the two maxima differ). Both are the training policy's version minus
+  the oldest weight version of what it trains, each from its own versions: VERL's the oldest weights a trajectory
+  used, Miles's the version each sample finished under (docs/benchmark/report.md, Policy lag).
+- `bound_versions(value)`: a parity row's lag bound as a number of versions (a row may say on which versions it is
+  counted after the number); None when unbounded or unknown.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -41,10 +44,20 @@ def _bounds(parity: ParityFile | None, backend: str, layout: str) -> tuple[Any, 
     return (row.candidate, row.reference) if row is not None else (None, None)
 
 
+def bound_versions(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    found = re.match(r"(\d+)\b", value) if isinstance(value, str) else None
+    return int(found.group(1)) if found else None
+
+
 def _side_flags(name: str, lag: dict | None, bound: Any) -> list[str]:
     if lag is None or lag["max"] is None:
         return [f"{name}:not_logged"]
-    if isinstance(bound, int) and not isinstance(bound, bool) and lag["max"] > bound:
+    versions = bound_versions(bound)
+    if versions is not None and lag["max"] > versions:
         return [f"{name}:exceeds_bound"]
     return []
 

@@ -9,6 +9,10 @@
   the record fields they come from: a missing input gives a missing value, a non-finite one NaN, a token count
   <= 0 missing.
 
+- `flags`: each step's flags as its record carries them, plus what reading found: a step written on more than one
+  line (`duplicate_line:metrics.jsonl`: the last line wins, as the runner's restart rule keeps the last attempt) and
+  a field holding something that is not a number (`non_numeric:<field>`: left out, never read as "not measured").
+
 Caveats:
 - A truncated last line (a writer killed mid-line) is skipped, as bench_metrics.iter_records does; any other bad
   line raises.
@@ -41,6 +45,8 @@ class StepColumns:
     """Metric name -> float column, NaN where the value is missing or non-finite."""
     measured: dict[str, np.ndarray]
     """Metric name -> bool column, False where the framework recorded null (not measured in that step)."""
+    flags: tuple[tuple[str, ...], ...] = ()
+    """Each step's flags (its record's, and what reading the line found); empty when not read."""
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -50,6 +56,7 @@ class StepColumns:
             steps=self.steps[keep],
             values={n: v[keep] for n, v in self.values.items()},
             measured={n: v[keep] for n, v in self.measured.items()},
+            flags=tuple(f for f, k in zip(self.flags, keep, strict=True) if k) if self.flags else (),
         )
 
 
@@ -86,7 +93,20 @@ def _parse_lines(path: Path) -> list[dict[str, Any]]:
         if unknown:
             raise ValueError(f"{path}: line {index + 1} has fields the schema does not know: {sorted(unknown)}")
     rows.sort(key=lambda r: r["step"])
-    return rows
+    return _one_row_per_step(rows)
+
+
+def _one_row_per_step(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A step written on several lines is one step: its last line (rows are in step order, lines in file order)."""
+    last: dict[Any, dict[str, Any]] = {}
+    lines: dict[Any, int] = {}
+    for row in rows:
+        last[row["step"]] = row
+        lines[row["step"]] = lines.get(row["step"], 0) + 1
+    return [
+        row if lines[step] == 1 else {**row, "flags": [*(row.get("flags") or []), "duplicate_line:metrics.jsonl"]}
+        for step, row in last.items()
+    ]
 
 
 def _loads(text: str) -> Any:
@@ -127,6 +147,18 @@ def _column(raw: list[Any]) -> tuple[np.ndarray, np.ndarray]:
         measured &= np.asarray([isinstance(v, (int, float, str)) for v in raw], dtype=bool)
         measured &= np.isfinite(values) | np.asarray([isinstance(v, str) and v in _MARKERS for v in raw], dtype=bool)
     return values, measured
+
+
+def not_numbers(raw: list[Any]) -> list[int]:
+    """Positions of values that are neither null, nor a number, nor a non-finite marker, nor text naming a number
+    (what `_column` leaves out as not measured)."""
+    return [i for i, v in enumerate(raw) if v is not None and not _is_number(v)]
+
+
+def _is_number(value: Any) -> bool:
+    if isinstance(value, str):
+        return value in _MARKERS or not math.isnan(_number(value))
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def float_values(raw: list[Any]) -> np.ndarray:
@@ -172,14 +204,22 @@ def read_step_columns(path: Path, raw_keys: dict[str, tuple[str, ...]]) -> StepC
     """Every report metric of a metrics.jsonl as columns; `raw_keys`: extra columns from the framework's raw metrics
     (column name -> the raw keys to try, first present wins)."""
     rows = _parse_lines(path)
+    flags = [list(r.get("flags") or []) for r in rows]
     col: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def read(name: str, raw: list[Any]) -> None:
+        col[name] = _column(raw)
+        if not col[name][1].all():  # something left out: null, or a value that is no number (flagged)
+            for index in not_numbers(raw):
+                flags[index].append(f"non_numeric:{name}")
+
     for name, spec in METRICS.items():  # every field the registry declares, read where the record keeps it
         if spec.source != "columns" and "." not in name:
-            col[name] = _column([r.get(name) for r in rows])
+            read(name, [r.get(name) for r in rows])
     for section in sorted({name.split(".")[0] for name in METRICS if "." in name} | {"learning", "policy_lag"}):
-        dicts = [r.get(section) or {} for r in rows]
+        dicts = [r.get(section) if isinstance(r.get(section), dict) else {} for r in rows]
         for key in sorted({k for d in dicts for k in d}):
-            col[f"{section}.{key}"] = _column([d.get(key) for d in dicts])
+            read(f"{section}.{key}", [d.get(key) for d in dicts])
     empty = (np.full(len(rows), np.nan), np.zeros(len(rows), dtype=bool))
     for name, derive in _COLUMN_DERIVATIONS.items():
         col[name] = derive(lambda n: col.get(n, empty))
@@ -192,7 +232,10 @@ def read_step_columns(path: Path, raw_keys: dict[str, tuple[str, ...]]) -> StepC
     steps = np.asarray([r["step"] for r in rows], dtype=int)
     _refuse_negative_durations(path, steps, col)
     return StepColumns(
-        steps=steps, values={n: v for n, (v, _) in col.items()}, measured={n: m for n, (_, m) in col.items()}
+        steps=np.asarray([r["step"] for r in rows], dtype=int),
+        values={n: v for n, (v, _) in col.items()},
+        measured={n: m for n, (_, m) in col.items()},
+        flags=tuple(tuple(dict.fromkeys(f)) for f in flags),
     )
 
 

@@ -22,12 +22,16 @@ from pathlib import Path
 from scripts.benchmark.analysis.learning import step_means
 from scripts.benchmark.analysis.run_folder import Cell, RunFolder
 from scripts.benchmark.contracts.report import (
+    AttributionModel,
     ComparisonModel,
     FirstStepModel,
+    Practical,
     TrainOnlyModel,
     TrainOnlyRowModel,
     validate_report_file,
 )
+from scripts.benchmark.contracts.sides import SidePair
+from scripts.benchmark.spec import full_loop_spec_hash
 
 from miles.utils.bench_metrics import LEARNING_SIGNALS
 
@@ -46,8 +50,31 @@ NOT_COMPARED = (
 )
 
 
-def full_loop_comparisons(run_dir: Path | None) -> tuple[str | None, list[ComparisonModel]]:
-    """The comparisons of a full-loop run's report.json (its folder), or none; ValueError when it is unreadable."""
+def outside_the_training_step(
+    comparisons: list[ComparisonModel], attribution: list[AttributionModel]
+) -> tuple[list[ComparisonModel], list[AttributionModel]]:
+    """A train-only run's comparisons and attribution with every number outside the training step marked not
+    compared (its ratio kept for reference): in replay each side does other work besides training."""
+    marked = [
+        (
+            c
+            if c.metric in TRAINING_METRICS
+            else c.model_copy(update={"verdict": Practical.NOT_COMPARED, "method": f"not compared: {NOT_COMPARED}"})
+        )
+        for c in comparisons
+    ]
+    training = {f"phases_s.{p}" for p in ("old_logprob", "ref_logprob", "train")}
+    rows = [
+        a if a.component in training else a.model_copy(update={"comparable": False, "note": NOT_COMPARED})
+        for a in attribution
+    ]
+    return marked, rows
+
+
+def full_loop_comparisons(run_dir: Path | None, plan: dict | None) -> tuple[str | None, list[ComparisonModel]]:
+    """The comparisons of a full-loop run's report.json (its folder), or none; ValueError when it is unreadable, or
+    is not a full-loop run of the train-only run's spec (`plan`, its plan.json) with the same sides: its ratios would
+    be of other work."""
     if run_dir is None:
         return None, []
     path = Path(run_dir) / "report.json"
@@ -56,6 +83,20 @@ def full_loop_comparisons(run_dir: Path | None) -> tuple[str | None, list[Compar
     document = validate_report_file(path)
     if document.train_only is not None:
         raise ValueError(f"--full-loop {run_dir}: a train-only run, not a full-loop one")
+    spec = (plan or {}).get("spec")
+    if isinstance(spec, dict):
+        expected = full_loop_spec_hash(spec)
+        if document.spec_hash != expected:
+            raise ValueError(
+                f"--full-loop {run_dir}: a run of spec {document.spec_hash}, not of this train-only run's spec "
+                f"as a full loop ({expected}): its ratios are of other work"
+            )
+    planned = (plan or {}).get("sides")
+    if planned and document.sides:
+        ours = [(s.role, s.framework, s.target, s.root) for s in SidePair.from_list(planned).sides()]
+        theirs = [(s.role, s.framework, s.target, s.root) for s in document.side_pair().sides()]
+        if ours != theirs:
+            raise ValueError(f"--full-loop {run_dir}: its sides (framework, target, checkout) are not this run's")
     return str(run_dir), document.comparisons
 
 

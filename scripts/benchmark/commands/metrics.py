@@ -108,6 +108,7 @@ def ingest_impl(
     optimizer_steps_per_step: int | None = None,
     max_response_tokens: int | None = None,
     layout: str | None = None,
+    replay: bool = False,
 ) -> list:
     from scripts.benchmark.frameworks.sinks import build_step_records
 
@@ -124,6 +125,7 @@ def ingest_impl(
         optimizer_steps_per_step=optimizer_steps_per_step,
         max_response_tokens=max_response_tokens,
         layout=layout,
+        replay=replay,
     )
     records = build_step_records(framework, sources, ctx)
     write_records(output, records)
@@ -195,6 +197,9 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option(help="colocate or disaggregated: VERL's generation time is known only when colocated"),
         ] = None,
+        replay: Annotated[
+            bool, typer.Option("--replay/--no-replay", help="a train-only cell: trained on a recorded rollout")
+        ] = False,
     ) -> None:
         """Read a framework's own metric sink and write schema-v2 records (one JSON object per line).
 
@@ -230,6 +235,7 @@ def register(app: typer.Typer) -> None:
                 optimizer_steps_per_step=optimizer_steps_per_step,
                 max_response_tokens=max_response_tokens,
                 layout=layout,
+                replay=replay,
             )
         except ValueError as exc:
             raise UserError(f"ingest: {exc}") from exc

@@ -54,9 +54,13 @@ def print_summary(plan, written, out, repeats: int, cost) -> None:
 def _recording_line(recording) -> str:
     """A train-only plan: who records, where the recording is kept, and whether it already exists here."""
     digest = f"digest {recording['digest']}" if recording.get("digest") else "recorded by the first run, then reused"
+    code = f", {recording['checkout']} at {recording['commit'][:12]}" if recording.get("commit") else ""
+    if recording.get("shared") is False:
+        digest = "recorded for this plan folder only: no commit names the code of "
+        digest += f"{recording['checkout']} here (not a git checkout, or uncommitted changes)"
     return (
         f"  train-only: every cell replays one recording by {recording['recorder']} ({recording['backend']}, "
-        f"{recording['layout']}), key {recording['key']} in {recording['root']} ({digest})"
+        f"{recording['layout']}{code}), key {recording['key']} in {recording['root']} ({digest})"
     )
 
 

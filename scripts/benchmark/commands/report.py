@@ -19,6 +19,8 @@ Caveats:
 
 from __future__ import annotations
 
+import json
+
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -114,6 +116,15 @@ def _run_folder_lock(run_dir: Path) -> Iterator[None]:
         release_run_lock(lock)
 
 
+def _plan_of(run_dir: Path) -> dict | None:
+    """The run folder's plan.json as data (None when absent or unreadable: the analysis names that itself)."""
+    try:
+        plan = json.loads((run_dir / "plan.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return plan if isinstance(plan, dict) else None
+
+
 def register(app: typer.Typer) -> None:
     @app.command("report")
     def report(
@@ -171,7 +182,7 @@ def register(app: typer.Typer) -> None:
         from scripts.benchmark.analysis.train_only import full_loop_comparisons
 
         try:
-            full_loop_comparisons(full_loop)
+            full_loop_comparisons(full_loop, _plan_of(run_dir))
         except ValueError as exc:
             raise UserError(str(exc)) from exc
         try:

@@ -2,7 +2,8 @@
 
 - `ParityFile`: `schema_version` 2, `spec_hash`, and one `ParityPair` per backend x layout that compares a candidate
   cell with a reference cell; each pair holds its `rows` (one knob each: the canonical value read back from each
-  launch, the status, the note and the literal launch words that set it) and its status `counts`.
+  launch, the status, the note and the literal launch words that set it), its status `counts`, and the digest of
+  what each of its two cells runs (`contracts/plan.launch_digest`; absent in files written before).
 - `read_parity_file(path)` validates a file and raises ValueError naming the file and the field at fault; a
   version-1 file (the same document with `miles`/`verl` keys, written before sides existed) is upgraded on read.
 - `unexplained(parity, backend, layout)`: why the proof does not cover a pair (no table, a parity error, a row that
@@ -49,6 +50,9 @@ class ParityPair(_Strict):
     error: str | None = None
     counts: dict[str, int] = Field(default_factory=dict)
     rows: list[ParityRow] = Field(default_factory=list)
+    candidate_digest: str | None = None
+    reference_digest: str | None = None
+    """What each cell runs, as proven (contracts/plan.launch_digest): `execute` refuses a cell whose words changed."""
 
     def with_counts(self) -> ParityPair:
         return self.model_copy(update={"counts": {s: sum(r.status == s for r in self.rows) for s in STATUSES}})

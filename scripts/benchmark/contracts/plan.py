@@ -8,7 +8,11 @@ anything starts. `plan_problems(data, known)` lists every problem as one line na
 - `sides` (contracts/sides.py): the candidate and, when the plan compares, the reference; every cell's `side` names
   one of them. Plans written before sides existed have neither (readers rebuild them from the cells' frameworks).
 - `origin`: the run folder the plan was written for and the harness folder of the checkout that wrote it (`execute`
-  moves paths under either to its own run folder and checkout: runner/relocate.py); absent in older plans.
+  moves paths under either to its own run folder and checkout: runner/relocate.py, with `move_paths`); absent in
+  older plans.
+- `launch_digest(cell, prepare, origin)`: what a cell runs (launch words, environment, the prepare steps its
+  framework runs), its origin's folders written as placeholders: parity.json keeps each compared cell's digest, and
+  `execute` runs a plan only while its cells still have them (a launch edited after planning was never proven).
 - `recording` (train-only plans, plan/train_only.py): the recording every cell replays, and its record launch.
 - `repeats`: what `execute` runs when no --repeats is given (the number the dry run printed); absent: 1.
 - `workload` (`full`, or `pr` for `--pr-workload`), `sequential` (a head/base pair in rounds: `min_rounds`,
@@ -20,7 +24,9 @@ anything starts. `plan_problems(data, known)` lists every problem as one line na
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -249,6 +255,53 @@ def checked_cells(data: dict[str, Any]) -> list[dict[str, Any]]:
 def plan_origin(run_dir: Path) -> dict[str, str]:
     """What a plan written for `run_dir` by this checkout records as its origin."""
     return {"run_dir": str(run_dir), "harness": str(HARNESS_DIR)}
+
+
+def quoted_path(path: str) -> str:
+    """A path as it reads inside a single-quoted override value: backslashes before a quote or `${` doubled, the
+    quote and `${` escaped (how a launch writes a path that is not plain)."""
+    escapes = {"'": "\\'", "${": "\\${"}
+    return re.sub(r"(\\*)('|\$\{)", lambda m: m.group(1) * 2 + escapes[m.group(2)], path)
+
+
+def move_paths(word: Any, moves: list[tuple[str, str]]) -> Any:
+    """`word` with each (old, new) folder moved; a folder matches only as a whole path prefix."""
+    if not isinstance(word, str):
+        return word
+    for old, new in moves:
+        pattern = rf"(?<![\w.\-/]){re.escape(old.rstrip('/'))}(?![\w.\-])"
+        word = re.sub(pattern, new.replace("\\", "\\\\"), word)
+    return word
+
+
+def origin_moves(origin: Any, to: dict[str, str]) -> list[tuple[str, str]]:
+    """The (old, new) folder moves from a plan's origin to `to` (its run folder and harness), quoted forms too."""
+    if not isinstance(origin, dict):
+        return []
+    moves = [(origin.get(key), to[key]) for key in ("run_dir", "harness")]
+    moves = [(old, new) for old, new in moves if isinstance(old, str) and old and old != new]
+    return moves + [(quoted_path(old), quoted_path(new)) for old, new in moves if quoted_path(old) != old]
+
+
+PLACEHOLDER_ORIGIN = {"run_dir": "/RUN_DIR", "harness": "/HARNESS"}
+"""Where a launch digest writes the plan's own folders, so moving the plan elsewhere keeps its digests."""
+
+
+def launch_digest(cell: dict[str, Any], prepare: list[dict[str, Any]], origin: Any) -> str:
+    """What a cell runs, as the parity proof covers it: its launch words and environment, and the prepare steps its
+    framework runs (the data it reads), with the plan's own folders as placeholders."""
+    moves = origin_moves(origin, PLACEHOLDER_ORIGIN)
+
+    def moved(words: Any) -> Any:
+        return [move_paths(word, moves) for word in words] if isinstance(words, list) else words
+
+    env = cell.get("env")
+    what = {
+        "launch_argv": moved(cell.get("launch_argv")),
+        "env": {k: move_paths(v, moves) for k, v in env.items()} if isinstance(env, dict) else env,
+        "prepare": [moved(s.get("argv")) for s in prepare if cell.get("framework") in s.get("needed_by", [])],
+    }
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def plan_json_text(data: dict[str, Any]) -> str:

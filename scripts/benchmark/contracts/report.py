@@ -106,6 +106,18 @@ class LaunchTimingModel(_Open):
     repeats: list[dict[str, Any]] = Field(default_factory=list)
 
 
+class StepFlagModel(_Open):
+    """One kind of flag on a cell's step records (analysis/step_flags.py)."""
+
+    flag: str
+    steps: int
+    """Steps (every repeat, warm-up included) carrying it."""
+    of_steps: int
+    examples: list[str] = Field(default_factory=list)
+    defect: bool = True
+    """False for a note every healthy run carries (how a value is read), True when a value is doubtful or left out."""
+
+
 class CellModel(_Open):
     id: str
     framework: str
@@ -128,6 +140,8 @@ class CellModel(_Open):
     """Mean trained (prompt + response) tokens per steady step."""
     learning: dict[str, CellLearningModel] = Field(default_factory=dict)
     launch: LaunchTimingModel = Field(default_factory=LaunchTimingModel)
+    step_flags: list[StepFlagModel] = Field(default_factory=list)
+    """What the cell's step records are flagged with, per kind; empty in reports written before."""
 
 
 class PairModel(_Open):

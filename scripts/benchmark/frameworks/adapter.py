@@ -73,6 +73,8 @@ class FrameworkAdapter(Protocol):
     """Learning signal -> the native keys it is read from, first present wins."""
     incomplete_flags: tuple[str, ...]
     """Step flags that mean a step is not final while the cell still runs (besides `incomplete:*`)."""
+    note_flags: tuple[str, ...]
+    """Step flags (or their beginnings) every healthy run of it carries: how a value is read, not a defect."""
     packages: Mapping[str, str]
     """Distribution -> module of what the environment record probes for its version."""
     module_extras: Mapping[str, str]
@@ -100,6 +102,11 @@ class FrameworkAdapter(Protocol):
         """Harness steps its cells need before they start (beyond the shared downloads)."""
         ...
 
+    def checkout(self, side: Side, settings: Mapping[str, Any]) -> str | None:
+        """The folder the side's launches run (its checkout, from the side or the command line's settings); None
+        when it runs an installed package, which its target names."""
+        ...
+
     def cannot_plan(self, backend: str, side: Side) -> list[str]:
         """Why a cell of this backend cannot be planned for the side's target ([] when it can)."""
         ...
@@ -114,6 +121,11 @@ class FrameworkAdapter(Protocol):
 
     def replay_problems(self, spec: BenchmarkSpec, layout: str) -> list[str]:
         """Why its cells cannot replay a converted recording of this spec in this layout ([] when they can)."""
+        ...
+
+    def plan_warnings(self, spec: BenchmarkSpec) -> list[str]:
+        """Risks of its launches of this spec that its own code points at and no CPU check can settle (the plan
+        prints them; they do not stop it)."""
         ...
 
     def build_launch(self, spec: BenchmarkSpec, backend: str, layout: str, ctx: LaunchContext) -> FrameworkLaunch: ...
@@ -174,6 +186,7 @@ class AdapterDefaults:
 
     learning_keys: Mapping[str, Sequence[str]] = {}
     incomplete_flags: tuple[str, ...] = ()
+    note_flags: tuple[str, ...] = ()
     packages: Mapping[str, str] = {}
     module_extras: Mapping[str, str] = {}
     runs_checkout: bool = False
@@ -194,6 +207,9 @@ class AdapterDefaults:
     def prepare_steps(self, spec: BenchmarkSpec, ctx: LaunchContext) -> list[dict[str, Any]]:
         return []
 
+    def checkout(self, side: Side, settings: Mapping[str, Any]) -> str | None:
+        return side.root
+
     def cannot_plan(self, backend: str, side: Side) -> list[str]:
         return []
 
@@ -204,6 +220,9 @@ class AdapterDefaults:
         return None
 
     def replay_problems(self, spec: BenchmarkSpec, layout: str) -> list[str]:
+        return []
+
+    def plan_warnings(self, spec: BenchmarkSpec) -> list[str]:
         return []
 
     def launch_problems(self, launch: FrameworkLaunch) -> list[str]:

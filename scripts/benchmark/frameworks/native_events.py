@@ -7,9 +7,13 @@ fragment, NaN/Inf or null values, missing keys, a step logged again after a rest
 different values.
 
 The restart rule, the one rule of the runner, `run.py ingest` and the report: attempts are ordered by the data, not
-by the order the files were named in (`files_in_time_order`: a file's first event time where lines carry one, else
-its modification time; then the line order inside a file); every step logged by more than one attempt is flagged
-`duplicate_step`, and the last attempt that completed it wins.
+by the order the files were named in (a reader's own proof where its files carry one, such as the tracking
+backend's creation sequence; else `files_in_time_order`: a file's first event time where lines carry one, else its
+modification time; then the line order inside a file); every step logged by more than one attempt is flagged
+`duplicate_step`, and the last attempt that completed it wins. A step an earlier attempt logged at or after the step
+a later attempt of the same process restarted from, which the later attempt did not log again, belongs to a run that
+was given up (a resume from an earlier checkpoint, or another run written into the same folder): it is kept, flagged
+`superseded_attempt`. A negative duration is no duration: `duration_value` flags it and leaves it out.
 """
 
 from __future__ import annotations
@@ -77,6 +81,8 @@ class NativeStep:
     flags: list[str] = field(default_factory=list)
     new_process: bool = False
     """A process's kept attempt of this step is the first step of a restarted process."""
+    superseded: bool = False
+    """A process's kept attempt of this step comes from an attempt a later one restarted before this step."""
 
 
 @dataclass(kw_only=True)
@@ -149,10 +155,22 @@ def merge_native_events(
     steps: dict[int, NativeStep] = {}
     for source in sorted(by_source):
         source_events = sorted(by_source[source], key=lambda e: e.order)
-        for step, step_attempts in _attempts_per_step(source_events).items():
-            _merge_step(steps.setdefault(step, NativeStep(step=step)), source, step_attempts, complete_anchors)
+        attempts = _attempts_per_step(source_events)
+        restarts = _restart_steps(attempts)
+        for step, step_attempts in attempts.items():
+            merged = steps.setdefault(step, NativeStep(step=step))
+            _merge_step(merged, source, step_attempts, complete_anchors, restarts)
         _attach_issues(steps, source_events, [i for i in issues if i.source == source])
     return steps
+
+
+def _restart_steps(attempts: dict[int, list[_Attempt]]) -> dict[int, int]:
+    """Epoch -> the first step it logged, for every attempt after the first."""
+    first: dict[int, int] = {}
+    for step, step_attempts in attempts.items():
+        for attempt in step_attempts:
+            first[attempt.epoch] = min(first.get(attempt.epoch, step), step)
+    return {epoch: step for epoch, step in first.items() if epoch > 0}
 
 
 @dataclass
@@ -187,7 +205,13 @@ def _attempts_per_step(source_events: list[NativeEvent]) -> dict[int, list[_Atte
     return attempts
 
 
-def _merge_step(merged: NativeStep, source: str, step_attempts: list[_Attempt], anchors: tuple[str, ...]) -> None:
+def _merge_step(
+    merged: NativeStep,
+    source: str,
+    step_attempts: list[_Attempt],
+    anchors: tuple[str, ...],
+    restarts: dict[int, int],
+) -> None:
     chosen_index = max(
         (i for i, attempt in enumerate(step_attempts) if any(k in attempt.metrics for k in anchors)),
         default=len(step_attempts) - 1,
@@ -197,6 +221,10 @@ def _merge_step(merged: NativeStep, source: str, step_attempts: list[_Attempt], 
         merged.flags.append(f"duplicate_step:{source}:kept_attempt_{chosen_index + 1}_of_{len(step_attempts)}")
     if not any(k in chosen.metrics for k in anchors):
         merged.flags.append(f"incomplete:{source}")
+    later = [start for epoch, start in restarts.items() if epoch > chosen.epoch and start <= merged.step]
+    if later:
+        merged.flags.append(f"superseded_attempt:{source}:a later attempt restarted at step {min(later)}")
+        merged.superseded = True
     merged.new_process = merged.new_process or chosen.new_process
     for key, value in chosen.metrics.items():
         if key in merged.metrics and not _same_value(merged.metrics[key], value):
@@ -249,6 +277,16 @@ def metric_value(metrics: dict[str, Any] | None, key: str, flags: list[str], *, 
         flags.append(f"non_numeric:{key}")
         return None
     return float(value)
+
+
+def duration_value(metrics: dict[str, Any] | None, key: str, flags: list[str], *, required: bool) -> float | None:
+    """`metric_value` of a timer: a negative value is no duration (a wall clock stepped back inside the timer), so
+    it is flagged `negative_duration:<key>` and left out (None)."""
+    value = metric_value(metrics, key, flags, required=required)
+    if value is not None and value < 0:
+        flags.append(f"negative_duration:{key}")
+        return None
+    return value
 
 
 def residual_other(step_time: float | None, phases: dict[str, float | None], flags: list[str]) -> float | None:

@@ -68,6 +68,11 @@ def incomparable_phases(candidate: str, reference: str, layout: str) -> dict[str
     return {phase: why for adapter in adapters for phase, why in adapter.incomparable_phases(layout).items()}
 
 
+def note_flags() -> tuple[str, ...]:
+    """Every registered framework's note flags (how a healthy run's values are read, not defects)."""
+    return tuple(dict.fromkeys(flag for adapter in _ADAPTERS.values() for flag in adapter.note_flags))
+
+
 def label_of(name: str) -> str:
     adapter = _ADAPTERS.get(name)
     return adapter.label if adapter is not None else name

@@ -36,7 +36,7 @@ from typing import Any
 
 from scripts.benchmark.common.redaction import Redactor, find_plan_secrets
 from scripts.benchmark.contracts.parity import ParityFile, ParityPair, parity_text
-from scripts.benchmark.contracts.plan import plan_json_text, plan_origin
+from scripts.benchmark.contracts.plan import launch_digest, plan_json_text, plan_origin
 from scripts.benchmark.contracts.sides import Side, SidePair
 from scripts.benchmark.errors import UserError
 from scripts.benchmark.frameworks import registry
@@ -217,7 +217,7 @@ def _train_only_parts(spec, options: PlanOptions, prepare, errors) -> tuple[Plan
     if problems:
         raise UserError("; ".join(problems))
     steps, section = train_only.recording_steps(
-        spec, options.sides, options.backends, options.layout, options.output_dir, options.run_py
+        spec, options.sides, options.backends, options.layout, options.output_dir, options.run_py, options.settings
     )
     recorder = options.sides.candidate
     adapter = registry.get(recorder.framework)
@@ -233,7 +233,20 @@ def _train_only_parts(spec, options: PlanOptions, prepare, errors) -> tuple[Plan
     return dataclasses.replace(options, recording=train_only.replay(section["root"])), section
 
 
+def _schedule_problem(spec: BenchmarkSpec, layout: Layout) -> None:
+    """The async loop's schedule is a choice of the disaggregated layout only: colocated, both sides generate, train
+    and update in turn on the same GPUs (Miles's --fully-async refuses --colocate), so a continuous schedule there
+    would run as drain under a hash that says otherwise."""
+    if layout == "colocate" and spec.placement.async_loop.schedule == "continuous":
+        raise UserError(
+            "placement.async_loop.schedule: continuous keeps requests in flight through the weight update, which "
+            "only the disaggregated layout does (colocated, generation, training and the update take turns on the "
+            "same GPUs): plan it with --layout disaggregated, or leave the schedule at drain"
+        )
+
+
 def build_plan(spec: BenchmarkSpec, preset: str | None, options: PlanOptions, repeats: int = 1) -> Plan:
+    _schedule_problem(spec, options.layout)
     prepare = prepare_steps(spec, options)
     launches: list[FrameworkLaunch] = []
     pairs: list[ParityPair] = []
@@ -258,8 +271,8 @@ def build_plan(spec: BenchmarkSpec, preset: str | None, options: PlanOptions, re
         "sides": [side.model_dump(mode="json") for side in sides],
         "targets": {side.name: side.target for side in sides if side.target},
         "prepare": prepare,
-        "cells": [_plan_cell(spec, launch) for launch in launches],
-        "warnings": steady_state_warnings(spec),
+        "cells": [_plan_cell(spec, launch) | _replay_key(options) for launch in launches],
+        "warnings": steady_state_warnings(spec) + _framework_warnings(spec, options.sides),
         "repeats": repeats,
         "origin": plan_origin(options.output_dir),
     }
@@ -267,10 +280,31 @@ def build_plan(spec: BenchmarkSpec, preset: str | None, options: PlanOptions, re
         data["recording"] = recording
     _assert_no_secrets(data)
     title = f"{preset or spec.name} ({options.layout})"
-    plan = Plan(data, parity_file(digest, pairs), title, options.sides)
+    plan = Plan(data, parity_file(digest, [_proven(pair, data) for pair in pairs]), title, options.sides)
     if errors:
         raise PlanError("; ".join(errors), plan)
     return plan
+
+
+def _replay_key(options: PlanOptions) -> dict[str, Any]:
+    """A train-only cell says so: its readers then expect no generation and no staleness in its sink."""
+    return {"replay": True} if options.recording is not None and options.recording.role == "replay" else {}
+
+
+def _framework_warnings(spec: BenchmarkSpec, sides: SidePair) -> list[str]:
+    """What each side's framework says about the risks of its launches of this spec (printed, never fatal)."""
+    frameworks = dict.fromkeys(side.framework for side in sides.sides())
+    return [warning for name in frameworks for warning in registry.get(name).plan_warnings(spec)]
+
+
+def _proven(pair: ParityPair, data: dict[str, Any]) -> ParityPair:
+    """The pair with the digest of what each of its cells runs: the proof covers these words and no others."""
+    cells = {cell["id"]: cell for cell in data["cells"]}
+    digests = {
+        f"{role}_digest": launch_digest(cells[getattr(pair, f"{role}_cell")], data["prepare"], data["origin"])
+        for role in ("candidate", "reference")
+    }
+    return pair.model_copy(update=digests)
 
 
 def _assert_no_secrets(data: dict[str, Any]) -> None:

@@ -28,7 +28,7 @@ from scripts.benchmark.frameworks.adapter import FrameworkAdapter
 DOCS = "docs/benchmark/plan.md#the-parity-table-and-declared-asymmetries"
 NOT_SET = "not set: framework default"
 TARGET_NOTE = "the change under comparison: both sides run the same framework at these targets or checkouts"
-BUNDLED_KNOBS = ("rollout_engine_version", "prefill_cuda_graphs")
+BUNDLED_KNOBS = ("rollout_engine_version", "prefill_cuda_graphs", "cuda_graph_max_bs")
 """Knobs a target decides by what it bundles (its engine release and that release's defaults), not by its argv."""
 BUNDLED_NOTE = (
     "what each target bundles (its SGLang release and that release's defaults): part of the change under comparison"

@@ -5,8 +5,10 @@ sides are compared on identical tokens with no generation in the step.
   and dumps every step's rollout with its own switch (frameworks/<name>/launch.py). It is the first train-only
   prepare step, `record-rollout`: the script recording/record.sh beside plan.json, skipped when the recording is
   complete. Recordings live in `recording.cache_dir/<key>`, where the key hashes what determines the rollout (the
-  spec as a full-loop run, the recorder's framework and target, backend and layout), so a recording made once is
-  replayed by every later run and night of the same spec.
+  spec as a full-loop run, the recorder's framework and target, backend and layout, and the checkout it runs with
+  the commit that checkout is at), so a recording made once is replayed by every later run and night of the same
+  spec and code. A checkout whose commit cannot be read here, or with uncommitted changes, records for its plan
+  folder only: nothing proves that another plan would run the same code.
 - `convert-recording-<side>-<backend>` steps: a cell that reads another format or folder than the recorder wrote
   gets the recording converted for it (`run.py prepare-recording`), checked against the recording's digest.
 - `digest-recording`: the recording's digest (the same whatever format it is read in), written beside it; the
@@ -18,6 +20,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +30,7 @@ from scripts.benchmark.contracts.plan import RECORD_SCRIPT
 from scripts.benchmark.contracts.sides import Side, SidePair
 from scripts.benchmark.frameworks import registry
 from scripts.benchmark.frameworks.launch import RecordingPass
-from scripts.benchmark.spec import BenchmarkSpec, spec_json, spec_json_hash
+from scripts.benchmark.spec import BenchmarkSpec, full_loop_spec_hash, spec_json
 
 RECORD_STEP = "record-rollout"
 DIGEST_STEP = "digest-recording"
@@ -36,17 +41,60 @@ def is_train_only(spec: BenchmarkSpec) -> bool:
     return spec.run.mode == "train-only"
 
 
-def recording_key(spec: BenchmarkSpec, recorder: Side, backend: str, layout: str) -> str:
-    """What determines the recorded rollout: the spec as a full-loop run and who generated it, where."""
-    resolved = spec_json(spec)
-    resolved["run"].pop("mode", None)
-    resolved.pop("recording", None)
-    what = {"spec": spec_json_hash(resolved), "framework": recorder.framework, "target": recorder.target}
+@dataclass(frozen=True)
+class Recorder:
+    """Who generates the recording: its side, and the code it runs (a checkout and its commit, where it has one)."""
+
+    side: Side
+    checkout: str | None = None
+    """The folder its launches run (None: an installed package, named by its target)."""
+    commit: str | None = None
+    """The checkout's commit, None when it cannot be read here or the checkout has uncommitted changes."""
+    plan_dir: str | None = None
+    """Set when the checkout's code cannot be named by a commit: the recording then belongs to this plan folder."""
+
+    @property
+    def shared(self) -> bool:
+        return self.checkout is None or self.commit is not None
+
+
+def checkout_commit(checkout: str) -> str | None:
+    """HEAD of a git checkout with no uncommitted change to its tracked files; None otherwise (or not readable)."""
+    try:
+        head = subprocess.run(["git", "-C", checkout, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30)
+        status = subprocess.run(
+            ["git", "-C", checkout, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if head.returncode or status.returncode or status.stdout.strip():
+        return None
+    return head.stdout.strip() or None
+
+
+def recorder_of(side: Side, settings: Mapping[str, Any], plan_dir: Path) -> Recorder:
+    checkout = registry.get(side.framework).checkout(side, settings)
+    if checkout is None:
+        return Recorder(side)
+    commit = checkout_commit(checkout)
+    return Recorder(side, checkout, commit, None if commit else str(plan_dir))
+
+
+def recording_key(spec: BenchmarkSpec, recorder: Recorder, backend: str, layout: str) -> str:
+    """What determines the recorded rollout: the spec as a full-loop run and who generated it, where, with which
+    code."""
+    side = recorder.side
+    what = {"spec": full_loop_spec_hash(spec_json(spec)), "framework": side.framework, "target": side.target}
     what |= {"backend": backend, "layout": layout}
+    if recorder.checkout is not None:
+        what |= {"checkout": recorder.checkout, "commit": recorder.commit, "plan": recorder.plan_dir}
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def recording_root(spec: BenchmarkSpec, recorder: Side, backend: str, layout: str) -> str:
+def recording_root(spec: BenchmarkSpec, recorder: Recorder, backend: str, layout: str) -> str:
     assert spec.recording is not None
     return f"{spec.recording.cache_dir}/{recording_key(spec, recorder, backend, layout)}"
 
@@ -73,11 +121,17 @@ def record(root: str) -> RecordingPass:
 
 
 def recording_steps(
-    spec: BenchmarkSpec, sides: SidePair, backends: tuple[str, ...], layout: str, plan_dir: Path, run_py: str
+    spec: BenchmarkSpec,
+    sides: SidePair,
+    backends: tuple[str, ...],
+    layout: str,
+    plan_dir: Path,
+    run_py: str,
+    settings: Mapping[str, Any],
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The train-only prepare steps, in order, and plan.json's `recording` section (without the record cell)."""
-    recorder, backend = sides.candidate, backends[0]
-    adapter, root = registry.get(recorder.framework), recording_root(spec, recorder, backend, layout)
+    recorder, backend = recorder_of(sides.candidate, settings, plan_dir), backends[0]
+    adapter, root = registry.get(recorder.side.framework), recording_root(spec, recorder, backend, layout)
     source, fmt = adapter.recording_path(spec, backend, layout, root), adapter.name
     everyone = list(dict.fromkeys(side.framework for side in sides.sides()))
     steps = [
@@ -102,8 +156,11 @@ def recording_steps(
     )
     steps += _conversions(spec, sides, backends, layout, root, digest + ["--digest-file", digest_file], source)
     section = {
-        "recorder": recorder.name,
-        "framework": recorder.framework,
+        "recorder": recorder.side.name,
+        "framework": recorder.side.framework,
+        "checkout": recorder.checkout,
+        "commit": recorder.commit,
+        "shared": recorder.shared,
         "backend": backend,
         "layout": layout,
         "key": recording_key(spec, recorder, backend, layout),

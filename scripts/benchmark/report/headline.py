@@ -53,10 +53,10 @@ def _attribution(doc: ReportDocument, backend: str, layout: str) -> list[Attribu
     return [r for r in doc.attribution if (r.backend, r.layout) == (backend, layout)]
 
 
-def step_comparison(doc: ReportDocument, backend: str, layout: str) -> ComparisonModel | None:
-    return next(
-        (c for c in doc.comparisons if (c.backend, c.layout, c.metric) == (backend, layout, "step_time_s")), None
-    )
+def step_comparison(
+    doc: ReportDocument, backend: str, layout: str, metric: str = "step_time_s"
+) -> ComparisonModel | None:
+    return next((c for c in doc.comparisons if (c.backend, c.layout, c.metric) == (backend, layout, metric)), None)
 
 
 def _ci_text(step: ComparisonModel) -> str:
@@ -91,27 +91,37 @@ def main_component(doc: ReportDocument, backend: str, layout: str) -> str | None
     return f"in {_component_name(top)} {top.gap_s:+.2f} s, offset by {offset} ({step.gap_s:+.2f} s per step in all)"
 
 
-def pair_sentence(doc: ReportDocument, backend: str, layout: str) -> tuple[Practical, str, str]:
-    """The verdict on one pair's step time, in the report's words: (verdict, the verdict itself, its evidence)."""
-    step = step_comparison(doc, backend, layout)
+TRAINING_STEP = "phases_s.train"
+"""What a train-only card's verdict is on: the actor update, the training phase both sides run on the recording."""
+TRAINING_PHASES = ("old_logprob", "ref_logprob", "train")
+"""The phases a train-only card's bars show: the training step, without what each side does besides it in replay."""
+
+
+def pair_sentence(
+    doc: ReportDocument, backend: str, layout: str, metric: str = "step_time_s"
+) -> tuple[Practical, str, str]:
+    """The verdict on one pair's step time (or another time, `metric`), in the report's words: (verdict, the verdict
+    itself, its evidence)."""
+    step = step_comparison(doc, backend, layout, metric)
     verdict = Practical.NOT_COMPARED if step is None or step.ratio is None else step.verdict
-    threshold = threshold_text(doc.threshold("step_time_s"))
+    threshold = threshold_text(doc.threshold(metric))
     candidate, reference = labels(doc)
+    what = "step time" if metric == "step_time_s" else f"`{metric}`"
     if verdict is Practical.NOT_COMPARED:
-        why = step.method.removeprefix("not compared: ") if step else "no step time"
+        why = step.method.removeprefix("not compared: ") if step else f"no {what}"
         if step is not None and step.ratio is not None:
             why = "too few steps for an interval"
-        return verdict, "step time not compared", f"({why})"
+        return verdict, f"{what} not compared", f"({why})"
     change = step.ratio - 1
     if verdict in (Practical.WORSE, Practical.BETTER):
         word = "slower" if verdict is Practical.WORSE else "faster"
-        where = main_component(doc, backend, layout)
+        where = main_component(doc, backend, layout) if metric == "step_time_s" else None
         return (
             verdict,
-            f"{candidate} {percent(change)} {word}",
+            f"{candidate} {percent(change)} {word}" + ("" if metric == "step_time_s" else " in the actor update"),
             f"({_ci_text(step)})" + (f", {where}" if where else ""),
         )
-    measured = f"({candidate}/{reference} step time {signed_percent(change)}, {_ci_text(step)}"
+    measured = f"({candidate}/{reference} {what} {signed_percent(change)}, {_ci_text(step)}"
     if verdict is Practical.NO_PRACTICAL_DIFFERENCE:
         return verdict, "no practical difference", f"{measured}, inside ±{threshold})"
     settle = f"{measured}, crosses the ±{threshold} threshold: {settle_words(doc, step)})"
@@ -142,7 +152,46 @@ def _bar(label: str, phases: dict[str, float], step_s: float | None, cell: CellM
     return CardBar(label=label, segments=segments, total_s=step_s, per_1k_tokens_s=per_1k)
 
 
+def _rates(doc: ReportDocument, backend: str, layout: str) -> str:
+    """The training rates' ratios of a train-only pair, as one clause: tokens/s and MFU with their intervals."""
+    words = []
+    for metric, name in (("train_tokens_per_s", "train tokens/s"), ("train_mfu", "MFU")):
+        row = step_comparison(doc, backend, layout, metric)
+        if row is not None and row.ratio is not None:
+            words.append(f"{name} {row.ratio:.3f}x ({_ci_text(row)})")
+    return f"; {', '.join(words)}" if words else ""
+
+
+def _training_card(doc: ReportDocument, backend: str, layout: str) -> Card:
+    """A train-only pair: the verdict on the actor update, the bars of the training phases only, the rates beside;
+    what each side does besides training in replay (parity row rollout_replay) is in none of them."""
+    verdict, short, evidence = pair_sentence(doc, backend, layout, TRAINING_STEP)
+    rows = {a.component: a for a in _attribution(doc, backend, layout)}
+    cells = {c.id: c for c in doc.cells}
+    bars = []
+    step = rows.get("step_time_s")
+    for role, label in zip(("candidate", "reference"), labels(doc), strict=True):
+        phases = {
+            p: getattr(rows[f"phases_s.{p}"], f"{role}_s")
+            for p in TRAINING_PHASES
+            if f"phases_s.{p}" in rows and getattr(rows[f"phases_s.{p}"], f"{role}_s") is not None
+        }
+        cell = cells.get(getattr(step, f"{role}_cell")) if step is not None else None
+        if phases:
+            bars.append(_bar(label, phases, sum(phases.values()), cell))
+    return Card(
+        title=f"{backend} / {layout}: training step",
+        verdict=short,
+        text=evidence + _rates(doc, backend, layout),
+        color=VERDICT_COLORS[verdict],
+        bars=bars,
+        warnings=[w for w in (learning_warning(doc, backend, layout),) if w],
+    )
+
+
 def pair_card(doc: ReportDocument, backend: str, layout: str) -> Card:
+    if doc.train_only is not None:
+        return _training_card(doc, backend, layout)
     verdict, short, evidence = pair_sentence(doc, backend, layout)
     rows = _attribution(doc, backend, layout)
     cells = {c.id: c for c in doc.cells}
@@ -158,30 +207,39 @@ def pair_card(doc: ReportDocument, backend: str, layout: str) -> Card:
             cell = cells.get(getattr(step, f"{role}_cell"))
             bars.append(_bar(label, phases, getattr(step, f"{role}_s"), cell))
     learning = learning_warning(doc, backend, layout)
-    paired = [cells.get(getattr(step, f"{r}_cell")) for r in ("candidate", "reference")] if step else []
-    single = _single_repeat_warning(paired)
     return Card(
         title=f"{backend} / {layout}",
         verdict=short,
         text=evidence,
         color=VERDICT_COLORS[verdict],
         bars=bars,
-        warnings=[w for w in (learning, single) if w],
+        warnings=[learning] if learning else [],
     )
 
 
-def _single_repeat_warning(cells: list[CellModel | None]) -> str | None:
-    """A side measured in one repeat: its interval is this run's step noise only, however tight it looks."""
-    if any(cell is not None and cell.repeats < 2 for cell in cells):
-        return (
-            "One repeat: the interval covers this run's steps only, not run-to-run variation; "
-            "run 3 repeats (--repeats 3) before acting on it."
-        )
-    return None
+def _single_repeat_note(doc: ReportDocument) -> str | None:
+    """Cells measured in one repeat: their intervals are this run's step noise only, however tight they look. Said
+    once under the cards, not in every card: it is true of the whole run, and the verdict stays the card's lead."""
+    paired = {cell for backend, layout in doc.pairs() for cell in _pair_cells(doc, backend, layout)}
+    single = [c.id for c in doc.cells if c.id in paired and c.repeats < 2]
+    if not single:
+        return None
+    return (
+        "One repeat: the interval covers this run's steps only, not run-to-run variation; "
+        f"run 3 repeats (--repeats 3) before acting on it ({', '.join(f'`{c}`' for c in single)})."
+    )
+
+
+def _pair_cells(doc: ReportDocument, backend: str, layout: str) -> list[str]:
+    step = next((a for a in _attribution(doc, backend, layout) if a.component == "step_time_s"), None)
+    return [step.candidate_cell, step.reference_cell] if step is not None else []
 
 
 def _notes(doc: ReportDocument) -> list[str]:
     notes = [f"**{r.backend} / {r.layout}**: comparison refused: {r.reason}." for r in doc.refused]
+    single = _single_repeat_note(doc)
+    if single:
+        notes.append(single)
     unsteady = [c for c in doc.cells if not c.steady_state.reached]
     if unsteady:
         needs = [
@@ -193,6 +251,13 @@ def _notes(doc: ReportDocument) -> list[str]:
         )
     if doc.incomplete:
         notes.append(f"{len(doc.incomplete)} cell repeat(s) did not complete; see Incomplete cells.")
+    flagged = [
+        f"`{c.id}` " + ", ".join(f"{f.flag} on {f.steps} of {f.of_steps} steps" for f in c.step_flags if f.defect)
+        for c in doc.cells
+        if any(f.defect for f in c.step_flags)
+    ]
+    if flagged:
+        notes.append("Flagged steps: " + "; ".join(flagged) + " (values doubtful or left out; see Step flags).")
     over = [(c.id, c.summaries["train_mfu"].median) for c in doc.cells if _above_peak(c)]
     if over:
         notes.append(
@@ -208,8 +273,9 @@ def _notes(doc: ReportDocument) -> list[str]:
 
 
 TRAIN_ONLY_NOTE = (
-    "Train-only run: every cell trained on one recorded rollout. Its step times include what each side does besides "
-    "training in replay (parity row rollout_replay); compare the training step in the Train-only section."
+    "Train-only run: every cell trained on one recorded rollout. The cards compare the training step (the actor "
+    "update, its phases and rates); step time, generate and weight sync are not compared, since they include what "
+    "each side does besides training in replay (parity row rollout_replay). The Train-only section has every ratio."
 )
 
 
@@ -237,18 +303,22 @@ def _no_pair_note(doc: ReportDocument) -> str:
 def headline_blocks(doc: ReportDocument) -> list[Any]:
     """The cards, then what keeps a pair or a cell out of them."""
     cards = [pair_card(doc, b, lay) for b, lay in doc.pairs()]
-    threshold = threshold_text(doc.threshold("step_time_s"))
+    train_only = doc.train_only is not None
+    metric = TRAINING_STEP if train_only else "step_time_s"
+    threshold = threshold_text(doc.threshold(metric))
     candidate, reference = labels(doc)
     blocks: list[Any] = []
     if cards:
-        blocks.append(
-            Cards(cards, legend=[(p, PHASE_COLORS[p]) for p in PHASES] + [("unattributed", UNATTRIBUTED_COLOR)])
-        )
+        shown = [p for p in PHASES if p in TRAINING_PHASES] if train_only else list(PHASES)
+        legend = [(p, PHASE_COLORS[p]) for p in shown] + ([] if train_only else [("unattributed", UNATTRIBUTED_COLOR)])
+        blocks.append(Cards(cards, legend=legend))
+        what = "the actor update (`phases_s.train`)" if train_only else "step time"
+        bars = "the training phases' mean seconds per step" if train_only else "mean seconds per step by phase"
         blocks.append(
             Paragraph(
-                f"Practical threshold {threshold} on step time: a verdict of faster or slower needs the whole "
+                f"Practical threshold {threshold} on {what}: a verdict of faster or slower needs the whole "
                 f"interval beyond ±{threshold}; inside it, no practical difference; otherwise inconclusive. "
-                f"Bars: mean seconds per step by phase ({candidate} and {reference} on one scale)."
+                f"Bars: {bars} ({candidate} and {reference} on one scale)."
             )
         )
     notes = _notes(doc)
@@ -263,7 +333,8 @@ def headline_markdown(doc: ReportDocument) -> str:
     for backend, layout in doc.pairs():
         card = pair_card(doc, backend, layout)
         steps = [f"{b.label} {b.total_s:.2f} s" for b in card.bars if b.total_s is not None]
-        tail = f" Step time {' vs '.join(steps)}." if len(steps) == 2 else ""
+        what = "Training step" if doc.train_only is not None else "Step time"
+        tail = f" {what} {' vs '.join(steps)}." if len(steps) == 2 else ""
         warn = "".join(f" {w}" for w in card.warnings)
         lines.append(f"**{card.title}**: {card.verdict} {card.text}.{tail}{warn}")
     lines += _notes(doc)

@@ -146,7 +146,8 @@ def _card_html(card: Card) -> str:
             f'<span class="who">{html.escape(bar.label)}</span><div class="track"><div class="bar" '
             f'style="width:{100 * total / scale:.2f}%">{segments}</div></div><span class="tot">{totals}</span>'
         )
-    warnings = "".join(f'<p class="warn">{_inline_html(w)}</p>' for w in card.warnings)
+    # a card's notes stay below its verdict in weight: the verdict is what the card says first
+    warnings = "".join(f'<p class="note">{_inline_html(w)}</p>' for w in card.warnings)
     bars = f'<div class="bars">{"".join(rows)}</div>' if rows else ""
     return (
         f'<div class="card" style="border-left-color:{card.color}"><div class="card-title">'
@@ -232,11 +233,14 @@ STYLE = (
     ".card{border:1px solid #d0d7de;border-left:6px solid;border-radius:6px;padding:8px 12px;min-width:0}"
     ".card-title{font-weight:700;font-size:15px}.verdict{font-size:18px;font-weight:700;margin:4px 0 8px}"
     ".evidence{font-size:13px;font-weight:400;color:#57606a}"
-    ".bars{display:grid;grid-template-columns:48px minmax(0,1fr) auto;gap:4px 8px;align-items:center}"
-    ".who{font-size:13px;font-weight:600}.track{background:#f6f8fa;height:22px}"
+    ".bars{display:grid;grid-template-columns:max-content minmax(0,1fr) auto;gap:4px 8px;align-items:center}"
+    ".who{font-size:13px;font-weight:600;white-space:nowrap}.track{background:#f6f8fa;height:22px}"
     ".bar{display:flex;height:22px;overflow:hidden}.tot{font-size:12px;white-space:nowrap}"
     ".seg{color:#fff;font-size:11px;line-height:22px;text-align:center;overflow:hidden;white-space:nowrap}"
-    ".warn{color:#cf222e;font-weight:600}"
+    ".note{color:#9a6700;font-size:13px;margin:6px 0 0}"
+    # a phone: each side's totals go under its bar, so the label and the bar keep their width
+    "@media (max-width:600px){.bars{grid-template-columns:max-content minmax(0,1fr)}"
+    ".tot{grid-column:2;white-space:normal;margin-bottom:4px}}"
 )
 
 

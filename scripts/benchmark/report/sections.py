@@ -64,7 +64,7 @@ def format_gap(value: float | None) -> str:
 def _better_side(row: ComparisonModel, candidate: str) -> str:
     """The document's practical verdict on one ratio: <candidate> better / worse beyond the threshold, no practical
     difference, or inconclusive."""
-    if row.ratio is None:
+    if row.ratio is None or (row.verdict is Practical.NOT_COMPARED and row.method.startswith("not compared: ")):
         return "n/a: " + row.method.removeprefix("not compared: ")
     if row.verdict is Practical.NOT_COMPARED:
         return "n/a: too few steps for an interval"
@@ -134,7 +134,7 @@ def _comparison_blocks(doc: ReportDocument) -> list[Any]:
         blocks.append(Table(header, table))
         blocks.append(Heading(3, f"Where the step-time gap goes ({backend} / {layout})"))
         blocks.append(_attribution_table(doc, backend, layout, pct))
-    compared = [c for c in doc.comparisons if c.ratio is not None]
+    compared = [c for c in doc.comparisons if c.ratio is not None and not c.method.startswith("not compared")]
     if compared:
         example = compared[0].method
         blocks.append(
@@ -411,6 +411,24 @@ def _policy_lag_blocks(doc: ReportDocument) -> list[Any]:
     return [Heading(2, "Policy lag"), Paragraph(note), Table(["pair", "side", "observed", "bound", "flags"], rows)]
 
 
+def _step_flag_blocks(doc: ReportDocument) -> list[Any]:
+    """Every cell's step flags, defects first: what a number of that cell rests on (metrics.md lists each flag)."""
+    rows = [
+        [f"`{cell.id}`", f"`{f.flag}`", "defect" if f.defect else "note", f"{f.steps} of {f.of_steps}"]
+        + [", ".join(f"`{example}`" for example in f.examples)]
+        for cell in doc.cells
+        for f in sorted(cell.step_flags, key=lambda f: not f.defect)
+    ]
+    if not rows:
+        return []
+    note = (
+        "Flags the readers put on step records, per cell (every repeat, warm-up included). A defect makes the "
+        "step's value doubtful or leaves it out (null): a timer that ran backwards, a step from a given-up attempt, "
+        "a missing or non-numeric field, a damaged line; a note says how a healthy run's value is read."
+    )
+    return [Heading(2, "Step flags"), Paragraph(note), Table(["cell", "flag", "kind", "steps", "as written"], rows)]
+
+
 def report_title(doc: ReportDocument) -> str:
     cand, ref = labels(doc)
     return f"{cand} vs {ref} throughput report"
@@ -429,6 +447,7 @@ def build_blocks(doc: ReportDocument, images: dict[str, str], *, environment_jso
     blocks += learning_blocks(doc, images)
     blocks += _cell_blocks(doc)
     blocks += _steady_blocks(doc)
+    blocks += _step_flag_blocks(doc)
     blocks += _policy_lag_blocks(doc)
     blocks += _calibration_blocks(doc)
     if doc.incomplete:

@@ -5,7 +5,9 @@
   where a private head is needed, with preflight=True the machine: runner/preflight.py; then the output folder
   writable), then writes DIR/plan.json and DIR/manifest.json. A rejected run leaves no folder it created.
 - A plan runs only what it was proven for (`check_plan_proof`): its spec still matches its `spec_hash`, and a plan
-  that compares two sides has its parity.json beside it, made for the same spec; else exit 2 naming the file.
+  that compares two sides has its parity.json beside it, made for the same spec and for the same launch words (each
+  compared cell's launch, environment and prepare steps: `contracts/plan.launch_digest`); else exit 2 naming the
+  file and the cell.
 - A plan planned for another run folder or by another checkout runs with its paths moved to this run folder and this
   checkout (runner/relocate.py); the run folder's plan.json is the moved plan.
 - Order: repeat 0 of every cell, then repeat 1, ...; within a repeat the cells of one (backend, layout) run
@@ -46,7 +48,7 @@ from typing import Any
 from scripts.benchmark.common.redaction import Redactor, find_plan_secrets, find_words_secrets
 from scripts.benchmark.contracts.manifest import MANIFEST_NAME, NOT_NEEDED, CellRun, Manifest, new_cell_run
 from scripts.benchmark.contracts.parity import read_parity_file
-from scripts.benchmark.contracts.plan import RECORD_SCRIPT, Known, read_plan_json
+from scripts.benchmark.contracts.plan import RECORD_SCRIPT, Known, launch_digest, read_plan_json
 from scripts.benchmark.contracts.sides import SidePair, sides_from_cells
 from scripts.benchmark.frameworks import registry
 from scripts.benchmark.runner.end_report import EndReport
@@ -116,21 +118,35 @@ def check_plan_proof(plan: dict[str, Any], path: Path) -> None:
     if isinstance(plan.get("spec_hash"), str) and spec_json_hash(plan["spec"]) != plan["spec_hash"]:
         problems.append(f"its spec no longer matches its spec_hash {plan['spec_hash']} (was it edited?)")
     if plan.get("sides") and plan_sides(plan).reference is not None:
-        problems += _parity_problems(path.parent / "parity.json", plan.get("spec_hash"))
+        problems += _parity_problems(path.parent / "parity.json", plan)
     if problems:
         raise RunError(
             f"plan {path} cannot be executed:\n  " + "\n  ".join(problems) + "\n  plan it again: run.py ... --dry-run"
         )
 
 
-def _parity_problems(parity: Path, spec_hash: str | None) -> list[str]:
+def _parity_problems(parity: Path, plan: dict[str, Any]) -> list[str]:
+    spec_hash = plan.get("spec_hash")
     if not parity.exists():
         return [f"it compares two sides but {parity} is missing (the proof that the launches match)"]
     try:
-        proven = read_parity_file(parity).spec_hash
+        proof = read_parity_file(parity)
     except (OSError, ValueError) as exc:
         return [str(exc).strip().splitlines()[0]]
-    return [] if proven == spec_hash else [f"{parity} was made for spec {proven}, the plan is for {spec_hash}"]
+    if proof.spec_hash != spec_hash:
+        return [f"{parity} was made for spec {proof.spec_hash}, the plan is for {spec_hash}"]
+    cells = {cell["id"]: cell for cell in plan["cells"]}
+    problems = []
+    for pair in proof.pairs:
+        for role in ("candidate", "reference"):
+            cell, proven = cells.get(getattr(pair, f"{role}_cell")), getattr(pair, f"{role}_digest")
+            if cell is not None and proven is not None:
+                if launch_digest(cell, plan.get("prepare") or [], plan.get("origin")) != proven:
+                    problems.append(
+                        f"cells[{cell['id']}]: its launch words, environment or prepare steps are not those "
+                        f"{parity} proved matched (edited after planning?)"
+                    )
+    return problems
 
 
 def plan_sides(plan: dict[str, Any]) -> SidePair:

@@ -16,11 +16,10 @@ Caveats:
 from __future__ import annotations
 
 import copy
-import re
 from pathlib import Path
 from typing import Any
 
-from scripts.benchmark.contracts.plan import plan_origin
+from scripts.benchmark.contracts.plan import move_paths, origin_moves, plan_origin
 
 _ARGV_KEYS = ("launch_argv", "argv", "ray_head_argv")
 
@@ -32,9 +31,7 @@ def relocated(plan: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     if not isinstance(origin, dict):
         return plan
     here = plan_origin(run_dir)
-    moves = [(origin.get(key), here[key]) for key in ("run_dir", "harness")]
-    moves = [(old, new) for old, new in moves if isinstance(old, str) and old and old != new]
-    moves += [(_quoted(old), _quoted(new)) for old, new in moves if _quoted(old) != old]
+    moves = origin_moves(origin, here)
     moved = copy.deepcopy(plan)
     moved["origin"] = here
     if not moves:
@@ -42,25 +39,9 @@ def relocated(plan: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     for entry in moved.get("cells", []) + moved.get("prepare", []):
         for key in (*_ARGV_KEYS, "creates", "model_config"):
             if isinstance(entry.get(key), list):
-                entry[key] = [_move(word, moves) for word in entry[key]]
+                entry[key] = [move_paths(word, moves) for word in entry[key]]
             elif isinstance(entry.get(key), str):
-                entry[key] = _move(entry[key], moves)
+                entry[key] = move_paths(entry[key], moves)
         if isinstance(entry.get("env"), dict):
-            entry["env"] = {name: _move(value, moves) for name, value in entry["env"].items()}
+            entry["env"] = {name: move_paths(value, moves) for name, value in entry["env"].items()}
     return moved
-
-
-def _quoted(path: str) -> str:
-    """A path as it reads inside a single-quoted override value: backslashes before a quote or `${` doubled, the
-    quote and `${` escaped (how a launch writes a path that is not plain)."""
-    escapes = {"'": "\\'", "${": "\\${"}
-    return re.sub(r"(\\*)('|\$\{)", lambda m: m.group(1) * 2 + escapes[m.group(2)], path)
-
-
-def _move(word: Any, moves: list[tuple[str, str]]) -> Any:
-    if not isinstance(word, str):
-        return word
-    for old, new in moves:
-        pattern = rf"(?<![\w.\-/]){re.escape(old.rstrip('/'))}(?![\w.\-])"
-        word = re.sub(pattern, new.replace("\\", "\\\\"), word)
-    return word

@@ -93,6 +93,7 @@ def build_run_context(context: Mapping[str, Any]):
         RunContext,
         cell.get("optimizer_steps_per_step"),
         cell.get("max_response_tokens"),
+        bool(cell.get("replay")),
     )
 
 
@@ -106,6 +107,7 @@ def _cached_run_context(
     run_context_cls,
     optimizer_steps_per_step: int | None = None,
     max_response_tokens: int | None = None,
+    replay: bool = False,
 ):
     from miles.utils.bench_flops import ModelArch
 
@@ -125,6 +127,7 @@ def _cached_run_context(
         optimizer_steps_per_step=optimizer_steps_per_step,
         max_response_tokens=max_response_tokens,
         layout=layout,
+        replay=replay,
     )
 
 

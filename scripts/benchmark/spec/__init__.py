@@ -19,6 +19,7 @@ from scripts.benchmark.model_config import (
 )
 from scripts.benchmark.spec.benchmark import (
     BenchmarkSpec,
+    full_loop_spec_hash,
     load_preset,
     load_spec_file,
     spec_hash,
@@ -39,6 +40,7 @@ __all__ = [
     "Backend",
     "BenchmarkSpec",
     "Layout",
+    "full_loop_spec_hash",
     "load_preset",
     "load_spec_file",
     "model_config_names",

@@ -293,6 +293,15 @@ def spec_hash(spec: BenchmarkSpec) -> str:
     return spec_json_hash(spec_json(spec))
 
 
+def full_loop_spec_hash(resolved: dict[str, Any]) -> str:
+    """The `spec_hash` of a resolved spec run as a full loop: without the train-only mode and its recording (what a
+    train-only run's recording and its `--full-loop` companion must have been made with)."""
+    data = copy.deepcopy(resolved)
+    data.get("run", {}).pop("mode", None)
+    data.pop("recording", None)
+    return spec_json_hash(data)
+
+
 def spec_json_hash(resolved: dict[str, Any]) -> str:
     """`spec_hash` of a resolved spec as plan.json stores it (what `execute` checks a plan's `spec_hash` against)."""
     unmeasured = ("report", "learning", "recording")  # where recordings are kept changes nothing measured

@@ -7,8 +7,9 @@ each one speaks (part of BenchmarkSpec: placement.async_loop, rollout.sglang_ver
   wait. Only values both frameworks can express alike are accepted. `schedule` picks the candidate's loop where it
   has two: `drain` (Miles train_async.py: the update waits for the batch in flight, nothing generates through it)
   or `continuous` (Miles train_async.py --fully-async --pause-generation-mode retract --max-weight-staleness
-  max_policy_lag: a persistent producer, requests retracted and resumed through the update, as VERL's
-  separate_async keeps them in flight). VERL has the one loop, separate_async, for both.
+  max_policy_lag - 1, its buffer counting from the engines' version one update before training: a persistent
+  producer, requests retracted and resumed through the update, as VERL's separate_async keeps them in flight).
+  VERL has the one loop, separate_async, for both.
 - `SglangVersions`: per framework adapter name, the SGLang version its launch spells SGLang's own keys for;
   preflight compares it with the SGLang installed in that framework's interpreter.
 """

@@ -138,3 +138,23 @@ def run_py(*args: str, env: dict[str, str] | None = None, timeout: float = 300) 
         cwd=REPO_ROOT,
         env=env or os.environ,
     )
+
+
+def reprove(plan_dir: Path) -> None:
+    """parity.json's launch digests for the cells as plan.json now holds them: a test that puts the stand-in trainer
+    in place of the planned launches proves its own cells, as the planner proves the launches it writes."""
+    from scripts.benchmark.contracts.parity import parity_text, read_parity_file
+    from scripts.benchmark.contracts.plan import launch_digest
+
+    plan = json.loads((plan_dir / "plan.json").read_text())
+    cells = {cell["id"]: cell for cell in plan["cells"]}
+    proof = read_parity_file(plan_dir / "parity.json")
+    pairs = []
+    for pair in proof.pairs:
+        digests = {
+            f"{role}_digest": launch_digest(cells[getattr(pair, f"{role}_cell")], plan["prepare"], plan.get("origin"))
+            for role in ("candidate", "reference")
+            if getattr(pair, f"{role}_cell") in cells
+        }
+        pairs.append(pair.model_copy(update=digests))
+    (plan_dir / "parity.json").write_text(parity_text(proof.model_copy(update={"pairs": pairs})))

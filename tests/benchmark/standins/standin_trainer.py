@@ -176,6 +176,16 @@ ROLLOUT_MANAGER = {"component": "rollout_manager"}
 TRAIN_RANK = {"component": "actor", "cell_index": 0, "rank_within_cell": 0}
 
 
+def _replayed(calls: list[tuple[dict, dict]]) -> list[tuple[dict, dict]]:
+    """A replay's calls (--load-debug-rollout-data): Miles's rollout manager returns from log_rollout_data before
+    logging (miles/ray/rollout/metrics.py), and the actor's update_weights returns at once (debug_train_only)."""
+    return [
+        (identity, {**metrics, "perf/update_weights_time": 0.0} if "perf/update_weights_time" in metrics else metrics)
+        for identity, metrics in calls
+        if identity is not ROLLOUT_MANAGER
+    ]
+
+
 def _miles_rollout_calls(rollout_id: int, step_s: float, rng: random.Random) -> list[tuple[dict, dict]]:
     """The tracking.log calls of one rollout, in a colocated run's order: RolloutManager perf, then the train rank's
     rollout data, train/step series and timers (the timers carry the previous rollout's weight update)."""
@@ -297,6 +307,7 @@ def main() -> None:
     parser.add_argument("--hold-after", type=int, default=None, help="after this step, wait while --hold-file exists")
     parser.add_argument("--hold-file", type=Path, default=None)
     parser.add_argument("--learning", type=json.loads, default={}, help="signal -> value logged at every step")
+    parser.add_argument("--replay", action="store_true", help="a train-only cell: log what a replay logs")
     args = parser.parse_args()
     learning = _native_learning(args.format, args.learning)
 
@@ -342,18 +353,24 @@ def main() -> None:
             _say(extra_output)
         step_s = float(os.environ.get("STANDIN_STEP_S", args.step_s)) * scale * rng.uniform(0.9, 1.1)
         time.sleep(step_s)
+        calls = _miles_rollout_calls(step - 1, step_s, rng)  # Miles counts rollouts from 0
+        calls = _replayed(calls) if args.replay else calls
         if args.format == "verl-file-logger":
             record = _verl_step(step, step_s, rng)
             record["data"].update(learning)
+            if args.replay:  # VERL's replay loader stamps each trajectory with the current step (rollout_skip.py)
+                record["data"].update(
+                    {f"training/off_policy/trajectory_staleness_worst/{s}": -1 for s in ("mean", "max")}
+                )
             _write_line(args.sink, record)
         elif args.format == "miles-stdout":
-            for identity, metrics in _miles_rollout_calls(step - 1, step_s, rng):  # Miles counts rollouts from 0
+            for identity, metrics in calls:
                 _print_miles_line(identity, metrics)
         elif backends:
-            for identity, metrics in _miles_rollout_calls(step - 1, step_s, rng):
+            for identity, metrics in calls:
                 _log_tracking(backends, identity, {**metrics, **learning} if "train/step" in metrics else metrics)
         else:
-            for identity, metrics in _miles_rollout_calls(step - 1, step_s, rng):
+            for identity, metrics in calls:
                 _write_line(args.sink / _process_file(identity), _event(identity, metrics))
         _say(f"standin step {step}/{args.steps} {step_s:.3f} s")
         if args.hold_after == step and args.hold_file is not None:

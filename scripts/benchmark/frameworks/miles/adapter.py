@@ -84,6 +84,7 @@ class MilesAdapter(AdapterDefaults):
     sink_formats = ("miles-stdout", "miles-event-log", "miles-tracking")
     learning_keys = MILES_LEARNING_KEYS
     incomplete_flags = ("miles_shift:no_next_step",)
+    note_flags = ("miles_shift:no_next_step", "miles_shift:post_train_untimed")
     packages = {"miles": "miles"}
     recording_codec = RECORDING_CODEC
     runs_checkout = True
@@ -122,6 +123,9 @@ class MilesAdapter(AdapterDefaults):
         if ctx.side.root is not None:
             paths = dataclasses.replace(paths, miles_root=ctx.side.root)
         return build_miles_launch(spec, backend, layout, paths, target, ctx.side.name, ctx.recording)
+
+    def checkout(self, side: Side, settings: Mapping[str, Any]) -> str | None:
+        return side.root or (settings.get(self.name) or MilesPaths()).miles_root
 
     def recording_path(self, spec: BenchmarkSpec, backend: str, layout: str, root: str) -> str | None:
         return f"{root}/miles"

@@ -276,9 +276,12 @@ def _placement(spec: BenchmarkSpec, layout: Layout) -> list[str]:
 def continuous_loop_args(max_policy_lag: int) -> list[str]:
     """train_async.py's fully-async loop (FullyAsyncRolloutFn): a persistent producer; SGLang retracts the running
     requests to its waiting queue at a weight update and re-prefills them after it (retract is Miles's default,
-    passed so the launch says it); groups staler than the spec's lag bound are not trained."""
+    passed so the launch says it). Its data buffer compares a group's oldest weight version with the engines'
+    version when the batch is drained, which train_async.py does before the update that precedes the batch's
+    training, one version behind the policy that trains it: --max-weight-staleness is the spec's lag bound minus one,
+    so that no trained group is further behind the training policy than the bound (fully_async_data_buffer.py)."""
     argv = ["--fully-async", "--pause-generation-mode", "retract"]
-    return argv + ["--max-weight-staleness", flag_value(max_policy_lag)]
+    return argv + ["--max-weight-staleness", flag_value(max_policy_lag - 1)]
 
 
 def _tracking(spec: BenchmarkSpec, backend: Backend, layout: Layout, side: str) -> list[str]:

@@ -72,7 +72,8 @@ REPLAY_EXTRAS = "recorded rollout, no SGLang engine (debug_train_only): no gener
 ONE_STEP_OFF_POLICY = "one-step off-policy: rollout N+1 generates while step N trains"
 # SGLang code facts: Miles @31f1ca9 runs its sglang-miles fork of 0.5.16, whose default prefill backend on CUDA is
 # breakable (segmented capture, no torch.compile: `default_prefill_backend`), read from the 0.5.16 release.
-ENGINE_VERSION = "sglang 0.5.16 + Miles's patches (sglang-miles)"
+MILES_SGLANG = "0.5.16"
+ENGINE_VERSION = f"sglang {MILES_SGLANG} + Miles's patches (sglang-miles)"
 PREFILL_DEFAULT = "breakable (sglang 0.5.16 default)"
 
 
@@ -99,33 +100,65 @@ def _miles_loop(m: _Miles) -> dict[str, Any]:
     }
 
 
-FULLY_ASYNC_SHAPE = (
-    "persistent producer: up to 1 batch of prompt groups generating, refilled one group at a time; requests in "
-    "flight through the update; groups staler than the bound dropped"
-)
 PAUSE_WORDS = {
     "retract": "in-flight requests retracted to SGLang's waiting queue at each weight update and re-prefilled with "
     "the new weights",
     "in_place": "in-flight requests frozen at each weight update and resumed on their old KV cache",
     "abort": "in-flight requests aborted at each weight update",
 }
+FINISH_VERSION = (
+    "by the weight version a sample finished under (SGLang stamps the engine's version when a request completes, "
+    "so a sample retracted across an update holds tokens of the version before: one more)"
+)
+
+
+RELEASED_WITHOUT_COPY = "released after generation; rollout weights dropped, no CPU copy"
+RELEASED_WITH_COPY = "released after generation; rollout weights copied to CPU at the release and back at the wake"
+
+
+def _memory_release(m: _Miles, colocate: bool) -> str:
+    """Colocated, Miles releases its engines' memory after generation (offload_rollout); SGLang keeps a CPU copy of
+    the weights only with --sglang-enable-weights-cpu-backup, which Miles itself turns on for LoRA alone
+    (`sglang_engine.py`): the update then overwrites weights it reallocated, never copied."""
+    if not colocate:
+        return "kept"
+    return RELEASED_WITH_COPY if m.has("--sglang-enable-weights-cpu-backup") else RELEASED_WITHOUT_COPY
+
+
+def _fully_async_shape(m: _Miles) -> str:
+    """What the rollout pool holds around an update: the producer's groups in flight and the data buffer's finished
+    groups (`fully_async_rollout.py`, `fully_async_data_buffer.py`), in batches of the step."""
+    batch = m.get("--rollout-batch-size", int)
+    concurrent = m.get("--async-max-concurrent-samples", int)
+    in_flight = concurrent // m.get("--n-samples-per-prompt", int) / batch if concurrent else 1
+    buffered = int(m.get("--async-data-buffer-capacity-factor", float) * batch) / batch
+    return (
+        f"persistent producer: up to {in_flight:g} batch of prompt groups generating, refilled one group at a time, "
+        f"and up to {buffered:g} batches of finished groups buffered ({in_flight + buffered:g} generated ahead of "
+        "training); requests in flight through the update; at each drain, groups whose oldest weights are further "
+        "behind than the bound dropped, not regenerated (--async-unused-samples-handler "
+        f"{m.get('--async-unused-samples-handler')})"
+    )
 
 
 def _fully_async_loop(m: _Miles, interval: int) -> dict[str, Any]:
     """The producer keeps --async-max-concurrent-samples (default one batch) generating, backfilled per group
     (`fully_async_rollout.py`); the data buffer drops a group whose oldest weight version is more than
-    --max-weight-staleness behind the engine's (`fully_async_data_buffer.py`, --async-unused-samples-handler drop);
-    the weight update pauses the engines with --pause-generation-mode."""
+    --max-weight-staleness behind the engines' version when the batch is drained (`fully_async_data_buffer.py`);
+    train_async.py drains the next batch before the update that precedes its training (`train_async.py`), so the
+    policy that trains it is one version newer (weights updated every step): the lag bound against the training
+    policy is the flag plus one, by the version each sample finished under."""
     bound = m.get("--max-weight-staleness", int)
-    lag = "unbounded" if bound is None else bound
-    one_step = bound == 1 and interval == 1
+    lag = "unbounded" if bound is None else bound + 1
+    one_step = lag == 1 and interval == 1
     return {
         "rollout_loop": ONE_STEP_OFF_POLICY if one_step else f"fully async (staleness bound {lag})",
-        "loop_shape": FULLY_ASYNC_SHAPE,
-        "max_policy_lag": lag,
+        "loop_shape": _fully_async_shape(m),
+        "max_policy_lag": lag if lag == "unbounded" else f"{lag} {FINISH_VERSION}",
         "weight_sync_cadence": "every step" if interval == 1 else f"every {interval} steps",
         "partial_rollout": PAUSE_WORDS.get(m.get("--pause-generation-mode") or "retract", "unknown pause mode"),
-        "first_steps_composition": "by completion: the first prompt groups to finish (first step: fastest prompts)",
+        "first_steps_composition": "by completion at every step: the prompt groups that finish first (the first "
+        "step the fastest prompts), never the file's batches",
     }
 
 
@@ -222,10 +255,10 @@ def _miles_rollout(m: _Miles, colocate: bool, bundled_sglang: str | None) -> dic
         "cuda_graph_max_bs": (
             m.get("--sglang-cuda-graph-max-bs-decode", int)
             or m.get("--sglang-cuda-graph-max-bs", int)
-            or "sglang default"
+            or f"not set: the decode graphs' batch cap by the rule of sglang {bundled_sglang or MILES_SGLANG}"
         ),
         "weight_sync_bucket_mb": (m.get("--update-weight-buffer-size", int) or 0) // MIB,
-        "rollout_memory_release": "released after generation" if colocate else "kept",
+        "rollout_memory_release": _memory_release(m, colocate),
         "rollout_memory_saver": on_off(colocate),
         "prefill_cuda_graphs": _prefill_graphs(m, colocate, bundled_sglang),
         "rollout_engine_version": (

@@ -26,12 +26,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from scripts.benchmark.frameworks.miles.tracking_sink import is_tracking_file, started, tracking_events
+from scripts.benchmark.frameworks.miles.tracking_sink import attempt_order, tracking_events
 from scripts.benchmark.frameworks.native_events import (
     FILE_ORDER_STRIDE,
     NativeEvent,
     NativeStep,
     SinkIssue,
+    duration_value,
     files_in_time_order,
     metric_value,
     policy_lag,
@@ -62,16 +63,23 @@ MILES_REQUIRED_KEYS: tuple[str, ...] = (
     "rollout/total_lengths",
     "rollout/response_lengths",
 )
-MILES_LAG_KEYS = ("rollout/fully_async/avg_staleness", "rollout/fully_async/max_staleness")
-"""--fully-async only (fully_async_data_buffer.py): the engine's weight version when the batch is drained minus each
-consumed group's oldest; the other loops log none (their lag comes from the weight versions below)."""
 MILES_VERSION_KEYS = ("rollout/weight_version/mean", "rollout/weight_version/min")
 """Every loop (`log_rollout_data`, miles/ray/rollout/metrics.py): statistics over the rollout's samples of each
-sample's oldest weight version (`Sample.weight_versions`, one per generation call from SGLang's meta_info), logged
-when the engines report numeric versions."""
+sample's oldest weight version (`Sample.weight_versions`, one per generation call from SGLang's meta_info: the
+engine's version when the call finished), logged when the engines report numeric versions. The policy lag is read
+from these against the training policy's version, in every loop; --fully-async's own
+`rollout/fully_async/max_staleness` is not a lag against the training policy (the buffer compares with the engines'
+version when the batch is drained, one update before it trains), so it stays in `raw` only."""
 POST_TRAIN_KEY = "stdout/post_train_time"
 """Seconds from the train rank's `Timer train end` line to its `perf N:` line (stdout timestamps, ms): work after the
 train timer that Miles books into the next record's train_wait. Only in stdout sinks."""
+POST_TRAIN_TIMERS: tuple[str, ...] = ("perf/weight_backup_time", "perf/ref_model_update_time")
+"""Timers of the work the train rank does after its train timer and before its perf line, logged in that perf line
+(the Megatron actor's CPU weight copy: the patch series' `weight_backup` timer; the reference model's update): the
+post-train time where no console timestamps give it (the tracking backend, an event log)."""
+NEGATIVE_SLACK_S = 0.01
+"""A derived duration below minus this is no duration: a wall clock stepped back inside a timer (Miles's Timer reads
+time.time()); within it, the rounding of timers and console timestamps (1 ms)."""
 COMPLETE_ANCHORS: tuple[str, ...] = ("perf/train_time", "perf/rollout_time")
 """A process's record of a step is complete once its anchor is there (the train rank's timers, or the
 RolloutManager's rollout perf)."""
@@ -102,16 +110,19 @@ def _literal_dict(text: str) -> dict[str, Any]:
 
 
 def miles_events(paths: Iterable[Path], issues: list[SinkIssue]) -> list[NativeEvent]:
-    """Files oldest first (first event timestamp, else modification time); a process restart is marked on the
-    first metric event of each process after an initial weight sync (see `_mark_new_processes`)."""
+    """Files oldest first: the tracking backend's by the creation sequence their processes claimed, after any other
+    file (first event timestamp, else modification time); a process restart is marked on the first metric event of
+    each process after an initial weight sync (see `_mark_new_processes`)."""
     events: list[NativeEvent] = []
     initial_syncs: list[float] = []
-    for file_index, path in enumerate(files_in_time_order(list(paths), first_time=_first_event_time)):
-        head = path.read_text(encoding="utf-8", errors="replace").lstrip()[:1]
+    tracking = {path: order for path in paths if (order := attempt_order(path)) is not None}
+    others = files_in_time_order([path for path in paths if path not in tracking], first_time=_first_event_time)
+    ordered = others + sorted(tracking, key=lambda path: (tracking[path], str(path)))
+    for file_index, path in enumerate(ordered):
         offset = file_index * FILE_ORDER_STRIDE
-        if head == "{" and is_tracking_file(path):
+        if path in tracking:
             events.extend(tracking_events(path, issues, offset))
-        elif head == "{":
+        elif path.read_text(encoding="utf-8", errors="replace").lstrip()[:1] == "{":
             events.extend(_miles_jsonl_events(path, issues, offset, initial_syncs))
         else:
             events.extend(_miles_stdout_events(path, issues, offset))
@@ -131,8 +142,6 @@ def _event_time(obj: Any) -> float | None:
 
 
 def _first_event_time(path: Path) -> float | None:
-    if is_tracking_file(path):
-        return started(path)
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
             for line in handle:
@@ -310,24 +319,38 @@ def _segment_metrics(
         return None
 
 
-def _carried_seconds(metrics: dict[str, Any]) -> float:
-    """Seconds of MILES_CARRIED_KEYS work in a record (absent timer = that work did not run)."""
-    values = [metrics.get(k) for k in MILES_CARRIED_KEYS if k in metrics]
-    return sum(math.nan if v is None else float(v) for v in values)
+def _carried_seconds(metrics: dict[str, Any], flags: list[str]) -> float:
+    """Seconds of MILES_CARRIED_KEYS work in a record (absent timer = that work did not run; a negative one is no
+    duration: NaN, flagged)."""
+    values = [duration_value(metrics, k, flags, required=False) for k in MILES_CARRIED_KEYS if k in metrics]
+    return sum(math.nan if v is None else v for v in values)
 
 
 def _post_train_seconds(native: NativeStep | None, flags: list[str]) -> float:
-    """The post-train time of a record (0 with a flag when the sink does not time it: an event log, no timer line)."""
+    """The post-train time of a record: the console's timestamps where the sink has them, else the timers of that
+    work (0 with a flag when neither is there: an older Miles's event log, or a console without timer lines)."""
     if native is None:
         return 0.0
     value = native.metrics.get(POST_TRAIN_KEY)
     if value is None:
-        flags.append("miles_shift:post_train_untimed")
-        return 0.0
+        timed = [duration_value(native.metrics, k, flags, required=False) for k in POST_TRAIN_TIMERS]
+        timed = [v for k, v in zip(POST_TRAIN_TIMERS, timed, strict=True) if k in native.metrics]
+        if not timed:
+            flags.append("miles_shift:post_train_untimed")
+            return 0.0
+        return sum(math.nan if v is None else v for v in timed)
     if float(value) < 0:  # the wall clock stepped back between `Timer train end` and the perf line: not a duration
         flags.append("miles_shift:post_train_clock_stepped_back")
         return 0.0
     return float(value)
+
+
+def _required_keys(ctx: RunContext) -> tuple[str, ...]:
+    """In a replay (`--load-debug-rollout-data`) the rollout manager returns from `log_rollout_data` before logging
+    (miles/ray/rollout/metrics.py): its perf/rollout_time is not missing, it is not there by design."""
+    if not ctx.replay:
+        return MILES_REQUIRED_KEYS
+    return tuple(key for key in MILES_REQUIRED_KEYS if key != MILES_PHASE_KEYS["generate"])
 
 
 def _miles_tokens(metrics: dict[str, Any], flags: list[str], ctx: RunContext) -> tuple[int | None, dict]:
@@ -391,26 +414,37 @@ def normalize_miles_steps(steps: dict[int, NativeStep], ctx: RunContext) -> list
     for rollout_id in sorted(steps):
         native, following = steps[rollout_id], steps.get(rollout_id + 1)
         metrics, flags = native.metrics, [*native.flags, *scan_values(native.metrics)]
-        train_wait = metric_value(metrics, "perf/train_wait_time", flags, required=True)
-        train_block = metric_value(metrics, "perf/train_time", flags, required=True)
+        train_wait = duration_value(metrics, "perf/train_wait_time", flags, required=True)
+        train_block = duration_value(metrics, "perf/train_time", flags, required=True)
+        required = _required_keys(ctx)
         phases = {
-            phase: metric_value(metrics, key, flags, required=key in MILES_REQUIRED_KEYS)
+            phase: duration_value(metrics, key, flags, required=key in required)
             for phase, key in MILES_PHASE_KEYS.items()
             if phase != "weight_sync"
         }
+        if ctx.replay:  # the rollout manager logs no rollout record when it loads a recording (metrics.py)
+            flags.append("generate:not_recorded:replay")
         # A new process's first record waited for its own start, not for the previous process's post-train work.
         previous = None if native.new_process else steps.get(rollout_id - 1)
-        carried_in = _carried_seconds(metrics) + _post_train_seconds(previous, flags)
+        carried_in = _carried_seconds(metrics, flags) + _post_train_seconds(previous, flags)
         phases["rollout_wait"] = None if train_wait is None else train_wait - carried_in
+        if phases["rollout_wait"] is not None and phases["rollout_wait"] < -NEGATIVE_SLACK_S:
+            # train_wait is shorter than the work inside it: the clock stepped back while it ran, so it and the step
+            # time built on it are no durations
+            flags.append("negative_duration:phases_s.rollout_wait")
+            phases["rollout_wait"] = train_wait = None
         step_time = weight_sync = None
         if following is None or "perf/train_wait_time" not in following.metrics:
             flags.append("miles_shift:no_next_step")
         elif following.new_process:  # its train_wait holds a restarted process's initial sync, not our update
             flags.append("miles_shift:next_step_restarted")
+        elif following.superseded and not native.superseded:  # the next record is another attempt's, not ours
+            flags.append("miles_shift:next_step_superseded")
         else:
-            weight_sync = metric_value(following.metrics, "perf/update_weights_time", flags, required=True)
+            # a replay (debug_train_only) syncs no weights: no update timer is expected
+            weight_sync = duration_value(following.metrics, "perf/update_weights_time", flags, required=not ctx.replay)
             if train_wait is not None and train_block is not None:
-                carried_out = _carried_seconds(following.metrics) + _post_train_seconds(native, flags)
+                carried_out = _carried_seconds(following.metrics, flags) + _post_train_seconds(native, flags)
                 step_time = train_wait + train_block - carried_in + carried_out
         phases["weight_sync"] = weight_sync
         phases["other"] = residual_other(step_time, {p: v for p, v in phases.items() if p != "generate"}, flags)
@@ -425,20 +459,17 @@ def normalize_miles_steps(steps: dict[int, NativeStep], ctx: RunContext) -> list
                 samples=samples,
                 flags=list(dict.fromkeys(flags)),
                 raw=metrics,
-                policy_lag=_miles_policy_lag(metrics, rollout_id),
+                policy_lag={} if ctx.replay else _miles_policy_lag(metrics, rollout_id),
             )
         )
     return records
 
 
 def _miles_policy_lag(metrics: dict[str, Any], rollout_id: int) -> dict[str, float | None]:
-    """The fully-async buffer's own staleness where it logs one; otherwise the lag of the samples' weight versions
-    behind the policy that trains them. Miles's first weight sync makes the engines' version 1 and each step's update
-    adds one before the next rollout is trained (the launches update every step), so rollout k trains policy version
-    k + 1: lag mean = k + 1 - mean oldest version, max = k + 1 - min oldest version (VERL's worst-case definition)."""
-    logged = policy_lag(metrics, *MILES_LAG_KEYS)
-    if logged:
-        return logged
+    """The lag of the samples' weight versions behind the policy that trains them. Miles's first weight sync makes
+    the engines' version 1 and each step's update adds one before the next rollout is trained (the launches update
+    every step), so rollout k trains policy version k + 1: lag mean = k + 1 - mean oldest version, max = k + 1 - min
+    oldest version (VERL's worst-case definition, on the versions each side records)."""
     versions = policy_lag(metrics, *MILES_VERSION_KEYS)  # {"mean": mean oldest version, "max": min oldest version}
     trained = rollout_id + 1
     return {name: None if v is None else trained - v for name, v in versions.items()}

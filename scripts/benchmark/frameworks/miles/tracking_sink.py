@@ -2,8 +2,10 @@
 
 One file per process instance: every `tracking.log` call as logged, with its step key, so nothing is parsed out
 of console lines. A file is a process's life, so the first step it logs is marked as a new process (a restart,
-a resume with --load), which `normalize_miles_steps` keeps out of the step before it. Files are ordered by the time
-their process started.
+a resume with --load), which `normalize_miles_steps` keeps out of the step before it. Files are ordered by the
+creation sequence number each process claimed in the folder when it opened its file (`process.sequence`), never
+by a clock: a restart whose clock is behind, or a second run written into the same folder, still comes after the
+attempt it follows. A file is told by any of its lines, so a foreign or cut first line loses only that line.
 """
 
 from __future__ import annotations
@@ -21,24 +23,39 @@ STEP_KEY = "rollout/step"
 _MARKERS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
+def _tracking_lines(path: Path) -> list[dict[str, Any]]:
+    """The file's lines written by the tracking backend (others are skipped here, flagged by `tracking_events`)."""
+    lines = []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            for text in handle:
+                try:
+                    obj = json.loads(text)
+                except ValueError:
+                    continue
+                if isinstance(obj, dict) and obj.get("format") == FORMAT:
+                    lines.append(obj)
+    except OSError:
+        return []
+    return lines
+
+
 def is_tracking_file(path: Path) -> bool:
-    """Does the file's first line come from the tracking backend?"""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            first = handle.readline()
-        return json.loads(first).get("format") == FORMAT
-    except (OSError, ValueError, AttributeError):
-        return False
+    """Does any line of the file come from the tracking backend?"""
+    return bool(_tracking_lines(path)[:1])
 
 
-def started(path: Path) -> float | None:
-    """When the file's process started (its lines' `process.started`)."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            value = json.loads(handle.readline())["process"]["started"]
-        return float(value)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+def attempt_order(path: Path) -> tuple[int, float] | None:
+    """Where the file's process comes among the attempts of its folder: its creation sequence number (files written
+    before the backend claimed one: none, then the time it started)."""
+    for obj in _tracking_lines(path):
+        process = obj.get("process") if isinstance(obj.get("process"), dict) else {}
+        sequence, started = process.get("sequence"), process.get("started")
+        if isinstance(sequence, int) and not isinstance(sequence, bool):
+            return (1, float(sequence))
+        if isinstance(started, (int, float)) and not isinstance(started, bool):
+            return (0, float(started))
+    return None
 
 
 def _decoded(value: Any) -> Any:
@@ -71,8 +88,10 @@ BACKEND_SIGNS: tuple[tuple[str, str | None], ...] = (
     ("miles/utils/bench_tracking.py", None),
     ("miles/utils/tracking_utils/tracking.py", "BenchTrackingBackend"),
     ("miles/utils/arguments.py", "use_bench_tracking"),
+    ("miles/backends/megatron_utils/actor.py", 'timer("weight_backup")'),
 )
-"""What the patch series puts into a Miles checkout for the backend: the file, its registry entry, its switch."""
+"""What the patch series puts into a Miles checkout for the backend: the file, its registry entry, its switch, and
+the timer of the one post-train work a tracking sink would otherwise not see (the Megatron actor's weight copy)."""
 
 
 def backend_problems(miles_root: Path) -> list[str]:

@@ -17,7 +17,7 @@ from typing import Any
 from scripts.benchmark.frameworks.adapter import AdapterDefaults, CheckStage, LaunchContext, OwnCheck
 from scripts.benchmark.frameworks.launch import FrameworkLaunch
 from scripts.benchmark.frameworks.native_events import NoStepsError, SinkIssue, merge_native_events
-from scripts.benchmark.frameworks.sglang_version import graph_key_in
+from scripts.benchmark.frameworks.sglang_version import graph_key_in, version_tuple
 from scripts.benchmark.frameworks.verl.data import converted_paths, prepare_step
 from scripts.benchmark.frameworks.verl.launch import (
     VerlData,
@@ -36,6 +36,8 @@ from scripts.benchmark.spec import BenchmarkSpec
 from miles.utils.bench_flops import ModelArch, verl_native_train_flops
 from miles.utils.bench_metrics import RunContext, StepRecord
 
+FA3_GRAPH_CAPTURE_BROKEN = (0, 5, 12)
+"""From this SGLang release VERL's server defaults to flashinfer: FA3 CUDA-graph capture is broken (issue 22800)."""
 _SGLANG_KEYS = (
     "cuda_graph_max_bs",
     "cuda_graph_max_bs_decode",
@@ -46,26 +48,61 @@ _ALWAYS = {
     "client_concurrency": "small: both servers cap running requests at the same number; VERL queues the rest "
     "in SGLang, Miles in its client",
     "completion_wait": "VERL's generate phase ends up to 2 s late per step (hard-coded poll_interval=2.0)",
+    "cuda_graph_max_bs": "no cap in the launches: each SGLang release sizes its decode CUDA graphs by its own rule, "
+    "so the largest decode batch run with a graph may differ (a larger one runs without); rollout.cuda_graph_max_bs "
+    "pins both",
 }
 _DISAGGREGATED = {
     "partial_rollout": "cannot be matched: VERL's separate_async always aborts the in-flight requests at the weight "
     "update and re-prefills them (prompt and tokens so far) under the new weights after the radix-cache flush. "
     "Miles's drain loop (train_async.py) has nothing in flight at the update; its continuous loop (--fully-async, "
     "retract) re-prefills its in-flight requests too, inside SGLang (back to the waiting queue) rather than by abort "
-    "and resubmission from the client. Same lag bound (1 step)",
+    "and resubmission from the client. Same lag bound (1 step; max_policy_lag says on which versions)",
     "loop_shape": "cannot be matched: Miles's drain loop (train_async.py) drains each batch (its rollout GPUs idle "
     "through the long tail and the update) while VERL keeps the pool busy with the next batch. Miles's continuous "
-    "loop (--fully-async) keeps its pool busy too, but refills one prompt group at a time up to one batch in flight "
-    "(VERL submits a whole batch per step, up to two in flight) and drops groups staler than the bound, where VERL's "
-    "sampler waits for them (nothing dropped)",
+    "loop (--fully-async) keeps its pool busy too, but refills one prompt group at a time up to one batch in flight, "
+    "buffers up to two more batches of finished groups (VERL submits a whole batch per step, up to two in flight, "
+    "nothing buffered beyond them) and drops groups staler than the bound at each drain, where VERL's sampler waits "
+    "for them (nothing dropped): Miles's dropped groups are generation work VERL does not waste",
+    "max_policy_lag": "the same bound counted on different versions: VERL's sampler bounds the oldest weights a "
+    "trajectory used (its partial rollouts keep the version each segment started under), Miles's continuous loop "
+    "the version each sample finished under (SGLang stamps the engine's version at completion; a request retracted "
+    "across an update is stamped with the newer one), so Miles can train tokens one version staler than VERL on the "
+    "samples that spanned an update; the report's observed lag reads each side's own versions",
     "first_steps_composition": "VERL's first two steps train the fastest then the slowest prompts of two batches "
-    "and it generates one batch more than it trains; Miles's drain loop trains the file's batches in order, its "
-    "continuous loop the first prompt groups to finish. The report cuts those steps from the steady state",
+    "and it generates one batch more than it trains; Miles's drain loop trains the file's batches in order, and the "
+    "report cuts those steps from the steady state. Miles's continuous loop trains the first prompt groups to finish "
+    "at every step, so that pair trains different prompts at every step, not only the first two: its per-step work "
+    "differs by the prompts' lengths, which medians over many steps and the per-token costs "
+    "(generate_s_per_1k_response_tokens, train_s_per_1k_tokens) average out and a step-paired comparison does not",
     "weight_cpu_backup": "VERL's decoupled PPO (bypass_mode=False) swaps the training model through CPU to give "
     "every mini-batch the step's first weights for old log-probs (in VERL's old_logprob phase); Miles recomputes "
     "old log-probs once, with no copy. Avoiding it means rollout log-probs on both sides (another algorithm)",
     "rollout_memory_saver": "VERL always enables SGLang's memory saver; without colocation it only adds "
     "bookkeeping, no offload",
+}
+
+ROLLOUT_WEIGHT_COPY_S = {
+    "Qwen3-1.7B": (0.12, 0.74),
+    "Qwen3-4B": (0.29, 1.79),
+    "Qwen3-30B-A3B, TP-4 shard": (0.55, 3.35),
+}
+"""One save plus one restore of one GPU's bf16 rollout weights, into pinned and into pageable host memory, timed on
+an H200 (driver 580.159.04, torch 2.11, 2026-12-05): seconds per step (pinned, pageable)."""
+_COLOCATE = {
+    "rollout_memory_release": "VERL launches its hybrid SGLang servers with enable_weights_cpu_backup=True, set after "
+    "the cell's engine_kwargs so no override turns it off (async_sglang_server.py launch_server; without it VERL's "
+    "naive weight update could not restore the weight buffers): each sleep after generation copies the rollout "
+    "weights GPU->CPU (in VERL's generate phase) and each wake copies them back (in its weight_sync phase) before the "
+    "update overwrites them; Miles drops them and reallocates. Measured per GPU per step, one save plus one restore "
+    "(pinned to pageable host memory): "
+    + ", ".join(f"{model} {low:g}-{high:g} s" for model, (low, high) in ROLLOUT_WEIGHT_COPY_S.items())
+    + " (which host memory torch_memory_saver uses, and eight GPUs copying at once, not measured)",
+}
+_COLOCATE_PHASES = {
+    "weight_sync": "VERL's includes restoring its rollout weights from CPU before the update overwrites them "
+    "(enable_weights_cpu_backup, always on in its hybrid server: parity row rollout_memory_release); Miles's "
+    "reallocates them with no copy",
 }
 
 # What VERL's separate_async books in each phase that Miles's train_async.py books elsewhere or never does.
@@ -117,6 +154,21 @@ class VerlAdapter(AdapterDefaults):
             "batch.samples_per_optimizer_step = the samples per step"
         ]
 
+    def plan_warnings(self, spec: BenchmarkSpec) -> list[str]:
+        """VERL's launch_server picks flashinfer, not fa3, on SGLang >= 0.5.12 when the cell names no attention
+        backend, because FA3 CUDA-graph capture is broken there (its comment, SGLang issue 22800); the cells pass the
+        spec's backend through engine_kwargs, which overrides that choice."""
+        version = spec.rollout.sglang_versions.get(self.name, "0")
+        if spec.rollout.attention_backend != "fa3" or version_tuple(version) < FA3_GRAPH_CAPTURE_BROKEN:
+            return []
+        return [
+            f"rollout.attention_backend=fa3 on VERL's SGLang {version}: VERL 0.9.1 itself runs flashinfer on SGLang "
+            ">= 0.5.12 because FA3 CUDA-graph capture is broken there (async_sglang_server.py, SGLang issue 22800), "
+            "and its cells pass fa3 over that choice; not checked on a GPU here: a VERL engine that fails to start "
+            "or capture its graphs points at it (rollout.attention_backend: flashinfer runs both sides on "
+            "flashinfer)"
+        ]
+
     def recording_done(self, spec: BenchmarkSpec, backend: str, layout: str, root: str) -> str | None:
         last = f"{spec.run.num_steps}/{parameter_sync_step(spec, layout) - 1}"
         return f"{tq_project_dir(spec, backend, layout, root)}/{last}/meta.json"
@@ -133,10 +185,10 @@ class VerlAdapter(AdapterDefaults):
         return launch_words(knob, argv)
 
     def inherent_differences(self, backend: str, layout: str) -> dict[str, str]:
-        return {**_ALWAYS, **(_DISAGGREGATED if layout == "disaggregated" else {})}
+        return {**_ALWAYS, **(_DISAGGREGATED if layout == "disaggregated" else _COLOCATE)}
 
     def incomparable_phases(self, layout: str) -> dict[str, str]:
-        return dict(_DISAGGREGATED_PHASES) if layout == "disaggregated" else {}
+        return dict(_DISAGGREGATED_PHASES if layout == "disaggregated" else _COLOCATE_PHASES)
 
     def read_sink(self, paths: list[Path], ctx: RunContext) -> list[StepRecord]:
         issues: list[SinkIssue] = []

@@ -20,6 +20,8 @@ AR = "actor_rollout_ref"
 # SGLang code facts: VERL 0.9.1 pins sglang==0.5.12, whose default captures piecewise prefill graphs
 # (ServerArgs.disable_piecewise_cuda_graph=False; from 0.5.14 the switch is disable_prefill_cuda_graph).
 ENGINE_VERSION = "sglang 0.5.12 (VERL 0.9.1's pin)"
+NO_CAP = "not set: the decode graphs' batch cap by the rule of sglang 0.5.12"  # that release's own choice
+HYBRID_RELEASE = "released after generation; rollout weights copied to CPU at the release and back at the wake"
 PREFILL_GRAPHS = "piecewise (sglang 0.5.12 default)"
 PREFILL_OFF_KEYS = ("disable_piecewise_cuda_graph", "disable_prefill_cuda_graph")
 
@@ -384,7 +386,7 @@ def _verl_rollout(v: _Verl) -> dict[str, Any]:
         "chunked_prefill": sglang.get("chunked_prefill_size", "sglang default"),
         "rollout_attention_backend": sglang.get("attention_backend", "flashinfer"),
         "cuda_graphs": on_off(not v.get(f"{ro}.enforce_eager")),
-        "cuda_graph_max_bs": sglang.get("cuda_graph_max_bs_decode", sglang.get("cuda_graph_max_bs", "sglang default")),
+        "cuda_graph_max_bs": sglang.get("cuda_graph_max_bs_decode", sglang.get("cuda_graph_max_bs", NO_CAP)),
         "weight_sync_bucket_mb": v.get(f"{ro}.checkpoint_engine.update_weights_bucket_megabytes"),
         "rollout_memory_release": _memory_release(hybrid, bool(v.get(f"{ro}.free_cache_engine"))),
         "prefill_cuda_graphs": _prefill_graphs(v, sglang),
@@ -405,11 +407,11 @@ def _prefill_graphs(v: _Verl, sglang: dict[str, Any]) -> str:
 
 
 def _memory_release(hybrid: bool, free_cache_engine: bool) -> str:
-    """A standalone SGLang server with free_cache_engine releases its KV pool before every weight sync and
-    re-allocates it after (async_sglang_server.py `release_kv_cache`/`resume_kv_cache`)."""
+    """A standalone server with free_cache_engine releases its KV pool at every weight sync; the hybrid one sleeps
+    with enable_weights_cpu_backup, forced on by `launch_server` whatever the cell passes (async_sglang_server.py)."""
     if not free_cache_engine:
         return "kept"
-    return "released after generation" if hybrid else "KV pool released and re-allocated at every weight update"
+    return HYBRID_RELEASE if hybrid else "KV pool released and re-allocated at every weight update"
 
 
 def _verl_backend(v: _Verl) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from scripts.benchmark.frameworks.native_events import (
     NativeEvent,
     NativeStep,
     SinkIssue,
+    duration_value,
     files_in_time_order,
     metric_value,
     policy_lag,
@@ -102,7 +103,10 @@ def _verl_tokens(metrics: dict[str, Any], flags: list[str], ctx: RunContext) -> 
 
 def _rollout_side_generate(wait: float | None, ctx: RunContext, flags: list[str]) -> float | None:
     """Generation wall time: the trainer's wait when the trainer is the one generating (colocated sync), else
-    nothing VERL logs."""
+    nothing VERL logs; in a replay nothing is generated (the wait is the recorded batch's load)."""
+    if ctx.replay:
+        flags.append("generate:not_recorded:replay")
+        return None
     if ctx.layout == "colocate":
         return wait
     why = "verl_separate_async_logs_no_rollout_time" if ctx.layout == "disaggregated" else "verl_layout_unknown"
@@ -110,6 +114,8 @@ def _rollout_side_generate(wait: float | None, ctx: RunContext, flags: list[str]
     return None
 
 
+# In a replay (skip.rollout_tq) VERL's loader stamps every trajectory with the current step as both its oldest and
+# newest version (utils/skip/rollout_skip.py), so VERL logs a staleness of -1 there: no lag is read from a replay.
 VERL_LAG_KEYS = (
     "training/off_policy/trajectory_staleness_worst/mean",
     "training/off_policy/trajectory_staleness_worst/max",
@@ -120,9 +126,9 @@ VERL_LAG_KEYS = (
 
 def verl_record(native: NativeStep, ctx: RunContext) -> StepRecord:
     metrics, flags = native.metrics, [*native.flags, *scan_values(native.metrics)]
-    step_time = metric_value(metrics, VERL_STEP_TIME_KEY, flags, required=True)
+    step_time = duration_value(metrics, VERL_STEP_TIME_KEY, flags, required=True)
     phases = {
-        phase: metric_value(metrics, key, flags, required=key in VERL_REQUIRED_KEYS)
+        phase: duration_value(metrics, key, flags, required=key in VERL_REQUIRED_KEYS)
         for phase, key in VERL_PHASE_KEYS.items()
     }
     phases["generate"] = _rollout_side_generate(phases["rollout_wait"], ctx, flags)
@@ -137,5 +143,5 @@ def verl_record(native: NativeStep, ctx: RunContext) -> StepRecord:
         samples=samples,
         flags=list(dict.fromkeys(flags)),
         raw=metrics,
-        policy_lag=policy_lag(metrics, *VERL_LAG_KEYS),
+        policy_lag={} if ctx.replay else policy_lag(metrics, *VERL_LAG_KEYS),
     )
