@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.benchmark.standins.plans import RUN_PY, STANDINS, run_harness, standin_cell, write_plan
+from tests.benchmark.standins.plans import RUN_PY, STANDINS, reprove, run_harness, standin_cell, write_plan
 
 GHP = "ghp_" + "Zq8Rk2Vt" * 5
 FINE_GRAINED = "github_pat_11AAAAAAA0" + "b7Kd" * 15
@@ -79,6 +79,7 @@ def test_a_planned_and_executed_stand_in_run_folder_holds_no_secret(tmp_path):
         argv += [sink["path"], "--steps", "3", "--step-s", "0.02", "--startup-s", "0.01", "--print-env"]
         cell["argv"], cell["launch_argv"] = argv, list(argv)
     (plan_dir / "plan.json").write_text(json.dumps(plan, indent=2))
+    reprove(plan_dir)
     executed = _run_py("execute", str(plan_dir / "plan.json"), "--output-dir", str(run_dir), "--skip-prepare",
                        "--no-preflight", "--ray", "none", "--poll-interval-s", "0.05", "--repeats", "1")  # fmt: skip
     assert executed.returncode == 0, executed.stdout + executed.stderr

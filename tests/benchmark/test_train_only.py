@@ -567,6 +567,7 @@ def test_a_recording_changed_between_two_cells_stops_the_cell_that_would_replay_
     miles_cell["launch_argv"] += ["--hold-after", "2", "--hold-file", str(hold)]
     miles_cell["argv"] = list(miles_cell["launch_argv"])
     (replay_plan / "plan.json").write_text(json.dumps(plan, indent=2))
+    reprove(replay_plan)
     from scripts.benchmark.frameworks.recording import write_recording
 
     write_recording(_steps_recording(miles_cell["num_steps"], reward=2.0), tmp_path / "other", "miles")
