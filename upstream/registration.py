@@ -36,6 +36,7 @@ CPU_TESTS: dict[str, tuple[str, int]] = {
     "test_bench_tracking.py": (FAST, 2),
     "test_bench_metrics.py": (FAST, 1),
     "test_bisect.py": (FAST, 10),
+    "test_bisect_git.py": (FAST, 6),
     "test_calibration.py": (FAST, 53),
     "test_check_statistics.py": (SLOW, 55),
     "test_data_prep.py": (FAST, 2),
