@@ -1,10 +1,12 @@
-"""The bisect's rule (history/bisect.py) with probes whose verdicts the test decides: what it probes, when it names a
-commit, reruns, skips and stops, its budget, and its answer (history/bisect_report.py)."""
+"""`run.py bisect`'s rule (history/bisect.py) with probes whose verdicts the test decides, its budget and answer,
+the range it proposes from the nightly's change points and its bad inputs. The git plumbing is in
+test_bisect_git.py, the stand-in runs in test_bisect_runs.py."""
 
 from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 from scripts.benchmark.history.bisect import (
@@ -16,6 +18,9 @@ from scripts.benchmark.history.bisect import (
     run_bisect,
 )
 from scripts.benchmark.history.bisect_report import render_bisect
+from tests.benchmark.bisect_repo import git
+from tests.benchmark.history_fixtures import write_report
+from tests.benchmark.standins.plans import run_py
 
 COST = ProbeCost(round_budget_s=600.0, round_typical_s=400.0, round_upper_s=800.0, gpus=8)
 """A round: 10 min as the budget counts it, a probe at least 30 min."""
@@ -135,3 +140,119 @@ def test_a_named_commit_says_which_probe_saw_it():
     assert answer.startswith(f"### Bisect: {5:012x} (change 5) made the step slower")
     assert "Decided: the probe of" in answer and "every step of the range was a decided verdict" in answer
     assert answer.count("| slower |") == sum(p.decision == "REGRESSED" for p in state.probes)
+
+
+# -- the command: bad input, the range from the history ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def small_repo(tmp_path_factory) -> tuple[Path, list[str]]:
+    repo = tmp_path_factory.mktemp("repo")
+    git(repo, "init", "-q")
+    shas = []
+    for i in range(30):
+        (repo / "change.txt").write_text(f"{i}\n")
+        git(repo, "add", "change.txt")
+        git(repo, "commit", "-qm", f"change {i}")
+        shas.append(git(repo, "rev-parse", "HEAD").strip())
+    return repo, shas
+
+
+def _bisect_cli(repo: Path, out: Path, *args: str):
+    return run_py("bisect", "--repo", str(repo), "--preset", "smoke", "--output-dir", str(out), "--dry-run", *args)
+
+
+def test_bad_input_exits_2_with_one_message_and_writes_nothing(small_repo, tmp_path):
+    repo, shas = small_repo
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    cases = {
+        "unknown commit": (["--good", "nope", "--bad", shas[-1]], "--good: no commit 'nope'"),
+        "reversed": (["--good", shas[5], "--bad", shas[2]], "comes before --good"),
+        "no bad": (["--good", shas[5]], "give --good and --bad"),
+        "not a repo": (["--good", shas[0], "--bad", shas[1], "--repo", str(tmp_path)], "not a git repository"),
+        "framework": (["--good", shas[0], "--bad", shas[1], "--framework", "nope"], "--framework: unknown"),
+        "repeats": (["--good", shas[0], "--bad", shas[1], "--repeats", "2"], "--repeats must be >= 3"),
+        "budget": (["--good", shas[0], "--bad", shas[-1], "--budget-minutes", "60"], "--budget-minutes 60: 29"),
+        "no store": (["--good", shas[0], "--bad", shas[1], "--store", str(tmp_path / "none.db")], "pass --create"),
+        "history": (["--from-history"], "--from-history reads the change points of --store"),
+        "both": (["--from-history", "--good", shas[0], "--store", str(tmp_path / "h.db"), "--create"], "not both"),
+    }
+    for name, (args, message) in cases.items():
+        out = tmp_path / name.replace(" ", "-")
+        result = _bisect_cli(repo, out, *args)
+        assert result.returncode == 2, (name, result.stdout + result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.stderr, (name, result.stderr)
+        assert not out.exists(), name
+    taken = _bisect_cli(repo, tmp_path / "full", "--good", shas[0], "--bad", shas[3])
+    assert taken.returncode == 2 and "not empty and holds no bisect" in taken.stderr
+
+
+def test_the_dry_run_states_the_range_and_its_cost_and_the_same_folder_goes_on(small_repo, tmp_path):
+    repo, shas = small_repo
+    out = tmp_path / "b"
+    result = _bisect_cli(repo, out, "--good", shas[0][:8], "--bad", shas[-1], "--budget-minutes", "400")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"bisect miles: {shas[0][:12]}..{shas[-1][:12]}, 29 commit(s) after the good end" in result.stdout
+    for line in (
+        "cost miles-fsdp-colocate: start-up",
+        "cost, a round (a launch a side): node wall time",
+        "cost, to name a commit: 5-6 probes of 3-6 rounds",
+        "budget: --budget-minutes 400 of the node",
+    ):
+        assert line in result.stdout, line
+    data = json.loads((out / "bisect.json").read_text())
+    assert data["commits"] == shas and data["subjects"][1] == "change 1" and data["state"]["probes"] == []
+    assert sorted(p.name for p in out.iterdir()) == ["bisect.json"]
+    again = _bisect_cli(repo, out, "--good", shas[0], "--bad", shas[-1])
+    assert again.returncode == 0, again.stderr
+    other = _bisect_cli(repo, out, "--good", shas[1], "--bad", shas[-1])
+    assert other.returncode == 2 and "holds another bisect" in other.stderr
+
+
+def test_the_nightlys_change_point_proposes_the_range_and_the_command(small_repo, tmp_path):
+    """A series whose step got 10% slower at night 15 of 30 (each night a commit of the repository): `history`
+    writes the bisect command under its change points, and `bisect --from-history` takes the same range."""
+    from scripts.benchmark.commands.history import _settings, record_impl
+    from scripts.benchmark.contracts.history_record import Provenance
+
+    repo, shas = small_repo
+    store = f"sqlite:///{tmp_path / 'h.db'}"
+    for i, sha in enumerate(shas):
+        run_dir = tmp_path / f"night-{i:02d}"
+        write_report(run_dir, slowdown=1.1 if i >= 15 else 1.0, seed=i, generated_at=f"2026-11-{1 + i:02d}T00:00:00")
+        record_impl(run_dir, store, Provenance(commit=sha, trigger="schedule"), trust="yes", baseline_reset=False,
+                    settings=_settings(None, None, None, None, None), create=True)  # fmt: skip
+    history = run_py("history", "--store", store, "--output-dir", str(tmp_path / "hist"), "--metric", "step_time_s")
+    assert history.returncode == 0, history.stderr
+    command = f"python scripts/benchmark/run.py bisect --good {shas[14][:12]} --bad {shas[15][:12]} --preset smoke"
+    assert command in (tmp_path / "hist" / "history.md").read_text()
+    out = tmp_path / "b"
+    proposed = run_py("bisect", "--from-history", "--store", store, "--repo", str(repo), "--output-dir", str(out),
+                      "--dry-run")  # fmt: skip
+    assert proposed.returncode == 0, proposed.stdout + proposed.stderr
+    assert f"commits {shas[14][:12]}..{shas[15][:12]}" in proposed.stdout and command in proposed.stdout
+    assert json.loads((out / "bisect.json").read_text())["commits"] == shas[14:16]
+    elsewhere = run_py("bisect", "--from-history", "--store", store, "--repo", str(repo), "--backend", "megatron",
+                       "--output-dir", str(tmp_path / "none"), "--dry-run")  # fmt: skip
+    assert elsewhere.returncode == 2 and "no change point where a miles series got slower" in elsewhere.stderr
+
+
+def test_a_framework_that_runs_no_checkout_cannot_be_bisected(tmp_path):
+    from scripts.benchmark.frameworks import registry
+    from scripts.benchmark.run import build_app
+    from tests.benchmark.toy_framework import ADAPTER as TOY
+    from typer.testing import CliRunner
+
+    registry.register(TOY)
+    try:
+        with pytest.raises(ValueError, match="--reference-root: Toy runs its installed package, not a checkout"):
+            registry.side_arg("reference", "toy", "/ci/toy-base")
+        argv = ["bisect", "--framework", "toy", "--good", "a", "--bad", "b", "--output-dir", str(tmp_path / "x")]
+        result = CliRunner().invoke(build_app(), [*argv, "--preset", "smoke"])
+    finally:
+        registry.unregister(TOY.name)
+    output = result.output + (result.stderr if result.stderr_bytes else "")
+    assert result.exit_code == 2 and "Toy runs its installed package, not a checkout" in output, output
+    assert not (tmp_path / "x").exists()
