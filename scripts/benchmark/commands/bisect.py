@@ -40,8 +40,8 @@ if TYPE_CHECKING:
     from scripts.benchmark.runner.worktrees import Commit
 
 DEFAULT_BUDGET_MINUTES = 345.0
-"""Node time for every probe together: 7 probes of the 1.7B PR workload at their minimum rounds (201 min as a budget
-counts them) and room for more rounds and reruns."""
+"""The bisect workflow's budget (.github/workflows/benchmark-bisect.yml): 7 probes of the 1.7B PR workload at their
+minimum rounds (201 min as a budget counts them) and room for more rounds and reruns."""
 STATE_FILE = "bisect.json"
 RESULT_FILE = "bisect.md"
 STATE_VERSION = 1

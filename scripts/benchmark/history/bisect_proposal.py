@@ -70,13 +70,14 @@ def slowdowns(traces: list[SeriesTrace], frameworks: set[str]) -> list[Proposal]
 
 
 def proposals_markdown(proposals: list[Proposal]) -> str:
-    """history.md's bisect section: per slowdown, its range and the command."""
+    """history.md's bisect section: per slowdown, its range and the command (the workflow takes the same inputs)."""
     if not proposals:
         return ""
     lines = ["", "#### Bisect a slowdown", ""]
     for p in proposals:
         lines.append(
             f"- `{p.series}`: step time {p.change:+.1%} between commits {p.good[:12]}..{p.bad[:12]} (run "
-            f"{p.first_run_after}): `{p.command()}`"
+            f"{p.first_run_after}): `{p.command()}` (or dispatch benchmark-bisect.yml with good={p.good[:12]} "
+            f"bad={p.bad[:12]} preset={p.preset} backend={p.backend})"
         )
     return "\n".join(lines) + "\n"
