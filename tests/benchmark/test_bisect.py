@@ -1,6 +1,6 @@
 """`run.py bisect`'s rule (history/bisect.py) with probes whose verdicts the test decides, its budget and answer,
-the range it proposes from the nightly's change points and its bad inputs. The git plumbing is in
-test_bisect_git.py, the stand-in runs in test_bisect_runs.py."""
+the range it proposes from the nightly's change points, its bad inputs, and VERL bisected from checkouts. The git
+plumbing is in test_bisect_git.py, the stand-in runs in test_bisect_runs.py."""
 
 from __future__ import annotations
 
@@ -142,7 +142,7 @@ def test_a_named_commit_says_which_probe_saw_it():
     assert answer.count("| slower |") == sum(p.decision == "REGRESSED" for p in state.probes)
 
 
-# -- the command: bad input, the range from the history ----------------------------------------------------------------------------------
+# -- the command: bad input, the range from the history, VERL from checkouts ---------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -237,6 +237,25 @@ def test_the_nightlys_change_point_proposes_the_range_and_the_command(small_repo
     elsewhere = run_py("bisect", "--from-history", "--store", store, "--repo", str(repo), "--backend", "megatron",
                        "--output-dir", str(tmp_path / "none"), "--dry-run")  # fmt: skip
     assert elsewhere.returncode == 2 and "no change point where a miles series got slower" in elsewhere.stderr
+
+
+def test_verl_is_bisected_from_its_own_checkouts(tmp_path):
+    """A VERL side with a checkout runs that checkout's package (first on PYTHONPATH); the pair differs only there."""
+    sides = ["--candidate", "verl", "--candidate-root", "/ci/verl-head", "--reference", "verl", "--reference-root"]
+    planned = run_py("--preset", "smoke", "--backend", "fsdp", "--pr-workload", "--sequential", "--output-dir",
+                     str(tmp_path / "v"), "--dry-run", *sides, "/ci/verl-base")  # fmt: skip
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    plan = json.loads((tmp_path / "v" / "plan.json").read_text())
+    assert [c["env"]["PYTHONPATH"] for c in plan["cells"]] == ["/ci/verl-head", "/ci/verl-base"]
+    assert [c["launch_argv"] for c in plan["cells"]][0] == plan["cells"][1]["launch_argv"]
+    parity = json.loads((tmp_path / "v" / "parity.json").read_text())
+    assert [r["knob"] for r in parity["pairs"][0]["rows"] if r["status"] != "matched"] == ["checkout"]
+    from scripts.benchmark.frameworks import registry
+
+    missing = registry.get("verl").preflight(plan["cells"])
+    assert missing == [
+        f"the VERL checkout /ci/verl-{x} has no verl/__init__.py on this machine" for x in ("base", "head")
+    ]
 
 
 def test_a_framework_that_runs_no_checkout_cannot_be_bisected(tmp_path):
