@@ -37,6 +37,7 @@ CPU_TESTS: dict[str, tuple[str, int]] = {
     "test_bench_metrics.py": (FAST, 1),
     "test_bisect.py": (FAST, 25),
     "test_bisect_git.py": (FAST, 6),
+    "test_bisect_rates.py": (SLOW, 40),
     "test_bisect_runs.py": (SLOW, 90),
     "test_calibration.py": (FAST, 53),
     "test_check_statistics.py": (SLOW, 55),

@@ -1,6 +1,7 @@
 """`run.py bisect`'s rule (history/bisect.py) with probes whose verdicts the test decides, its budget and answer,
 the range it proposes from the nightly's change points, its bad inputs, and VERL bisected from checkouts. The git
-plumbing is in test_bisect_git.py, the stand-in runs in test_bisect_runs.py."""
+plumbing and the stand-in runs are in test_bisect_runs.py; its error rates on generated launches in
+test_bisect_rates.py."""
 
 from __future__ import annotations
 
