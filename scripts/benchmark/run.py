@@ -41,6 +41,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "report",
     "history",
     "ab",
+    "bisect",
     "simulate_check",
     "calibrate",
 )

@@ -93,7 +93,7 @@ class PairedCheckRates:
     slower_rounds: float
 
 
-def _launches(generator: str, rng: np.random.Generator, cv: float, gap: float, max_rounds: int):
+def pair_launches(generator: str, rng: np.random.Generator, cv: float, gap: float, max_rounds: int):
     """Every launch of one pair up front (head and base, AB order), so that both gaps see comparable draws."""
     if generator == "simulator":
         s = SimulationSettings(trials=1, history=0, repeats=2 * max_rounds, steps=STEPS)
@@ -119,7 +119,7 @@ def paired_check_rates(
     def run(gap: float) -> list[tuple[Look, int]]:
         out = []
         for _ in range(pairs):
-            drawn = _launches(generator, rng, cv, gap, max_rounds)
+            drawn = pair_launches(generator, rng, cv, gap, max_rounds)
             out.append(sequential_check(lambda side, i, d=drawn: d[side][i], max_rounds))
         return out
 

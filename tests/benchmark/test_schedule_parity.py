@@ -165,7 +165,7 @@ class TestRolloutEngine:
             return build_plan(BenchmarkSpec.model_validate(data), None, options).data
 
         (risk,) = [w for w in planned("fa3")["warnings"] if "attention_backend" in w]
-        assert "VERL's SGLang 0.5.12" in risk and "issue 22800" in risk and "flashinfer" in risk
+        assert "VERL's SGLang 0.5.12" in risk and "sglang#22800" in risk and "flashinfer" in risk
         clean = planned("flashinfer")
         assert not [w for w in clean["warnings"] if "attention_backend" in w]
         for cell in clean["cells"]:

@@ -148,3 +148,50 @@ def test_every_nightly_job_fits_its_timeout_at_170_s_per_step(tmp_path):
             assert {c["backend"] for c in plan["cells"]} == {backend} and len(plan["cells"]) == 2
             refused = _planned(step, {**env, "BUDGET_MINUTES": "300"}, "--step-seconds", "170", "--force")
             assert refused.returncode == 2 and "--budget-minutes 300" in refused.stderr, refused.stderr
+
+
+BISECT_RESERVE_MINUTES = 10
+"""The bisect job besides the bisect: checkout of the whole history, install, upload."""
+
+
+def test_the_bisect_job_runs_its_range_within_its_timeout_and_refuses_what_does_not_fit(tmp_path):
+    """The bisect workflow: dispatched with a range or without one (the history's change point), its budget leaves
+    the job's reserve, and its own command accepts a 64-commit range of this kind of repository at that budget (the
+    PR workload of each preset it offers, the cost model's estimates) and refuses it at a budget too small."""
+    import shlex
+    import sys
+
+    import yaml
+
+    workflow = yaml.safe_load((WORKFLOWS / "benchmark-bisect.yml").read_text())
+    inputs = workflow[True]["workflow_dispatch"]["inputs"]  # YAML 1.1 reads the key `on` as True
+    assert set(inputs) == {"good", "bad", "preset", "backend"}
+    job = workflow["jobs"]["bisect"]
+    budget, step = float(job["env"]["BUDGET_MINUTES"]), _run_step(job)
+    assert budget + BISECT_RESERVE_MINUTES <= job["timeout-minutes"] and budget <= step["timeout-minutes"]
+    assert job["steps"][0]["with"]["fetch-depth"] == 0  # every commit of the range is in the checkout
+    script = step["run"].replace("\\\n", " ")
+    assert "range=(--from-history)" in script and 'range=(--good "$GOOD" --bad "$BAD")' in script
+    [command] = [line for line in script.splitlines() if line.strip().startswith(".venv/bin/python")]
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    for i in range(64):
+        subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                        "--allow-empty", "-m", f"change {i}"], check=True)  # fmt: skip
+    first = subprocess.run(["git", "-C", str(repo), "rev-list", "--max-parents=0", "HEAD"], capture_output=True,
+                           text=True, check=True).stdout.strip()  # fmt: skip
+    for preset in inputs["preset"]["options"]:
+        env = {**job["env"], "PRESET": preset, "BACKEND": "fsdp", "OUT_DIR": str(tmp_path / preset)}
+        env["BENCH_HISTORY_URL"] = f"sqlite:///{tmp_path / 'history.db'}"
+        line = command.replace('"${range[@]}"', f"--good {first} --bad HEAD").replace("--repo .", f"--repo {repo}")
+        for name, value in env.items():
+            line = line.replace(f'"${name}"', shlex.quote(str(value)))
+        argv = shlex.split(line)
+        assert argv[:3] == [".venv/bin/python", "scripts/benchmark/run.py", "bisect"], argv
+        run = [sys.executable, *argv[1:], "--dry-run", "--create"]
+        planned = subprocess.run(run, capture_output=True, text=True, timeout=180, cwd=REPO_ROOT)
+        assert planned.returncode == 0, (preset, planned.stdout + planned.stderr)
+        assert "63 commit(s) after the good end" in planned.stdout and f"--budget-minutes {budget:g}" in planned.stdout
+        small = [*run[:-2], "--budget-minutes", "120", "--dry-run", "--output-dir", str(tmp_path / f"{preset}-small")]
+        refused = subprocess.run(small, capture_output=True, text=True, timeout=180, cwd=REPO_ROOT)
+        assert refused.returncode == 2 and "--budget-minutes 120: 63 commits" in refused.stderr, refused.stderr

@@ -23,9 +23,17 @@ class NotAPairOfBuilds(ValueError):
     """The run folder is not two builds of one framework."""
 
 
-def ab_impl(run_dir: Path, output: Path | None) -> int:
+def ab_impl(run_dir: Path, output: Path | None, *, step_summary: bool = True) -> int:
     """Judge the head/base pairs of run_dir's report, write the verdict and return the exit code."""
     from scripts.benchmark.commands.history import write_verdict
+
+    markdown, checks, notes, _ = judge_pairs(run_dir)
+    output = output or Path(run_dir) / "ab.md"
+    return write_verdict(markdown, checks, notes, output, step_summary=step_summary)
+
+
+def judge_pairs(run_dir: Path):
+    """(markdown, check rows, notes, the decided look per pair) of run_dir: the verdict `ab` writes."""
     from scripts.benchmark.contracts.report import read_run_report
     from scripts.benchmark.history.check import render_check_markdown
     from scripts.benchmark.history.pair_check import final_look, look_check, moved_phase_notes, pair_units, read_looks
@@ -39,9 +47,10 @@ def ab_impl(run_dir: Path, output: Path | None) -> int:
             "(a PR head against its merge base); the verdict of this run is its report's headline (headline.md)"
         )
     looks = read_looks(run_dir)
-    checks, notes = [], []
+    checks, notes, decided_looks = [], [], {}
     for (backend, layout), (head, base) in pair_units(report).items():
         decided = final_look(head, base, looks)
+        decided_looks[f"{backend}/{layout}"] = decided
         checks.append(look_check(f"{backend}/{layout}", decided))
         design = f"{looks[-1].round} round(s), the last look's" if looks else "judged once at"
         notes.append(f"{backend}/{layout}: {design} one-sided alpha {decided.alpha:.2%}; " + _used(decided))
@@ -52,8 +61,7 @@ def ab_impl(run_dir: Path, output: Path | None) -> int:
         *moved_phase_notes(report),
     ]
     markdown = render_check_markdown(checks, title="Paired check (head vs base)", notes=notes)
-    output = output or Path(run_dir) / "ab.md"
-    return write_verdict(markdown, checks, notes, output)
+    return markdown, checks, notes, decided_looks
 
 
 def _used(decided) -> str:

@@ -7,7 +7,8 @@
 - `check DIR --store URL`: judge DIR against the trusted history; writes DIR/check.md (and appends it to
   $GITHUB_STEP_SUMMARY); exit 1 regression, 0 pass, 2 could not judge.
 - `untrust --store URL (--run-id N ... | --commit SHA) --reason TEXT`: revoke trust (rows are kept); --restore undoes.
-- `history --store URL`: change points per series and gated metric, with a trend PNG each.
+- `history --store URL`: change points per series and gated metric, with a trend PNG each; under them, the
+  `run.py bisect` command of every change point where a series of the nightly's own framework got slower.
 - `ci-record DIR`: the run's headline per-step series in Miles's merged-record form (DIR/ci-record.jsonl),
   for Miles's metric-history gate (tests/benchmark/miles_ci_gates.py).
 
@@ -100,9 +101,10 @@ def check_impl(
     return write_verdict(markdown, checks, notes, output)
 
 
-def write_verdict(markdown: str, checks: list, notes: list[str], output: Path) -> int:
-    """Write a verdict as OUTPUT (markdown) and its .json twin, append it to the CI step summary, print it; returns
-    the exit code. Shared by `check` and `ab`, whose verdicts read alike. Neither file may be a run folder's own."""
+def write_verdict(markdown: str, checks: list, notes: list[str], output: Path, *, step_summary: bool = True) -> int:
+    """Write a verdict as OUTPUT (markdown) and its .json twin, append it to the CI step summary (unless a command
+    that posts its own summary asks not to), print it; returns the exit code. Shared by `check` and `ab`, whose
+    verdicts read alike. Neither file may be a run folder's own."""
     from scripts.benchmark.contracts.outputs import refuse_overwrite
     from scripts.benchmark.errors import UserError
     from scripts.benchmark.history.check import exit_code
@@ -119,7 +121,7 @@ def write_verdict(markdown: str, checks: list, notes: list[str], output: Path) -
         output.with_suffix(".json"),
         json.dumps({"exit_code": exit_code(checks), "checks": rows, "notes": notes}, indent=1),
     )
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    summary = os.environ.get("GITHUB_STEP_SUMMARY") if step_summary else None
     if summary:
         with open(summary, "a", encoding="utf-8") as f:
             f.write(markdown + "\n")
@@ -358,7 +360,7 @@ def _register_trust_and_history(app: typer.Typer) -> None:
         from miles.utils.bench_metrics import write_text_atomic
 
         plots = {(t.series, t.metric): str(plot_trace(t, output_dir)) for t in traces}
-        markdown = render_changes_markdown(traces, plots=plots)
+        markdown = render_changes_markdown(traces, plots=plots) + _bisect_proposals(traces)
         write_text_atomic(output_dir / "history.md", markdown)
         typer.echo(markdown)
 
@@ -385,3 +387,12 @@ def _register_trust_and_history(app: typer.Typer) -> None:
         except (ValueError, OSError) as exc:
             raise UserError(str(exc)) from exc
         typer.echo(f"wrote {written}")
+
+
+def _bisect_proposals(traces) -> str:
+    """Under the change points, a `run.py bisect` command for each one where a series of the framework whose commit
+    the nightly records (its own repository's: the registry's default candidate) got slower."""
+    from scripts.benchmark.frameworks import registry
+    from scripts.benchmark.history.bisect_proposal import proposals_markdown, slowdowns
+
+    return proposals_markdown(slowdowns(traces, {registry.DEFAULT_PAIR[0]}))

@@ -163,6 +163,23 @@ class PlanCost:
             "notes": self.notes,
         }
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PlanCost:
+        """A plan.json `cost` read back (what `to_json` wrote), for a command that plans runs of this plan."""
+        launches = [
+            LaunchCost(
+                cell=cell,
+                gpus=int(c["gpus"]),
+                steps=int(c["steps"]),
+                step_s=Estimate(**c["step_s"]),
+                startup_s=Estimate(**c["startup_s"]),
+            )
+            for cell, c in data["cells"].items()
+        ]
+        return cls(
+            launches=launches, repeats=int(data["repeats"]), min_rounds=data.get("min_rounds"), notes=data["notes"]
+        )
+
 
 def stated_for(config: Mapping[str, Any]) -> Stated:
     from scripts.benchmark.calibration.results import parameter_count

@@ -8,6 +8,7 @@ other framework that the parity table declares.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -37,7 +38,10 @@ from miles.utils.bench_flops import ModelArch, verl_native_train_flops
 from miles.utils.bench_metrics import RunContext, StepRecord
 
 FA3_GRAPH_CAPTURE_BROKEN = (0, 5, 12)
-"""From this SGLang release VERL's server defaults to flashinfer: FA3 CUDA-graph capture is broken (issue 22800)."""
+"""From this SGLang release VERL's server defaults to flashinfer: FA3 CUDA-graph capture is broken
+(sgl-project/sglang#22800)."""
+CHECKOUT_ENV = "PYTHONPATH"
+"""How a side's own checkout reaches VERL: its folder on the launch's PYTHONPATH (ahead of an installed verl)."""
 _SGLANG_KEYS = (
     "cuda_graph_max_bs",
     "cuda_graph_max_bs_decode",
@@ -119,6 +123,7 @@ _DISAGGREGATED_PHASES = {
 class VerlAdapter(AdapterDefaults):
     name = "verl"
     label = "VERL"
+    runs_checkout = True
     sink_formats = ("verl-file-logger",)
     learning_keys = LEARNING_KEYS
     packages = {"verl": "verl"}
@@ -136,8 +141,13 @@ class VerlAdapter(AdapterDefaults):
         return [prepare_step(spec, ctx.output_dir / "data", ctx.run_py)]
 
     def build_launch(self, spec: BenchmarkSpec, backend: str, layout: str, ctx: LaunchContext) -> FrameworkLaunch:
+        """A side with its own checkout (a VERL git worktree) runs its `verl` package: the checkout comes first on
+        PYTHONPATH, so `python3 -m verl.trainer.main_ppo` and the local Ray it starts import it and its config."""
         train_file, val_file = converted_paths(spec, ctx.output_dir / "data")
-        return build_verl_launch(spec, backend, layout, VerlData(train_file, val_file), ctx.recording)
+        launch = build_verl_launch(spec, backend, layout, VerlData(train_file, val_file), ctx.recording)
+        if ctx.side.root is None:
+            return launch
+        return dataclasses.replace(launch, env={**launch.env, CHECKOUT_ENV: ctx.side.root})
 
     def recording_path(self, spec: BenchmarkSpec, backend: str, layout: str, root: str) -> str | None:
         return tq_project_dir(spec, backend, layout, root)
@@ -156,14 +166,15 @@ class VerlAdapter(AdapterDefaults):
 
     def plan_warnings(self, spec: BenchmarkSpec) -> list[str]:
         """VERL's launch_server picks flashinfer, not fa3, on SGLang >= 0.5.12 when the cell names no attention
-        backend, because FA3 CUDA-graph capture is broken there (its comment, SGLang issue 22800); the cells pass the
-        spec's backend through engine_kwargs, which overrides that choice."""
+        backend, because FA3 CUDA-graph capture is broken there (its comment, sgl-project/sglang#22800); the cells
+        pass the spec's backend through engine_kwargs, which overrides that choice."""
         version = spec.rollout.sglang_versions.get(self.name, "0")
         if spec.rollout.attention_backend != "fa3" or version_tuple(version) < FA3_GRAPH_CAPTURE_BROKEN:
             return []
         return [
             f"rollout.attention_backend=fa3 on VERL's SGLang {version}: VERL 0.9.1 itself runs flashinfer on SGLang "
-            ">= 0.5.12 because FA3 CUDA-graph capture is broken there (async_sglang_server.py, SGLang issue 22800), "
+            ">= 0.5.12 because FA3 CUDA-graph capture is broken there (async_sglang_server.py, "
+            "sgl-project/sglang#22800), "
             "and its cells pass fa3 over that choice; not checked on a GPU here: a VERL engine that fails to start "
             "or capture its graphs points at it (rollout.attention_backend: flashinfer runs both sides on "
             "flashinfer)"
@@ -199,8 +210,11 @@ class VerlAdapter(AdapterDefaults):
         return fill_verl_learning([verl_record(steps[s], ctx) for s in sorted(steps)], ctx)
 
     def preflight(self, cells: list[dict[str, Any]]) -> list[str]:
-        if _importable():
-            return []
+        roots = sorted({cell["env"][CHECKOUT_ENV] for cell in cells if (cell.get("env") or {}).get(CHECKOUT_ENV)})
+        missing = [f"the VERL checkout {root} has no verl/__init__.py on this machine" for root in roots
+                   if not (Path(root) / "verl" / "__init__.py").is_file()]  # fmt: skip
+        if roots or _importable():
+            return missing
         return ["verl is not importable by python3 (pip install 'verl[sglang]==0.9.1' on the GPU node)"]
 
     def own_checks(self, cells: list[dict[str, Any]], stage: CheckStage) -> OwnCheck | None:
