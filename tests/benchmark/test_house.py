@@ -289,5 +289,7 @@ each must have a recorded case there, which a benchmark module is not."""
 
 def test_no_benchmark_module_looks_like_a_miles_launcher():
     named = sorted(p.relative_to(REPO_ROOT).as_posix() for p in BENCHMARK.rglob("run_*.py"))
-    texted = sorted(p.relative_to(REPO_ROOT).as_posix() for p in BENCHMARK.rglob("*.py") if LAUNCHER_TEXT in p.read_text())
+    texted = sorted(
+        p.relative_to(REPO_ROOT).as_posix() for p in BENCHMARK.rglob("*.py") if LAUNCHER_TEXT in p.read_text()
+    )
     assert (named, texted) == ([], [])
