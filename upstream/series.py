@@ -53,7 +53,7 @@ PARTS = (
             "tests/benchmark/__init__.py",
             "tests/benchmark/conftest.py",
         ),
-        ("0001-ci-discover-tests-benchmark.patch", "0002-tracking-bench-backend.patch"),
+        ("0001-ci-benchmark-cpu-job.patch", "0002-tracking-bench-backend.patch"),
     ),
     Part(
         "frameworks",
