@@ -49,6 +49,12 @@ sits beside Miles's own launcher snapshots)."""
 SKIPPED_NAMES = {"__pycache__", ".pytest_cache"}
 
 
+def fail(message: str) -> None:
+    """A checkout or an option this cannot work with: one message, exit 2."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def patches() -> list[Path]:
     return sorted(PATCH_DIR.glob("*.patch"))
 
@@ -85,7 +91,7 @@ def git_apply(miles: Path, patch: Path, *flags: str) -> subprocess.CompletedProc
 
 
 def series_state(miles: Path) -> str:
-    """"fresh" (every patch applies), "applied" (every patch reverses), or exit 2 naming what is neither."""
+    """ "fresh" (every patch applies), "applied" (every patch reverses), or exit 2 naming what is neither."""
     if all(git_apply(miles, p, "--check").returncode == 0 for p in patches()):
         return "fresh"
     if all(git_apply(miles, p, "--check", "--reverse").returncode == 0 for p in patches()):
@@ -93,8 +99,8 @@ def series_state(miles: Path) -> str:
     for patch in patches():
         done = git_apply(miles, patch, "--check")
         if done.returncode != 0 and git_apply(miles, patch, "--check", "--reverse").returncode != 0:
-            raise SystemExit(f"{patch.name} neither applies to {miles} nor is applied there:\n{done.stderr.strip()}")
-    raise SystemExit(f"{miles} carries part of the patch series: check it out anew, then apply")
+            fail(f"{patch.name} neither applies to {miles} nor is applied there:\n{done.stderr.strip()}")
+    fail(f"{miles} carries part of the patch series: check it out anew, then apply")
 
 
 def product_text(rel: str) -> bytes:
@@ -122,7 +128,7 @@ def copy_files(miles: Path, files: list[str]) -> list[str]:
 def apply(miles: Path, check_only: bool = False) -> tuple[str, list[str]]:
     """The series' state before ("fresh" or "applied") and the paths changed ([] when it held this landing)."""
     if not (miles / "tests" / "ci" / "run_suite.py").is_file():
-        raise SystemExit(f"{miles} is not a Miles checkout (no tests/ci/run_suite.py)")
+        fail(f"{miles} is not a Miles checkout (no tests/ci/run_suite.py)")
     state = series_state(miles)
     if check_only:
         return state, []
@@ -131,7 +137,7 @@ def apply(miles: Path, check_only: bool = False) -> tuple[str, list[str]]:
         for patch in patches():
             done = git_apply(miles, patch)
             if done.returncode != 0:
-                raise SystemExit(f"{patch.name} does not apply cleanly to {miles}:\n{done.stderr.strip()}")
+                fail(f"{patch.name} does not apply cleanly to {miles}:\n{done.stderr.strip()}")
         written += patched_files()
     return state, sorted(set(written))
 
@@ -140,7 +146,7 @@ def git(repo: Path, *args: str) -> str:
     identity = ["-c", "user.name=miles-bench", "-c", "user.email=miles-bench@localhost"]
     done = subprocess.run(["git", *identity, *args], cwd=repo, capture_output=True, text=True)
     if done.returncode != 0:
-        raise SystemExit(f"git {' '.join(args)} failed in {repo}:\n{done.stderr.strip()}")
+        fail(f"git {' '.join(args)} failed in {repo}:\n{done.stderr.strip()}")
     return done.stdout
 
 
@@ -149,7 +155,7 @@ def write_series(miles: Path, out: Path) -> list[tuple[str, int]]:
     from series import assign
 
     if git(miles, "status", "--porcelain", "--untracked-files=all").strip():
-        raise SystemExit(f"{miles} has uncommitted changes: the series is cut from a clean checkout")
+        fail(f"{miles} has uncommitted changes: the series is cut from a clean checkout")
     series_state(miles)
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -161,7 +167,7 @@ def write_series(miles: Path, out: Path) -> list[tuple[str, int]]:
             for name in part.patches:
                 done = git_apply(scratch, PATCH_DIR / name)
                 if done.returncode != 0:
-                    raise SystemExit(f"{name} does not apply after the parts before it:\n{done.stderr.strip()}")
+                    fail(f"{name} does not apply after the parts before it:\n{done.stderr.strip()}")
             git(scratch, "add", "-A")
             git(scratch, "commit", "--quiet", "-m", part.purpose)
             name = f"{number:02d}-{part.slug}.patch"

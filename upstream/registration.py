@@ -16,13 +16,13 @@ est_time: seconds measured on a 2-core machine shared with other work (pytest's 
 up; test_runner_slurm (skipped there without Slurm) and test_report_browser (without Chromium) are estimates.
 
     python upstream/registration.py             # the table: tier, suite, est_time per file, and the tier totals
+    python upstream/registration.py --markdown  # the tier table of docs/benchmark/landing-in-miles.md
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 SUITE_CPU = "benchmark-cpu"
 SUITE_GPU = "stage-b-2-gpu-h200"
@@ -125,6 +125,8 @@ PROJECT_ONLY = {
     "tests/benchmark/requirements-test.txt": "this project's test environment",
     "tests/benchmark/requirements-verl-checks.txt": "this project's VERL-check environment",
     "tests/benchmark/requirements-miles-overlay.txt": "this project's copy of Miles's CPU-CI environment",
+    "tests/benchmark/requirements-no-deps.txt": "this project's copy of the job's no-deps list (Miles has "
+    "tests/ci/requirements-ci-benchmark-no-deps.txt)",
     "scripts/benchmark/frameworks/miles/miles-cli.json": "Miles's flag inventory out of tree; in Miles its parser "
     "answers (frameworks/miles/cli_inventory.py)",
 }
@@ -221,7 +223,39 @@ def tier_totals() -> dict[str, tuple[int, int]]:
     return totals
 
 
+TIER_ROWS = {
+    FAST: (
+        "fast: the harness's unit tests, and the VERL and Miles release parsers on every generated launch",
+        "every PR",
+    ),
+    SLOW: (
+        "slow: statistical validations, real Ray nodes and Slurm, the browser, VERL's own checks",
+        "nightly, weekly",
+    ),
+}
+
+
+def tier_table() -> str:
+    """The tier table of docs/benchmark/landing-in-miles.md (between its `tiers` markers), from this file's table."""
+    rows = ["| tier | registration | runs | files enabled in Miles, est. time |", "|---|---|---|---|"]
+    for tier, (files, seconds) in tier_totals().items():
+        what, runs = TIER_ROWS[tier]
+        nightly = ", nightly=True" if tier == SLOW else ""
+        registration = f'`register_cpu_ci(est, "{SUITE_CPU}"{nightly})`'
+        rows.append(f"| {what} | {registration} | {runs} | {files} files, {seconds} s ({seconds / 60:.1f} min) |")
+    gpu = ", ".join(f"`{name}`" for name in GPU_TESTS)
+    labels = ", ".join(f'"{label}"' for label in GPU_LABELS)
+    rows.append(
+        f'| GPU: calibration on the device | `register_cuda_ci(est, "{SUITE_GPU}", labels=[{labels}])` '
+        f"| PRs labelled `run-ci-benchmark`, nightly, weekly | {gpu} |"
+    )
+    return "\n".join(rows)
+
+
 def main() -> int:
+    if sys.argv[1:] == ["--markdown"]:
+        print(tier_table())
+        return 0
     for name, (tier, est) in sorted(CPU_TESTS.items()):
         gpu = f"  + {SUITE_GPU} {GPU_TESTS[name]}s" if name in GPU_TESTS else ""
         print(f"{name:36} {SUITE_CPU} {tier:4} {est:4}s{gpu}")

@@ -519,3 +519,12 @@ def test_a_missing_extra_names_what_to_install(command, module, extra, argv, tmp
     assert f"'{extra}' extra" in result.stderr and f'pip install -e ".[{extra}]"' in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "missing").exists() and not (tmp_path / "data").exists()
+
+
+def test_a_missing_module_no_extra_installs_names_its_own_command():
+    """apache-otava is installed without its dependencies (its numpy pin): no extra can name it, the command can."""
+    from scripts.benchmark.errors import missing_module_error
+
+    error = missing_module_error(ModuleNotFoundError("No module named 'otava'", name="otava.analysis"))
+    assert error is not None and "pip install --no-deps apache-otava==0.8.0" in str(error)
+    assert "extra" not in str(error)
