@@ -535,8 +535,8 @@ def _mount_tmpfs(folder: Path, size: str) -> bool:
 
 
 def _fill(path: Path) -> None:
-    """Write until the file system says it is full."""
-    with open(path, "wb") as handle:
+    """Write until the file system says it is full (unbuffered: a buffered close would write the rest again)."""
+    with open(path, "wb", buffering=0) as handle:
         try:
             while True:
                 handle.write(b"\0" * 65536)
