@@ -65,6 +65,8 @@ class RepeatSteadyModel(_Open):
     reached: bool
     method: str
     more_steps: int | None = None
+    noise: float | None = None
+    """The steady steps' robust scale as a share of their level (analysis/steady_state.py::window_noise)."""
     steps: int
     steady_steps: int
 
@@ -74,6 +76,8 @@ class SteadyStateModel(_Open):
     reached: bool
     method: str
     more_steps: int | None = None
+    noise: float | None = None
+    """Set when the claim is refused for noise: the largest robust scale (share of the level) of such a repeat."""
     repeats: list[RepeatSteadyModel] = Field(default_factory=list)
 
 

@@ -185,12 +185,9 @@ def _notes(doc: ReportDocument) -> list[str]:
     notes = [f"**{r.backend} / {r.layout}**: comparison refused: {r.reason}." for r in doc.refused]
     unsteady = [c for c in doc.cells if not c.steady_state.reached]
     if unsteady:
-        needs = [
-            f"`{c.id}`" + (f" (needs {c.steady_state.more_steps} more steps)" if c.steady_state.more_steps else "")
-            for c in unsteady
-        ]
         notes.append(
-            "No steady state: " + ", ".join(needs) + " (their numbers include warm-up or drift; see Steady state)."
+            "No steady state: " + ", ".join(_unsteady(c) for c in unsteady) + " (their numbers may include warm-up "
+            "or drift; see Steady state)."
         )
     if doc.incomplete:
         notes.append(f"{len(doc.incomplete)} cell repeat(s) did not complete; see Incomplete cells.")
@@ -206,6 +203,13 @@ def _notes(doc: ReportDocument) -> list[str]:
     if doc.train_only is not None:
         notes.append(TRAIN_ONLY_NOTE)
     return notes
+
+
+def _unsteady(cell) -> str:
+    steady = cell.steady_state
+    if steady.noise is not None:
+        return f"`{cell.id}` (step time too noisy, {steady.noise:.1%}, to place the end of its warm-up)"
+    return f"`{cell.id}`" + (f" (needs {steady.more_steps} more steps)" if steady.more_steps else "")
 
 
 TRAIN_ONLY_NOTE = (
