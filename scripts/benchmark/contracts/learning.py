@@ -1,6 +1,6 @@
 """report.json's learning rows as pydantic models (contracts/report.py holds the pair that carries them): the
-learning guard's words, each signal's tested quantities and both sides' trajectories. Open models: fields written
-by older reports still load."""
+learning guard's words, each signal's tested quantities, its power (analysis/learning_power.py) and both sides'
+trajectories. Open models: fields written by older reports still load."""
 
 from __future__ import annotations
 
@@ -31,6 +31,17 @@ class TestedQuantityModel(_Open):
     call: str
 
 
+class LearningPowerModel(_Open):
+    """What the guard can see on a signal (analysis/learning_power.py): its planted difference, the chance of
+    calling it with this run's repeats, and the repeats a side that call it 9 times in 10 (None: more than 64)."""
+
+    planted: str
+    repeats: int
+    power: float
+    repeats_needed: int | None = None
+    spread_source: str
+
+
 class LearningSignalModel(_Open):
     signal: str
     unit: str
@@ -48,9 +59,14 @@ class LearningSignalModel(_Open):
     last_third: LastThirdModel | None = None
     """Written by reports before the level and last-third test; kept so they still load."""
     steps_needed: int | None = None
+    repeats_needed: int | None = None
+    """With "not enough steps to tell" decided by the spread between repeats: the repeats a side that would tell."""
     """With "not enough steps to tell": the paired steps that would tell at the observed noise."""
     tested: dict[str, TestedQuantityModel] = Field(default_factory=dict)
     """Per quantity tested (level, late, drift): its estimate, 1 - 2 alpha interval and call."""
+    repeats: list[int] = Field(default_factory=list)
+    """Repeats of the candidate and of the reference; a verdict needs two or more a side."""
+    power: LearningPowerModel | None = None
 
 
 class PointsModel(_Open):

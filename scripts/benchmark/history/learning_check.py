@@ -43,13 +43,14 @@ def learning_metric_values(cell: CellModel) -> list[MetricValue]:
 
 
 def moved_beyond_margin(name: str, baseline: float, candidate: float, margin: float | None) -> float | None:
-    """The change (absolute, or relative for relative signals) when it leaves the margin, else None."""
+    """The change (absolute, or relative to the level for relative signals) when it leaves the margin, else None."""
     if margin is None:
         return None
-    if LEARNING_SIGNALS[name].margin_kind == "relative":
-        if baseline <= 0 or candidate <= 0:
+    spec = LEARNING_SIGNALS[name]
+    if spec.margin_kind == "relative":
+        if spec.level(baseline) <= 0 or spec.level(candidate) <= 0:
             return None
-        change = candidate / baseline - 1
+        change = spec.level(candidate) / spec.level(baseline) - 1
         return change if abs(math.log1p(change)) > math.log1p(margin) else None
     change = candidate - baseline
     return change if abs(change) > margin else None

@@ -33,7 +33,7 @@ from scripts.benchmark.contracts.report import (
     settle_estimate,
     signed_percent,
 )
-from scripts.benchmark.report.learning import learning_warning
+from scripts.benchmark.report.learning import learning_warning, power_warning
 from scripts.benchmark.report.palette import PHASE_COLORS, UNATTRIBUTED_COLOR, VERDICT_COLORS
 from scripts.benchmark.report.render import BarSegment, Bullets, Card, CardBar, Cards, Paragraph, render_markdown
 
@@ -167,7 +167,7 @@ def pair_card(doc: ReportDocument, backend: str, layout: str) -> Card:
         text=evidence,
         color=VERDICT_COLORS[verdict],
         bars=bars,
-        warnings=[w for w in (learning, single) if w],
+        warnings=[w for w in (learning, power_warning(doc, backend, layout), single) if w],
     )
 
 
