@@ -5,7 +5,9 @@ learning run spends its GPU time."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,9 +22,22 @@ from scripts.benchmark.analysis.learning_power import (
     spread_from_runs,
     stated_spreads,
 )
+from scripts.benchmark.analysis.settings import AnalysisSettings
+from scripts.benchmark.commands.ab import ab_impl
+from scripts.benchmark.commands.report import analyse_and_write
+from scripts.benchmark.contracts.history_record import MetricValue, Provenance, RunToRecord, SeriesKey
+from scripts.benchmark.frameworks import registry
+from scripts.benchmark.history.store import HistoryStore
+from scripts.benchmark.plan.build import PlanOptions, build_plan
+from scripts.benchmark.plan.cost import plan_cost
 from scripts.benchmark.report.headline import headline_markdown
 from scripts.benchmark.report.learning import learning_warning, power_warning
-from tests.benchmark.test_learning import learning_run
+from scripts.benchmark.spec import load_preset
+from tests.benchmark.synthetic_runs import SyntheticCell, write_run_folder
+from tests.benchmark.test_history import _check as check_history
+from tests.benchmark.test_history import _record as record_history
+from tests.benchmark.test_learning import add_learning, learning_run
+from tests.benchmark.test_learning_run import _plan as plan_both_frameworks
 
 from miles.utils.bench_metrics import LEARNING_SIGNALS
 
@@ -174,3 +189,82 @@ class TestTheCardSaysSo:
         assert learning_warning(doc, "fsdp", "colocate").startswith("Learning not judged: one repeat a side")
         reward = next(r for r in doc.learning[0].signals if r.signal == "reward_mean")
         assert "stated default" in reward.power.spread_source
+
+
+def plan_learning_run(tmp_path, monkeypatch, *extra: str):
+    return plan_both_frameworks(tmp_path, monkeypatch, "--learning-run", *extra)
+
+
+def record_learning_repeats(store_url: str, plan: dict, spread: float, runs: int = 2) -> None:
+    """`runs` recorded runs of every cell of `plan`, three repeats each whose reward window means differ by `spread`
+    (in solve rate, from -1), as `record` stores a learning run's cells."""
+    rng = np.random.default_rng(8)
+    with HistoryStore(store_url) as store:
+        for run in range(runs):
+            for cell in plan["cells"]:
+                solve = 0.3 * np.exp(rng.normal(0, spread, 3))
+                values = [MetricValue(metric="learning.reward_mean", value=0.0, repeat_values=list(2 * solve - 1))]
+                series = SeriesKey(
+                    preset=plan["preset"], framework=cell["framework"], backend=cell["backend"],
+                    layout=cell["layout"], hardware="8x NVIDIA H200", spec_hash=plan["spec_hash"], repeats=3,
+                )  # fmt: skip
+                recorded = RunToRecord(series=series, cell_id=cell["id"], report_generated_at=f"2026-01-0{run + 1}",
+                                       run_dir=f"/runs/{run}", environment={}, values=values)  # fmt: skip
+                store.record(recorded, Provenance(), trusted=True, baseline_reset=False)
+
+
+class TestBeforeTheGpuTimeIsSpent:
+    def test_a_learning_run_plan_prints_the_repeats_each_plant_needs_and_their_cost(self, tmp_path, monkeypatch):
+        result, plan = plan_learning_run(tmp_path, monkeypatch)
+        assert result.exit_code == 0, result.output
+        lines = [line for line in result.output.splitlines() if "learning power," in line]
+        assert len(lines) == sum(1 for s in LEARNING_SIGNALS.values() if s.planted is not None), lines
+        reward = next(line for line in lines if "a 10% lower solve rate" in line)
+        needed = int(reward.split("90% with ")[1].split(" ")[0])
+        cost = plan_cost(plan, repeats=needed)
+        assert f"{cost.gpu_hours('typical', needed):.1f}-{cost.gpu_hours('upper', needed):.1f} GPU-hours" in reward
+        assert "this plan has fewer" in reward and "[200 steps; the stated default spread" in reward
+
+    def test_recorded_runs_of_the_same_cells_give_the_spread(self, tmp_path, monkeypatch):
+        """A quiet history (runs whose repeats differ by 0.5%) needs fewer repeats than the stated spread; the line
+        names the recorded runs it pooled."""
+        _, plan = plan_learning_run(tmp_path / "first", monkeypatch)
+        store = f"sqlite:///{tmp_path / 'history.db'}"
+        record_learning_repeats(store, plan, spread=0.005)
+        result, _ = plan_learning_run(tmp_path / "second", monkeypatch, "--cost-store", store)
+        reward = next(line for line in result.output.splitlines() if "a 10% lower solve rate" in line)
+        assert f"the spread between repeats of {2 * len(plan['cells'])} recorded run(s)" in reward, reward
+        assert int(reward.split("90% with ")[1].split(" ")[0]) < 10
+
+
+class TestAbAndCheckSayIt:
+    def test_ab_prints_the_learning_verdicts_and_the_repeats_with_their_cost(self, tmp_path):
+        sides = [
+            {"role": "candidate", "name": "head", "framework": "miles", "label": "Miles head"},
+            {"role": "reference", "name": "base", "framework": "miles", "label": "Miles base"},
+        ]
+        cells = [SyntheticCell(framework="miles", side=s["name"], repeats=3, seed=i) for i, s in enumerate(sides)]
+        run_dir = write_run_folder(tmp_path / "run", cells, sides=sides)
+        add_learning(run_dir, {})
+        analyse_and_write(run_dir, AnalysisSettings(reps=200), calibration=False)
+        spec = load_preset("smoke")
+        pair = registry.option_pair(compare_verl=False, miles_version=None)
+        options = PlanOptions(backends=("fsdp",), layout="colocate", output_dir=Path("/out"), sides=pair)
+        (run_dir / "plan.json").write_text(json.dumps(build_plan(spec, "smoke", options).data))
+        ab_impl(run_dir, None)
+        verdict = (run_dir / "ab.md").read_text()
+        assert "fsdp/colocate learning, head vs base: reward_mean same" in verdict, verdict
+        reward = next(line for line in verdict.splitlines() if "learning power, a 10% lower solve rate" in line)
+        assert "GPU-hours" in reward and "this run's repeats (3 and 3)" in reward
+
+    def test_check_states_the_power_from_the_historys_repeats(self, tmp_path):
+        """Two recorded nights of the same cells: the nightly's check pools their repeats' spread and says so."""
+        store = f"sqlite:///{tmp_path / 'history.db'}"
+        for night in range(2):
+            run_dir, _, _ = learning_run(tmp_path / f"night-{night}")
+            record_history(store, run_dir, commit=f"c{night}")
+        run_dir, _, _ = learning_run(tmp_path / "tonight")
+        _, text, _ = check_history(store, run_dir, tmp_path)
+        reward = next(line for line in text.splitlines() if "learning power, a 10% lower solve rate" in line)
+        assert "the spread between repeats of 4 recorded run(s)" in reward, reward
+        assert "fsdp/colocate" in reward and "paired steps" in reward
