@@ -77,6 +77,7 @@ CPU_TESTS: dict[str, tuple[str, int]] = {
     "test_runner_units.py": (FAST, 6),
     "test_policy_lag.py": (FAST, 2),
     "test_schedule_parity.py": (FAST, 3),
+    "test_second_generator_validation.py": (SLOW, 45),
     "test_sglang_keys.py": (FAST, 1),
     "test_spec.py": (FAST, 1),
     "test_statistics_validation.py": (SLOW, 160),
