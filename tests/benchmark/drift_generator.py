@@ -6,17 +6,18 @@ Step times (`step_times`):
   scaled to a marginal CV `cv`;
 - each run its own offset (Student t, 3 degrees of freedom, scale 1.5%) and its own linear drift over the run
   (normal, sd 1% from first to last step);
-- a warm-up of `warmup` steps (a length range, drawn per run) whose excess falls convexly, (1 - k / L)^p with p in
-  1.5-3, from 40-150% slower at its first step to 5-20% slower at its last (a warm-up step anyone could call one).
+- a warm-up of `warmup` steps (a length range, drawn per run) whose excess falls convexly, (1 - k / (L - 1))^p
+  with p in 1.5-3, from 40-150% slower at its first step to 5-20% slower at its last (a warm-up step anyone could
+  call one).
 
 Learning signals (`learning_pair`), for `repeats` runs a side that see the same prompts:
-- a level shared by every run that moves with training (a base model's first GRPO steps: solve rate 0.20 -> 0.26
-  -> 0.45 over 200 steps, responses 1200 -> 1700 tokens, entropy 0.6 -> 0.45, the others flat) and a per-step
-  prompt difficulty shared by every run;
+- a level shared by every run that moves with training (a base model's first GRPO steps: solve rate 0.20 rising to
+  0.23 by step 24 and 0.45 by step 200, responses 1200 -> 1680 tokens, entropy 0.6 -> 0.45, the others flat) and a
+  per-step prompt difficulty shared by every run;
 - per run: an offset (Student t, 3 degrees of freedom) and a random walk from step 0 (seeds drift apart from the
   same initial weights), both as a share of the level, plus AR(1) 0.8 noise with Student t innovations;
 - math_dapo scores: reward_mean is 2 x solve rate - 1 (-1 or +1 a sample), as both frameworks log it;
-- planted differences on the candidate's runs (the issue's sizes, written here from their description, not imported):
+- planted differences on the candidate's runs (the guard's sizes, written here from their description, not imported):
   solve rate -10% from a quarter of the run on; entropy falling linearly to -40%; KL 3x; clip fraction 2x; response
   length drifting linearly to +20%.
 

@@ -80,7 +80,8 @@ def _ar1(rng: np.random.Generator, shape: tuple[int, int], sd: float) -> np.ndar
 
 
 def shared_level(name: str, steps: int, rng: np.random.Generator) -> np.ndarray:
-    """Every run's level (the solve rate for reward_mean): the training trend times (or plus) the prompts' difficulty."""
+    """Every run's level (the solve rate for reward_mean): the training trend times (or plus) the prompts'
+    difficulty."""
     progress = np.arange(steps) / max(1, steps - 1)
     base = LEVELS[name]
     if name == "reward_mean":
