@@ -145,3 +145,28 @@ def test_toy_against_verl_declares_what_differs_or_is_refused(toy_registered, tm
     assert rows["steps"]["status"] == "matched"
     assert rows["completion_wait"]["status"] == "asymmetry"  # declared by VERL's adapter against any other
     assert rows["lr"]["status"] == "MISMATCH" and rows["lr"]["candidate"] == "<absent>"
+
+
+def _parser_returning(extra: dict):
+    """The toy's parser with `extra` knobs added to what it reads."""
+    read = type(TOY).parity_knobs
+    return lambda argv, backend, prepare_argv, target=None: {**read(TOY, argv, backend, prepare_argv, target), **extra}
+
+
+@pytest.mark.parametrize(
+    "extra,named",
+    [
+        ({"layout": "colocate"}, "layout: Toy's parity parser returned 'colocate': not one of 'colocated'"),
+        ({"lr": "1e-6"}, "lr: Toy's parity parser returned '1e-6': not a number"),
+        ({"samples_per_step": 16}, "samples_per_step: Toy's parity parser returns a knob that frameworks/knobs.py"),
+    ],
+)
+def test_a_value_outside_its_knobs_type_is_refused_even_where_both_sides_agree(
+    toy_registered, tmp_path, monkeypatch, extra, named
+):
+    """Both sides read by one parser agree on a misspelling (or on a knob no one declared): the plan is refused all
+    the same, naming the knob and the parser, before a matched row could hide it."""
+    monkeypatch.setattr(TOY, "parity_knobs", _parser_returning(extra))
+    result, output = _plan(tmp_path / "D", "--candidate", "toy@a", "--reference", "toy@b")
+    assert result.exit_code == 3, output
+    assert named in output
