@@ -11,6 +11,7 @@ also planned against VERL (the union of both adapters' declared differences must
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from scripts.benchmark.frameworks import registry
+from scripts.benchmark.frameworks.miles.adapter import MilesAdapter
 from scripts.benchmark.run import build_app
 from scripts.benchmark.runner.sink_follower import read_sink
 from tests.benchmark.toy_framework import ADAPTER as TOY
@@ -133,9 +135,10 @@ def _assert_report(report: dict, steps: int) -> None:
     assert 0 < step["ratio"] < 1  # target b sleeps 25% longer per step: the candidate takes less time
 
 
-def test_toy_against_verl_declares_what_differs_or_is_refused(toy_registered, tmp_path):
-    """Against another framework the parity table applies: every knob the toy does not read back is a MISMATCH
-    unless an adapter declares it, so the plan is refused (exit 3) and the table says which knobs."""
+def test_toy_against_verl_is_refused_for_every_knob_the_toy_never_read(toy_registered, tmp_path):
+    """Against another framework every knob the toy does not read back is a MISMATCH, even one the other adapter
+    declares a difference for (VERL's completion_wait): a table cannot pass what one side never read. The plan is
+    refused (exit 3) and the table says which knobs."""
     result, output = _plan(tmp_path / "V", "--candidate", "toy", "--reference", "verl")
     assert result.exit_code == 3, output
     parity = json.loads((tmp_path / "V" / "parity.json").read_text())
@@ -143,8 +146,36 @@ def test_toy_against_verl_declares_what_differs_or_is_refused(toy_registered, tm
     assert (pair["candidate_cell"], pair["reference_cell"]) == ("toy-fsdp-colocate", "verl-fsdp-colocate")
     rows = {row["knob"]: row for row in pair["rows"]}
     assert rows["steps"]["status"] == "matched"
-    assert rows["completion_wait"]["status"] == "asymmetry"  # declared by VERL's adapter against any other
-    assert rows["lr"]["status"] == "MISMATCH" and rows["lr"]["candidate"] == "<absent>"
+    for knob in ("completion_wait", "lr"):
+        assert (rows[knob]["status"], rows[knob]["candidate"]) == ("MISMATCH", "<absent>"), rows[knob]
+        assert f"{knob}: absent from Toy's launches: its parser does not read it" in output
+
+
+def test_a_knob_the_toy_declares_it_cannot_have_is_a_declared_asymmetry(toy_registered, tmp_path, monkeypatch):
+    why = "the toy trainer generates nothing, so no generation ends late"
+    monkeypatch.setattr(TOY, "absent_knobs", lambda backend, layout: {"completion_wait": why})
+    result, output = _plan(tmp_path / "V", "--candidate", "toy", "--reference", "verl")
+    rows = {row["knob"]: row for row in json.loads((tmp_path / "V" / "parity.json").read_text())["pairs"][0]["rows"]}
+    assert (rows["completion_wait"]["status"], rows["completion_wait"]["note"]) == (
+        "asymmetry",
+        f"absent from Toy's launches: {why}",
+    )
+    assert "completion_wait" not in output and "lr: absent from Toy's launches" in output
+
+
+@pytest.mark.parametrize("layout", ["colocate", "disaggregated"])
+@pytest.mark.parametrize("other,foreign", [("verl", "Miles"), ("miles", "VERL")])
+@pytest.mark.parametrize("toy_is", ["candidate", "reference"])
+def test_no_note_names_a_framework_outside_the_pair(toy_registered, tmp_path, layout, other, foreign, toy_is):
+    """A note is keyed by the pair of frameworks that makes it true: a table of the toy against VERL says nothing
+    of Miles, nor one against Miles anything of VERL, whichever side each is on (parity.md and the report's phases)."""
+    sides = ("toy", other) if toy_is == "candidate" else (other, "toy")
+    result, output = _plan(tmp_path / "P", "--candidate", sides[0], "--reference", sides[1], "--layout", layout)
+    assert result.exit_code == 3, output  # the toy reads few knobs: refused, and the table is written for review
+    text = (tmp_path / "P" / "parity.md").read_text()
+    assert "Toy" in text
+    assert foreign not in text, [line for line in text.splitlines() if foreign in line]
+    assert not [why for why in registry.incomparable_phases(*sides, layout).values() if foreign in why]
 
 
 def _parser_returning(extra: dict):
@@ -170,3 +201,38 @@ def test_a_value_outside_its_knobs_type_is_refused_even_where_both_sides_agree(
     result, output = _plan(tmp_path / "D", "--candidate", "toy@a", "--reference", "toy@b")
     assert result.exit_code == 3, output
     assert named in output
+
+
+class DriftAdapter(MilesAdapter):
+    """A framework added from the tests whose parser drifted from the knob model: Miles's launch and parser under
+    another name, with one knob misspelled (`prefill_cuda_graphs` 'of' for 'off') and one never read
+    (`sampling_seed`). Both are knobs Miles declares a difference for against any framework, so a table that takes
+    a declared knob as leave to differ, or to be absent, would pass them."""
+
+    name, label, sink_formats = "drift", "Drift", ("drift-log",)
+
+    def build_launch(self, spec, backend, layout, ctx):
+        launch = super().build_launch(spec, backend, layout, ctx)
+        return dataclasses.replace(launch, framework=self.name, sink={**launch.sink, "format": "drift-log"})
+
+    def metric_sink(self, sink_format):
+        return super().metric_sink("miles-tracking")
+
+    def parity_knobs(self, argv, backend, prepare_argv, target=None):
+        knobs = super().parity_knobs(argv, backend, prepare_argv, target)
+        del knobs["sampling_seed"]
+        return {**knobs, "prefill_cuda_graphs": "of"}
+
+
+def test_a_drifted_parser_is_refused_for_its_misspelled_and_its_absent_knob(tmp_path):
+    drift = DriftAdapter()
+    registry.register(drift)
+    try:
+        result, output = _plan(tmp_path / "D", "--candidate", "drift", "--reference", "miles")
+    finally:
+        registry.unregister(drift.name)
+    assert result.exit_code == 3, output
+    assert "prefill_cuda_graphs: Drift's parity parser returned 'of': not one of 'off'" in output
+    assert "sampling_seed: absent from Drift's launches: its parser does not read it" in output
+    rows = json.loads((tmp_path / "D" / "parity.json").read_text())["pairs"][0]["rows"]
+    assert {row["knob"] for row in rows if row["status"] == "MISMATCH"} == {"prefill_cuda_graphs", "sampling_seed"}

@@ -149,13 +149,19 @@ class FrameworkAdapter(Protocol):
         """The literal words of `argv` that set `knob` ("" when none does); None when it has no source table."""
         ...
 
-    def inherent_differences(self, backend: str, layout: str) -> dict[str, str]:
-        """Knob -> note: asymmetries declared whenever this framework is compared with another one."""
+    def inherent_differences(self, backend: str, layout: str, other: str) -> dict[str, str]:
+        """Knob -> note: asymmetries declared when this framework is compared with the framework named `other`; a
+        note that describes the other framework's behaviour is returned for that framework only."""
         ...
 
-    def incomparable_phases(self, layout: str) -> dict[str, str]:
-        """Phase -> why this framework's phase is not the same quantity as another framework's in `layout` (the
-        report shows it, marked, and leaves its gap out of the attribution)."""
+    def absent_knobs(self, backend: str, layout: str) -> dict[str, str]:
+        """Knob -> why its launches cannot have it (its parser leaves it out); any other knob it leaves out while
+        the other side reads it is a mismatch."""
+        ...
+
+    def incomparable_phases(self, layout: str, other: str) -> dict[str, str]:
+        """Phase -> why this framework's phase is not the same quantity as the framework named `other`'s in `layout`
+        (the report shows it, marked, and leaves its gap out of the attribution)."""
         ...
 
     def read_sink(self, paths: list[Path], ctx: RunContext) -> list[StepRecord]:
@@ -234,10 +240,13 @@ class AdapterDefaults:
     def launch_words(self, knob: str, argv: list[str]) -> str | None:
         return None
 
-    def inherent_differences(self, backend: str, layout: str) -> dict[str, str]:
+    def inherent_differences(self, backend: str, layout: str, other: str) -> dict[str, str]:
         return {}
 
-    def incomparable_phases(self, layout: str) -> dict[str, str]:
+    def absent_knobs(self, backend: str, layout: str) -> dict[str, str]:
+        return {}
+
+    def incomparable_phases(self, layout: str, other: str) -> dict[str, str]:
         return {}
 
     def refused(self, launch_argv: list[str]) -> list[str]:

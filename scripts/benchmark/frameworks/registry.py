@@ -64,8 +64,13 @@ def incomparable_phases(candidate: str, reference: str, layout: str) -> dict[str
     unregistered one (its phases are taken as comparable)."""
     if candidate == reference:
         return {}
-    adapters = [a for a in (_ADAPTERS.get(candidate), _ADAPTERS.get(reference)) if a is not None]
-    return {phase: why for adapter in adapters for phase, why in adapter.incomparable_phases(layout).items()}
+    pairs = [(_ADAPTERS.get(candidate), reference), (_ADAPTERS.get(reference), candidate)]
+    return {
+        phase: why
+        for a, other in pairs
+        if a is not None
+        for phase, why in a.incomparable_phases(layout, other).items()
+    }
 
 
 def note_flags() -> tuple[str, ...]:

@@ -7,9 +7,11 @@
   be checked against the cell scripts word for word. Rows follow frameworks/knobs.py's order; a value outside its
   knob's declared type, or a knob it does not declare, is a `MISMATCH` naming the knob and the parser (even where
   both sides agree).
-- Declared asymmetries: when the two sides run different frameworks, the union of both adapters'
-  `inherent_differences`; two sides of one framework declare none, except their targets (a `target` row, which is
-  the change under comparison).
+- Declared asymmetries: when the two sides run different frameworks, what each adapter's `inherent_differences`
+  declares against the other's framework (a note that describes the other framework is keyed by it); two sides of
+  one framework declare none, except their targets (a `target` row, which is the change under comparison). A knob
+  one side does not read is a mismatch unless that side's adapter says why its launches cannot have it
+  (`absent_knobs`).
 - `parity_file(...)`, `parity_markdown(...)`: what the plan writes as parity.json (contracts/parity.py) / parity.md
   (with a legend, in the sides' labels, and a link to the manual).
 """
@@ -77,6 +79,7 @@ class ParitySide:
     """The plan sink the launch writes (`FrameworkLaunch.sink["format"]`): the metric_sink row says what it is."""
 
 
+UNREAD = "nothing declares why it cannot exist there: read it back, or declare why in the adapter's absent_knobs"
 REPLAY_NOTE = (
     "kept out of the training-step comparison: a train-only report compares old_logprob, ref_logprob and train (and "
     "training tokens/s, TFLOP/s, MFU) only, never step time, generate or weight_sync"
@@ -85,11 +88,25 @@ REPLAY_NOTE = (
 
 
 def declared_asymmetries(candidate: FrameworkAdapter, reference: FrameworkAdapter, backend: str, layout: str):
-    """Knob -> note: both adapters' inherent differences when the frameworks differ, none otherwise."""
+    """Knob -> note: what each adapter declares against the other's framework when the frameworks differ (notes
+    keyed by the pair that makes them true), none otherwise."""
     if candidate.name == reference.name:
         return {}
-    inherent = {**candidate.inherent_differences(backend, layout), **reference.inherent_differences(backend, layout)}
-    return {**inherent, "rollout_replay": REPLAY_NOTE}
+    return {
+        **candidate.inherent_differences(backend, layout, reference.name),
+        **reference.inherent_differences(backend, layout, candidate.name),
+        "rollout_replay": REPLAY_NOTE,
+    }
+
+
+def _absent(knob: str, sides: tuple[tuple[ParitySide, dict[str, Any]], ...], backend: str, layout: str):
+    """(status, note) of a knob one side does not read: declared where that side's adapter says why its launches
+    cannot have it, a mismatch otherwise."""
+    side = next(side for side, knobs in sides if knob not in knobs)
+    why = side.adapter.absent_knobs(backend, layout).get(knob)
+    if why:
+        return "asymmetry", f"absent from {side.adapter.label}'s launches: {why}"
+    return "MISMATCH", f"absent from {side.adapter.label}'s launches: its parser does not read it ({UNREAD})"
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -170,6 +187,10 @@ def build_parity(candidate: ParitySide, reference: ParitySide, backend: str, lay
         if knob in mistyped:
             rows.append(ParityRow(**row, status="MISMATCH", note=mistyped[knob]))
             errors.append(f"{knob}: {mistyped[knob]}")
+        elif knob not in a_knobs or knob not in b_knobs:
+            status, note = _absent(knob, ((candidate, a_knobs), (reference, b_knobs)), backend, layout)
+            rows.append(ParityRow(**row, status=status, note=note))
+            errors += [f"{knob}: {note}"] if status == "MISMATCH" else []
         elif _same(a, b):
             note = declared_knob.matched_cost if a not in ("off", "none") else ""
             rows.append(ParityRow(**row, status="matched", note=note))
