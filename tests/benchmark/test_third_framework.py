@@ -178,6 +178,13 @@ def test_no_note_names_a_framework_outside_the_pair(toy_registered, tmp_path, la
     assert not [why for why in registry.incomparable_phases(*sides, layout).values() if foreign in why]
 
 
+def test_a_plan_of_the_toy_alone_names_no_other_framework(toy_registered, tmp_path):
+    result, output = _plan(tmp_path / "T", "--candidate", "toy")
+    assert result.exit_code == 0, output
+    text = (tmp_path / "T" / "parity.md").read_text()
+    assert "No reference side planned" in text and "VERL" not in text and "Miles" not in text
+
+
 def _parser_returning(extra: dict):
     """The toy's parser with `extra` knobs added to what it reads."""
     read = type(TOY).parity_knobs

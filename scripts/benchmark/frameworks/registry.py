@@ -7,7 +7,8 @@
 - `side_arg(role, text)`: a `NAME[@TARGET]` argument (--candidate / --reference) as a `Side`; `make_pair(candidate,
   reference)` names and labels the two so they differ (Miles against Miles: the reference is `miles-base`, both
   labels carry their target).
-- `pair_example(candidate, reference)`, `no_reference_note()`: the words of parity.md that belong to a pair.
+- `pair_example(candidate, reference)`, `no_reference_note(candidate)`: the words of parity.md that belong to a pair
+  (or to a plan without a reference), never another framework's.
 - `option_pair(compare_verl, miles_version)`, `option_runtimes(...)`: the one place the historical options
   (--compare-verl, --miles-version, --miles-python, ...) map onto sides and frameworks; `default_sides()` is the
   candidate alone; `settings(options)` each adapter's launch settings from the command line.
@@ -105,14 +106,16 @@ def own_checks(cells: list[dict[str, Any]], stage: CheckStage) -> list[OwnCheck]
     return checks
 
 
-def pair_example(candidate: str, reference: str | None) -> str:
+def pair_example(candidate: str, reference: str) -> str:
     """The example sentence of parity.md's legend for a pair of frameworks ("" when it has none)."""
-    return _PAIR_EXAMPLES.get((candidate, reference or DEFAULT_PAIR[1]), "")
+    return _PAIR_EXAMPLES.get((candidate, reference), "")
 
 
-def no_reference_note() -> str:
-    """What parity.md says when the plan has no reference side."""
-    return "No VERL cells planned (run with --compare-verl): nothing to compare."
+def no_reference_note(candidate: str) -> str:
+    """What parity.md says when the plan has no reference side: the default candidate's usual partner, or none."""
+    if candidate == DEFAULT_PAIR[0]:
+        return "No VERL cells planned (run with --compare-verl): nothing to compare."
+    return "No reference side planned (run with --reference NAME): nothing to compare."
 
 
 def side_arg(role: Role, text: str, root: str | None = None) -> Side:

@@ -220,18 +220,17 @@ def _launch_text(text: str | None) -> str:
 
 
 def parity_markdown(parity: ParityFile, title: str, sides: SidePair) -> str:
-    candidate = sides.candidate
-    reference_label = sides.reference.label if sides.reference else registry.label_of(registry.DEFAULT_PAIR[1])
-    example = registry.pair_example(candidate.framework, sides.reference.framework if sides.reference else None)
+    candidate, reference = sides.candidate, sides.reference
     lines = [
         f"# Parity: {title}",
         "",
         f"spec_hash `{parity.spec_hash}`; what each row means: [{DOCS}]({DOCS}).",
         "",
     ]
-    lines += [" ".join(legend(candidate.label, reference_label, example)), ""]
-    if not parity.pairs:
-        return "\n".join(lines + [registry.no_reference_note(), ""])
+    if reference is None or not parity.pairs:
+        return "\n".join(lines + [registry.no_reference_note(candidate.framework), ""])
+    example = registry.pair_example(candidate.framework, reference.framework)
+    lines += [" ".join(legend(candidate.label, reference.label, example)), ""]
     for pair in parity.pairs:
         c = pair.counts
         lines += [f"## {pair.candidate_cell} vs {pair.reference_cell}", ""]
@@ -243,7 +242,7 @@ def parity_markdown(parity: ParityFile, title: str, sides: SidePair) -> str:
             + [_launch_text(r.candidate_launch), _launch_text(r.reference_launch), _knob_text(r.note)]
             for r in pair.rows
         ]
-        header = ["group", "knob", candidate.label, reference_label, "status", f"{candidate.label} sets it with"]
-        header += [f"{reference_label} sets it with", "expected throughput effect"]
+        header = ["group", "knob", candidate.label, reference.label, "status", f"{candidate.label} sets it with"]
+        header += [f"{reference.label} sets it with", "expected throughput effect"]
         lines += [markdown_table(header, rows), ""]
     return "\n".join(lines)
