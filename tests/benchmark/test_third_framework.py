@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from scripts.benchmark.frameworks import registry
+from scripts.benchmark.frameworks.adapter import AdapterDefaults
 from scripts.benchmark.frameworks.miles.adapter import MilesAdapter
 from scripts.benchmark.run import build_app
 from scripts.benchmark.runner.sink_follower import read_sink
@@ -63,6 +64,34 @@ def test_the_registry_knows_the_toy_only_while_registered(toy_registered, tmp_pa
                           "-o", str(tmp_path / "m.jsonl"))  # fmt: skip
     assert result.exit_code == 2 and "--framework must be miles or verl, got 'toy'" in output
     registry.register(TOY)
+
+
+class Incomplete(AdapterDefaults):
+    """An adapter that forgot its sink reader and got three members wrong."""
+
+    name, label, sink_formats, recording_codec = "incomplete", 3, ["incomplete-log"], "verl"
+
+    def build_launch(self, spec, backend, layout, ctx):
+        raise AssertionError("never planned")
+
+    def parity_knobs(self, argv):
+        return {}
+
+
+def test_an_adapter_that_misses_or_mistypes_a_member_is_refused_when_it_registers():
+    """Refused at register, naming every member at fault, instead of a traceback in the first command that needs
+    the member (`ingest` of its sink)."""
+    with pytest.raises(TypeError, match="framework adapter 'incomplete' does not implement FrameworkAdapter") as no:
+        registry.register(Incomplete())
+    assert "incomplete" not in registry.names()
+    for member in (
+        "label is int, not str",
+        "sink_formats is list, not tuple[str, ...]",
+        "recording_codec is str, not RecordingCodec | None",
+        "parity_knobs(argv) cannot be called with (argv, backend, prepare_argv, target)",
+        "read_sink() is missing",
+    ):
+        assert member in str(no.value)
 
 
 def test_toy_against_toy_plans_runs_reports_records_and_checks(toy_registered, tmp_path):

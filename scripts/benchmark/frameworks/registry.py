@@ -1,6 +1,6 @@
 """The framework registry: adapter name -> adapter, and how a command line's words become the sides of a plan.
 
-- `register(adapter)` / `unregister(name)`, `get(name)` (ValueError naming the known ones), `names()`,
+- `register(adapter)` (refused, naming each member, unless it implements the adapter protocol) / `unregister(name)`, `get(name)` (ValueError naming the known ones), `names()`,
   `label_of(name)` (the name itself when unknown), `by_sink_format(format)` (ValueError when no adapter reads it).
 - `own_checks(cells, stage)`: each framework's own acceptance check of its cells (adapter.own_checks).
 - `DEFAULT_PAIR`: the (candidate, reference) frameworks of folders written before sides existed.
@@ -24,7 +24,7 @@ from typing import Any
 
 from scripts.benchmark.contracts.sides import Role, Side, SidePair
 from scripts.benchmark.errors import declare_extras
-from scripts.benchmark.frameworks.adapter import CheckStage, FrameworkAdapter, OwnCheck
+from scripts.benchmark.frameworks.adapter import CheckStage, FrameworkAdapter, OwnCheck, protocol_problems
 from scripts.benchmark.frameworks.miles import ADAPTER as _MILES
 from scripts.benchmark.frameworks.verl import ADAPTER as _VERL
 
@@ -37,6 +37,11 @@ _ADAPTERS: dict[str, FrameworkAdapter] = {}
 
 
 def register(adapter: FrameworkAdapter) -> None:
+    """Add a framework; TypeError naming every member of the protocol (frameworks/adapter.py) it lacks or has of
+    another type, ValueError when its name or a sink format is already taken."""
+    if problems := protocol_problems(adapter):
+        name = getattr(adapter, "name", type(adapter).__name__)
+        raise TypeError(f"framework adapter {name!r} does not implement FrameworkAdapter: " + "; ".join(problems))
     if adapter.name in _ADAPTERS and _ADAPTERS[adapter.name] is not adapter:
         raise ValueError(f"a framework named {adapter.name!r} is already registered")
     clash = [f for a in _ADAPTERS.values() if a is not adapter for f in a.sink_formats if f in adapter.sink_formats]
