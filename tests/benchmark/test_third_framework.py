@@ -148,6 +148,27 @@ def test_toy_against_toy_plans_runs_reports_records_and_checks(toy_registered, t
     assert result.exit_code == 0, output
 
 
+def test_each_side_gets_its_own_launch_prefix_by_side_name(toy_registered, tmp_path):
+    """--side-prefix NAME=CMD: a side of the plan (the toy's reference side, `toy-base`) runs in its own container
+    while the other runs bare; a framework's name would apply to both of its sides."""
+    plan_dir, run_dir = tmp_path / "D", tmp_path / "R"
+    assert _plan(plan_dir, "--candidate", "toy@a", "--reference", "toy@b")[0].exit_code == 0
+    execute = ["execute", str(plan_dir / "plan.json"), "--skip-prepare", "--no-preflight", "--ray", "none"]
+    execute += ["--poll-interval-s", "0.05", "--repeats", "1"]
+    result, output = _run(*execute, "--output-dir", str(run_dir), "--side-prefix", "toy-base=env BENCH_SIDE=base")
+    assert result.exit_code == 0, output
+    base, candidate = (
+        run_dir / "cells" / f"{cell}-fsdp-colocate" / "rep-0" / "command.sh" for cell in ("toy-base", "toy")
+    )
+    assert "env BENCH_SIDE=base" in base.read_text() and "BENCH_SIDE" not in candidate.read_text()
+    for words, named in (
+        (["--side-python", "toy-bse=/usr/bin/python3"], "--side-python toy-bse: the plan has no side or framework"),
+        (["--side-python", "/usr/bin/python3"], "--side-python '/usr/bin/python3': expected NAME=VALUE"),
+    ):
+        result, output = _run(*execute, "--output-dir", str(tmp_path / "bad"), *words)
+        assert result.exit_code == 2 and named in output and not (tmp_path / "bad").exists(), output
+
+
 def _assert_report(report: dict, steps: int) -> None:
     """report.json schema v2 (contracts/report.py): the sides, cells by side, comparisons candidate / reference.
     These assertions hold once the analysis pairs cells by side (the report's own change, merged separately)."""

@@ -1,7 +1,8 @@
 """The framework registry: adapter name -> adapter, and how a command line's words become the sides of a plan.
 
-- `register(adapter)` (refused, naming each member, unless it implements the adapter protocol) / `unregister(name)`, `get(name)` (ValueError naming the known ones), `names()`,
-  `label_of(name)` (the name itself when unknown), `by_sink_format(format)` (ValueError when no adapter reads it).
+- `register(adapter)` (refused, naming each member, unless it implements the adapter protocol) /
+  `unregister(name)`, `get(name)` (ValueError naming the known ones), `names()`, `label_of(name)` (the name itself
+  when unknown), `by_sink_format(format)` (ValueError when no adapter reads it).
 - `own_checks(cells, stage)`: each framework's own acceptance check of its cells (adapter.own_checks).
 - `DEFAULT_PAIR`: the (candidate, reference) frameworks of folders written before sides existed.
 - `side_arg(role, text)`: a `NAME[@TARGET]` argument (--candidate / --reference) as a `Side`; `make_pair(candidate,
@@ -10,7 +11,8 @@
 - `pair_example(candidate, reference)`, `no_reference_note(candidate)`: the words of parity.md that belong to a pair
   (or to a plan without a reference), never another framework's.
 - `option_pair(compare_verl, miles_version)`, `option_runtimes(...)`: the one place the historical options
-  (--compare-verl, --miles-version, --miles-python, ...) map onto sides and frameworks; `default_sides()` is the
+  (--compare-verl, --miles-version, and the aliases --miles-python, ... of --side-python NAME=PATH, ...) map onto
+  sides and frameworks; `default_sides()` is the
   candidate alone; `settings(options)` each adapter's launch settings from the command line.
 
 The two real entries are registered on import; a test registers its own adapter with `register` and takes it away
