@@ -1,18 +1,29 @@
 """The typed knob model (frameworks/knobs.py): every knob both parsers read back from every shipped launch is
 declared and of its declared type, so a spelling that drifts in one parser fails here and at plan time, not as a
-mismatch at night; and a value outside its knob's type is told apart from one inside it."""
+mismatch at night; a value outside its knob's type is told apart from one inside it; and the knob list of
+docs/benchmark/adding-a-framework.md is the model's.
+
+Regenerate the page's list: MILES_BENCH_UPDATE_GOLDEN=1 python -m pytest -q tests/benchmark/test_knobs.py
+"""
 
 from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
 
 import pytest
 
 from scripts.benchmark.frameworks import registry
-from scripts.benchmark.frameworks.knobs import BY_NAME, KNOBS
+from scripts.benchmark.frameworks.knobs import BY_NAME, KNOBS, knob_list_markdown
 from scripts.benchmark.frameworks.miles.launch import build_miles_launch
 from scripts.benchmark.frameworks.miles.versions import MILES_RELEASE, miles_target
 from scripts.benchmark.frameworks.verl.data import converted_paths, prepare_step
 from scripts.benchmark.frameworks.verl.launch import VerlData, build_verl_launch
 from scripts.benchmark.spec import BACKENDS, BenchmarkSpec, load_preset, preset_names, with_overrides
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "benchmark" / "adding-a-framework.md"
+LIST = re.compile(r"(<!-- knobs:start -->\n)(.*?)(<!-- knobs:end -->)", re.DOTALL)
 
 
 def _specs():
@@ -83,3 +94,15 @@ def test_every_knob_is_declared_once_with_its_cost_and_type():
         assert (knob.kind == "note") == bool(knob.why_free), knob.name
     groups = [knob.group for knob in KNOBS]
     assert groups == sorted(groups, key=groups.index), "a group's knobs are declared together, in table order"
+
+
+def test_the_pages_knob_list_is_the_models():
+    text = PAGE.read_text(encoding="utf-8")
+    match = LIST.search(text)
+    assert match, f"{PAGE} has no <!-- knobs:start --> ... <!-- knobs:end --> block"
+    if os.environ.get("MILES_BENCH_UPDATE_GOLDEN") == "1":
+        PAGE.write_text(LIST.sub(lambda m: m[1] + knob_list_markdown() + "\n" + m[3], text), encoding="utf-8")
+        match = LIST.search(PAGE.read_text(encoding="utf-8"))
+    assert (
+        match[2] == knob_list_markdown() + "\n"
+    ), f"{PAGE}'s knob list differs from frameworks/knobs.py: regenerate it"

@@ -367,7 +367,7 @@ def _type_text(knob: Knob) -> str:
     words = ", ".join(f"`{s}`" if isinstance(s, str) else f"`{str(s).lower()}`" for s in knob.spellings)
     if knob.kind == "number":
         return f"number, or {words}" if words else "number"
-    return words
+    return f"one of {words}"
 
 
 def knob_list_markdown() -> str:
