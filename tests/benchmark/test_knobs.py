@@ -58,6 +58,37 @@ def test_both_parsers_return_declared_knobs_of_their_declared_types(spec, layout
             assert not problems, (side, backend, problems)
 
 
+def _miles_read(values: dict[str, str], switches: tuple[str, ...] = ()) -> dict:
+    """Miles's knobs of the smoke preset's disaggregated Megatron launch (train_async.py) with these flags set."""
+    argv = build_miles_launch(load_preset("smoke"), "megatron", "disaggregated").argv
+    for flag, value in values.items():
+        argv = argv[: argv.index(flag)] + argv[argv.index(flag) + 2 :] if flag in argv else argv
+        argv += [flag, value]
+    return registry.get("miles").parity_knobs(argv + list(switches), "megatron", None, None)
+
+
+@pytest.mark.parametrize(
+    "values,switches,knob,value",
+    [
+        ({"--prompt-data": "/d/all.jsonl"}, (), "prompt_rows", "all.jsonl (whole file)"),
+        ({"--rm-type": "deepscaler"}, (), "reward_scorer", "deepscaler, key score (own scorer)"),
+        ({"--sglang-cuda-graph-backend-prefill": "tc"}, (), "prefill_cuda_graphs", "tc (set by the launch)"),
+        ({"--pause-generation-mode": "in_place"}, ("--fully-async",), "partial_rollout", None),
+    ],
+)
+def test_the_miles_parsers_rarer_branches_spell_declared_values(values, switches, knob, value):
+    read = _miles_read(values, switches)
+    assert value is None or read[knob] == value
+    assert BY_NAME[knob].problem(read[knob]) is None, read[knob]
+
+
+def test_a_value_no_spelling_covers_is_refused_with_the_value():
+    read = _miles_read({"--pause-generation-mode": "freeze"}, ("--fully-async",))
+    assert read["partial_rollout"] == "freeze" and BY_NAME["partial_rollout"].problem("freeze").startswith(
+        "not one of"
+    )
+
+
 @pytest.mark.parametrize(
     "knob,value,problem",
     [

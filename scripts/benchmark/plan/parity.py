@@ -152,15 +152,11 @@ def _knobs(side: ParitySide, backend: str) -> dict[str, Any]:
 def _mistyped(side: ParitySide, knobs: dict[str, Any], errors: list[str]) -> dict[str, str]:
     """Knob -> why the side's parser returned a value outside its declared type (frameworks/knobs.py); a knob the
     model does not declare goes straight to `errors`."""
-    parser = f"{side.adapter.label}'s parity parser"
-    errors += [
-        f"{name}: {parser} returns a knob that frameworks/knobs.py does not declare"
-        for name in knobs
-        if name not in BY_NAME
-    ]
-    problems = {}
+    parser, problems = f"{side.adapter.label}'s parity parser", {}
     for name, value in knobs.items():
-        if name in BY_NAME and (problem := BY_NAME[name].problem(value)) is not None:
+        if name not in BY_NAME:
+            errors.append(f"{name}: {parser} returns a knob that frameworks/knobs.py does not declare")
+        elif (problem := BY_NAME[name].problem(value)) is not None:
             problems[name] = f"{parser} returned {value!r}: {problem}"
     return problems
 
@@ -169,9 +165,10 @@ def build_parity(candidate: ParitySide, reference: ParitySide, backend: str, lay
     """All rows; raises ParityError (carrying the rows) if a knob differs and is not a declared asymmetry."""
     a_knobs, b_knobs = _knobs(candidate, backend), _knobs(reference, backend)
     rows, errors = _target_row(candidate, reference), []
-    mistyped = _mistyped(candidate, a_knobs, errors)
-    for knob, problem in _mistyped(reference, b_knobs, errors).items():
-        mistyped[knob] = f"{mistyped[knob]}; {problem}" if mistyped.get(knob, problem) != problem else problem
+    mistyped: dict[str, list[str]] = {}
+    for side, knobs in ((candidate, a_knobs), (reference, b_knobs)):
+        for knob, problem in _mistyped(side, knobs, errors).items():
+            mistyped.setdefault(knob, []).append(problem)
     declared = declared_asymmetries(candidate.adapter, reference.adapter, backend, layout)
     if candidate.adapter.name == reference.adapter.name and candidate.sink_format != reference.sink_format:
         declared["metric_sink"] = SINK_NOTE
@@ -185,8 +182,9 @@ def build_parity(candidate: ParitySide, reference: ParitySide, backend: str, lay
         words = dict(zip(("candidate_launch", "reference_launch"), _words(knob, candidate, reference), strict=True))
         row = {"knob": knob, "group": declared_knob.group, "candidate": a, "reference": b, **words}
         if knob in mistyped:
-            rows.append(ParityRow(**row, status="MISMATCH", note=mistyped[knob]))
-            errors.append(f"{knob}: {mistyped[knob]}")
+            note = "; ".join(dict.fromkeys(mistyped[knob]))  # one parser on both sides says it once
+            rows.append(ParityRow(**row, status="MISMATCH", note=note))
+            errors.append(f"{knob}: {note}")
         elif knob not in a_knobs or knob not in b_knobs:
             status, note = _absent(knob, ((candidate, a_knobs), (reference, b_knobs)), backend, layout)
             rows.append(ParityRow(**row, status=status, note=note))

@@ -127,7 +127,7 @@ def _fully_async_loop(m: _Miles, interval: int) -> dict[str, Any]:
     train_async.py drains the next batch before the update that precedes its training (`train_async.py`), so the
     policy that trains it is one version newer (weights updated every step): the lag bound against the training
     policy is the flag plus one, by the version each sample finished under."""
-    bound = m.get("--max-weight-staleness", int)
+    bound, pause = m.get("--max-weight-staleness", int), m.get("--pause-generation-mode") or "retract"
     lag = "unbounded" if bound is None else bound + 1
     one_step = lag == 1 and interval == 1
     return {
@@ -135,7 +135,7 @@ def _fully_async_loop(m: _Miles, interval: int) -> dict[str, Any]:
         "loop_shape": _fully_async_shape(m),
         "max_policy_lag": lag if lag == "unbounded" else spelled.FINISH_VERSION.format(lag),
         "weight_sync_cadence": "every step" if interval == 1 else f"every {interval} steps",
-        "partial_rollout": spelled.PAUSED_IN_FLIGHT.get(m.get("--pause-generation-mode") or "retract", "unknown"),
+        "partial_rollout": spelled.PAUSED_IN_FLIGHT.get(pause, pause),  # an unknown mode: refused, named
         "first_steps_composition": spelled.BY_COMPLETION_ALWAYS,
     }
 

@@ -270,11 +270,8 @@ def _verl_data(v: _Verl, prepare_argv: list[str]) -> dict[str, Any]:
     data_source = _prepare_value(prepare_argv, "--data-source") or "no convert-data step"
     custom = v.get("reward.custom_reward_function.path")
     manager = v.get("reward.reward_manager.name")
-    scorer = (
-        f"custom {custom}"
-        if custom
-        else ("math_dapo" if data_source == "math_dapo" else f"{data_source} (own scorer)")
-    )
+    scorer = "math_dapo" if data_source == "math_dapo" else f"{data_source} (own scorer)"
+    scorer = f"custom {custom}" if custom else scorer
     if manager != "naive":
         scorer += f" via {manager} manager"
     shuffle = v.get("data.shuffle")
