@@ -49,6 +49,7 @@ CPU_TESTS: dict[str, tuple[str, int]] = {
     "test_history.py": (FAST, 26),
     "test_hostile_names.py": (FAST, 9),
     "test_house.py": (FAST, 2),
+    "test_knobs.py": (FAST, 1),
     "test_learning.py": (FAST, 2),
     "test_learning_power.py": (FAST, 25),
     "test_learning_run.py": (FAST, 2),
