@@ -90,6 +90,7 @@ def overlay(tmp_path_factory) -> dict:
         **os.environ,
         "PATH": f"{OVERLAY_VENV / 'bin'}{os.pathsep}{os.environ['PATH']}",
         "PYTHONPATH": os.pathsep.join([str(miles), str(megatron)]),  # as Miles's CPU CI: the repo, then Megatron
+        "MILES_BENCH_UPSTREAM": str(UPSTREAM),  # the snapshots sit beside this checkout, not beside the overlay
     }
     env.pop("VIRTUAL_ENV", None)
     return {"miles": miles, "megatron": megatron, "check": check, "changed": changed, "env": env}
