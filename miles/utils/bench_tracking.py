@@ -10,7 +10,9 @@ the attempts of a run by what the folder proves rather than by any clock.
 The cost on the logging process is the write alone: one `os.write` of one line to a file opened with O_APPEND (a
 line is whole or, after a crash inside the write, cut at the end of the file), no flush to disk, no device sync
 (a tensor still on its device is written as a marker, never read back), no collective, no logging call.
-Non-finite values are kept as the string markers "NaN", "Infinity", "-Infinity", so every line is strict JSON.
+Non-finite values are kept as the string markers "NaN", "Infinity", "-Infinity", so every line is strict JSON. A
+value of several elements (a CPU tensor or array, a list, a dict) is written whole, nested as logged; one element is
+written as its value.
 """
 
 from __future__ import annotations
@@ -70,8 +72,15 @@ def encode_value(value: Any) -> Any:
     device = getattr(value, "device", None)
     if device is not None and getattr(device, "type", "cpu") != "cpu":
         return DEVICE_TENSOR
-    if hasattr(value, "item"):  # a CPU tensor or a numpy scalar
-        return encode_value(value.item())
+    if isinstance(value, (list, tuple)):
+        return [encode_value(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): encode_value(item) for key, item in value.items()}
+    if hasattr(value, "tolist"):  # a CPU tensor or a numpy array or scalar, of any shape
+        values = value.tolist()
+        while isinstance(values, list) and len(values) == 1:  # one element: its value, as `.item()` gives it
+            values = values[0]
+        return encode_value(values)
     return str(value)
 
 

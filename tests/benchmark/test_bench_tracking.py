@@ -219,6 +219,36 @@ class TestOnlyTheWrite:
         (line,) = [json.loads(x) for p in tmp_path.glob("*.jsonl") for x in p.read_text().splitlines()]
         assert line["metrics"] == {"rollout/step": 0, "perf/train_time": 1.5, "train/loss": DEVICE_TENSOR}
 
+    def test_a_value_of_several_elements_is_written_whole(self, tracking_base, tmp_path, monkeypatch):
+        """Miles logs what its callers hand it: an array or a multi-element tensor must not stop the training loop."""
+        import numpy as np
+
+        monkeypatch.setenv(BENCH_TRACKING_DIR_ENV, str(tmp_path))
+        tracking = manager(tracking_base, primary=False)
+        metrics = {
+            "rollout/step": np.int64(3),
+            "perf/tensor": torch.tensor([1.5, float("nan")]),
+            "perf/array": np.array([[1, 2], [3, 4]]),
+            "perf/one": torch.tensor([[2.5]]),
+            "perf/scalar": np.float32(0.5),
+            "perf/list": [1, float("inf")],
+            "perf/dict": {"a": torch.tensor(2.0)},
+        }
+        log(tracking, metrics, "rollout/step")
+        tracking.finish()
+        (text,) = [x for p in tmp_path.glob("*.jsonl") for x in p.read_text().splitlines()]
+        line = json.loads(text, parse_constant=lambda name: pytest.fail(f"not strict JSON: {name}"))
+        assert line["step"] == 3
+        assert line["metrics"] == {
+            "rollout/step": 3,
+            "perf/tensor": [1.5, "NaN"],
+            "perf/array": [[1, 2], [3, 4]],
+            "perf/one": 2.5,
+            "perf/scalar": 0.5,
+            "perf/list": [1, "Infinity"],
+            "perf/dict": {"a": 2.0},
+        }
+
     def test_without_the_folder_the_backend_is_off(self, tracking_base, tmp_path, monkeypatch):
         monkeypatch.delenv(BENCH_TRACKING_DIR_ENV, raising=False)
         monkeypatch.chdir(tmp_path)
@@ -273,12 +303,16 @@ class TestPreflightWantsTheBackend:
 
     @pytest.fixture
     def pristine(self, tmp_path) -> Path:
+        return self.snapshot_members(tmp_path)
+
+    @classmethod
+    def snapshot_members(cls, tmp_path: Path) -> Path:
         archive_path = UPSTREAM / "miles-31f1ca9.tar.gz"
         if not archive_path.is_file():
             pytest.skip(f"no Miles snapshot {archive_path}")
         root = tmp_path / "miles"
         with tarfile.open(archive_path) as archive:
-            for member in self.MEMBERS:
+            for member in cls.MEMBERS:
                 (root / member).parent.mkdir(parents=True, exist_ok=True)
                 (root / member).write_bytes(archive.extractfile(f"miles/{member}").read())
         return root
@@ -297,18 +331,33 @@ class TestPreflightWantsTheBackend:
         assert 'actor.py does not name timer("weight_backup")' in problems[0]
         assert "--miles-version 0.0.2" in problems[0]
 
-    def test_the_patch_series_applied_passes_and_a_stdout_target_is_not_asked(self, pristine, tmp_path):
+    @pytest.fixture
+    def patched(self, tmp_path) -> Path:
+        """A checkout carrying the patch series: inside Miles, this checkout itself; here, the snapshot's members
+        with the project's patches applied (upstream/ is not part of Miles)."""
+        if (REPO_ROOT / "train.py").is_file():
+            return REPO_ROOT
         import shutil
         import subprocess
 
+        pristine = self.snapshot_members(tmp_path)
+        shutil.copy2(REPO_ROOT / "miles" / "utils" / "bench_tracking.py", pristine / "miles" / "utils")
+        for name in ("0002-tracking-bench-backend.patch", "0004-megatron-weight-backup-timer.patch"):
+            patch = REPO_ROOT / "upstream" / "miles" / name
+            applied = subprocess.run(
+                ["git", "apply", "--include", "miles/*", str(patch)], cwd=pristine, capture_output=True, text=True
+            )
+            assert applied.returncode == 0, applied.stderr
+        return pristine
+
+    def test_a_stdout_target_is_not_asked_for_the_backend(self, pristine, tmp_path):
         from scripts.benchmark.frameworks import registry
 
         released = self.plan_cells(pristine, "0.0.2", tmp_path)
         assert not [p for p in registry.get("miles").preflight(released) if "tracking backend" in p]
-        shutil.copy2(REPO_ROOT / "miles" / "utils" / "bench_tracking.py", pristine / "miles" / "utils")
-        for name in ("0002-tracking-bench-backend.patch", "0004-megatron-weight-backup-timer.patch"):
-            patch = REPO_ROOT / "upstream" / "miles" / name
-            applied = subprocess.run(["git", "apply", str(patch)], cwd=pristine, capture_output=True, text=True)
-            assert applied.returncode == 0, applied.stderr
-        cells = self.plan_cells(pristine, None, tmp_path)
+
+    def test_the_patch_series_applied_passes(self, patched, tmp_path):
+        from scripts.benchmark.frameworks import registry
+
+        cells = self.plan_cells(patched, None, tmp_path)
         assert not [p for p in registry.get("miles").preflight(cells) if "tracking backend" in p]
