@@ -241,11 +241,31 @@ NOT_METRICS: dict[str, str] = {
 
 
 @dataclass(frozen=True, kw_only=True)
+class Planted:
+    """A learning difference the guard is built to see: the candidate's level times `factor` at the end of the run,
+    reached in `shape` (constant, a step at a quarter of the run, or linearly from 1)."""
+
+    factor: float
+    shape: Literal["constant", "from a quarter", "linear"]
+    words: str
+
+    def factors(self, steps: int) -> list[float]:
+        """The candidate's factor on the level at each of `steps` steps."""
+        last = max(steps - 1, 1)
+        if self.shape == "constant":
+            return [self.factor] * steps
+        if self.shape == "from a quarter":
+            return [self.factor if k >= steps // 4 else 1.0 for k in range(steps)]
+        return [1 + (self.factor - 1) * k / last for k in range(steps)]
+
+
+@dataclass(frozen=True, kw_only=True)
 class LearningSignal:
     """One learning signal of `StepRecord.learning`: its unit and its default equivalence margin.
 
-    margin_kind "absolute" compares miles - verl; "relative" compares log(miles / verl) against log(1 + margin);
-    margin None (a spec's `learning.margins: {name: null}`) means the signal is plotted and tabled but never judged.
+    margin_kind "absolute" compares miles - verl; "relative" compares log((miles - level_from) / (verl - level_from))
+    against log(1 + margin): a margin that follows the level; margin None (a spec's `learning.margins: {name: null}`)
+    means the signal is plotted and tabled but never judged.
     """
 
     name: str
@@ -255,6 +275,19 @@ class LearningSignal:
     description: str
     reason: str = ""
     """Why this margin and kind, in one line (printed in docs/benchmark/analysis.md)."""
+    level_from: float = 0.0
+    """Where a relative signal's level is measured from: the lowest score for a reward, a small offset for a share
+    that can be 0 (so a ratio of a few samples is not all the verdict sees)."""
+    planted: Planted | None = None
+    """The difference the guard must see on this signal: its margin is under half of it, and the power statements
+    (analysis/learning_power.py) say how many repeats a side see it 9 times in 10."""
+    run_spread: float = 0.0
+    """The assumed run-to-run standard deviation of one run's window mean (log units for a relative signal), used
+    for the power statements where neither the history nor the run's own repeats give one: an assumption, stated."""
+
+    def level(self, value: float) -> float:
+        """The value on the scale a relative margin is a share of."""
+        return value - self.level_from
 
 
 LEARNING_SIGNALS: dict[str, LearningSignal] = {
@@ -263,10 +296,14 @@ LEARNING_SIGNALS: dict[str, LearningSignal] = {
         LearningSignal(
             name="reward_mean",
             unit="reward",
-            margin_kind="absolute",
-            margin=0.02,
+            margin_kind="relative",
+            margin=0.05,
             description="mean raw reward-function score over the step's samples",
-            reason="a 0/1 math score's mean lives on a fixed 0..1 scale; 0.02 is under a 10% drop at means of 0.2-0.8",
+            reason="math_dapo scores a sample -1 or +1, so its level is the solve rate, (mean + 1) / 2, which moves "
+            "with model and step; 5% of it is half a 10% drop at any solve rate",
+            level_from=-1.0,
+            planted=Planted(factor=0.9, shape="from a quarter", words="a 10% lower solve rate from a quarter on"),
+            run_spread=0.04,
         ),
         LearningSignal(
             name="response_length_mean",
@@ -275,14 +312,19 @@ LEARNING_SIGNALS: dict[str, LearningSignal] = {
             margin=0.05,
             description="mean response tokens per sample",
             reason="lengths scale with model and task; 5% moves generate time as much, a quarter of a +20% drift",
+            planted=Planted(factor=1.2, shape="linear", words="responses drifting to 20% longer"),
+            run_spread=0.05,
         ),
         LearningSignal(
             name="truncation_fraction",
             unit="fraction",
-            margin_kind="absolute",
-            margin=0.02,
+            margin_kind="relative",
+            margin=0.25,
             description="share of samples cut at the response-length cap",
-            reason="a share near 0 where a ratio is unstable; 2 samples in 100 cut changes what the reward sees",
+            reason="the share cut at the cap goes from near 0 to tens of % by model and step: a quarter of it plus "
+            "0.01, so near 0, where a ratio of a few cut samples is unstable, a gap of 0.0025 still counts",
+            level_from=-0.01,
+            run_spread=0.15,
         ),
         LearningSignal(
             name="entropy",
@@ -291,6 +333,8 @@ LEARNING_SIGNALS: dict[str, LearningSignal] = {
             margin=0.15,
             description="policy entropy on the step's samples before the update",
             reason="its level depends on the model; a 15% change is well under the 40% of an entropy collapse",
+            planted=Planted(factor=0.6, shape="linear", words="an entropy collapse to -40%"),
+            run_spread=0.04,
         ),
         LearningSignal(
             name="clip_fraction",
@@ -299,6 +343,8 @@ LEARNING_SIGNALS: dict[str, LearningSignal] = {
             margin=0.30,
             description="share of response tokens where the PPO clip is active",
             reason="its level depends on the learning rate and the off-policy gap; a doubling means far larger steps",
+            planted=Planted(factor=2.0, shape="constant", words="clip fraction 2x"),
+            run_spread=0.10,
         ),
         LearningSignal(
             name="approx_kl",
@@ -307,6 +353,8 @@ LEARNING_SIGNALS: dict[str, LearningSignal] = {
             margin=0.50,
             description="k1 estimate of KL(old policy || updated policy) during the update",
             reason="a noisy small number whose level depends on the step size; 3x means a different update",
+            planted=Planted(factor=3.0, shape="constant", words="KL 3x"),
+            run_spread=0.15,
         ),
         LearningSignal(
             name="grad_norm",
@@ -314,7 +362,9 @@ LEARNING_SIGNALS: dict[str, LearningSignal] = {
             margin_kind="relative",
             margin=0.25,
             description="gradient L2 norm before clipping, mean over the step's optimizer steps",
-            reason="its level depends on the model and the batch; a quarter is beyond its step-to-step spread",
+            reason="its level depends on the model, the batch and the step; a 25% gap in its mean is a different "
+            "loss scale or normalisation",
+            run_spread=0.06,
         ),
         LearningSignal(
             name="policy_loss",
@@ -322,7 +372,10 @@ LEARNING_SIGNALS: dict[str, LearningSignal] = {
             margin_kind="absolute",
             margin=0.02,
             description="policy-gradient loss (minus the clipped surrogate), mean over optimizer steps",
-            reason="GRPO's group-centred advantages keep it near 0 whatever the model, so its scale does not vary",
+            reason="std-normalised group advantages (grpo.std_normalization) make its unit an advantage's SD at any "
+            "model or step; its level, the length-weighted mean advantage, sits near 0 with either sign, where a "
+            "ratio means nothing: 0.02 SD",
+            run_spread=0.005,
         ),
     ]
 }

@@ -56,6 +56,7 @@ from miles.utils.bench_metric_registry import (  # noqa: F401 (re-exported: the 
     STEP_TIME_FAMILY,
     LearningSignal,
     MetricSpec,
+    Planted,
 )
 
 SCHEMA_VERSION = 2

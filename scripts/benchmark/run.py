@@ -12,7 +12,6 @@ Each subcommand lives in scripts/benchmark/commands/<name>.py and exposes regist
 the command bodies so that --help stays fast.
 """
 
-import importlib
 import sys
 import types
 from pathlib import Path
@@ -28,22 +27,36 @@ if str(_REPO_ROOT / "scripts") not in getattr(sys.modules.get("scripts"), "__pat
 
 import typer  # noqa: E402
 
+from scripts.benchmark.commands import (  # noqa: E402
+    ab,
+    bisect,
+    calibrate,
+    convert_data,
+    execute,
+    history,
+    metrics,
+    plan,
+    prepare_recording,
+    recording,
+    report,
+    simulate_check,
+)
 from scripts.benchmark.errors import wrap_commands  # noqa: E402
 
 # Order is the order of `--help`. The plan command owns the app callback (the main job without a subcommand).
-COMMAND_MODULES: tuple[str, ...] = (
-    "plan",
-    "execute",
-    "convert_data",
-    "recording",
-    "prepare_recording",
-    "metrics",
-    "report",
-    "history",
-    "ab",
-    "bisect",
-    "simulate_check",
-    "calibrate",
+COMMANDS = (
+    plan,
+    execute,
+    convert_data,
+    recording,
+    prepare_recording,
+    metrics,
+    report,
+    history,
+    ab,
+    bisect,
+    simulate_check,
+    calibrate,
 )
 
 
@@ -56,8 +69,8 @@ def build_app() -> typer.Typer:
         rich_markup_mode=None,
         context_settings={"show_default": True},
     )
-    for name in COMMAND_MODULES:
-        importlib.import_module(f"scripts.benchmark.commands.{name}").register(app)
+    for command in COMMANDS:
+        command.register(app)
     wrap_commands(app)
     if app.registered_callback is None:  # keep subcommands addressable by name even when only one is registered
         app.callback()(lambda: None)

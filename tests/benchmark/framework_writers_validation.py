@@ -3,8 +3,8 @@ and planted differences, with the candidate written by Miles's own logging code 
 (miles_learning_log_worker.py, run by a Miles-importable python inside a Miles tree: `configure_logger_raw`,
 `gather_log_data`, `log_train_step`, `log_perf_data_raw`) and the reference by VERL 0.9.1's FileLogger (loaded from
 the wheel by file path). The project's readers read both back (`build_step_records`) and analysis/learning.py's
-`signal_row` judges every signal under the default spec (entropy on its drift, the aggregations differ), as
-`run.py report` does for a Miles/VERL pair.
+`signal_row` judges every signal under the default spec (entropy on its drift, the aggregations differ) with each
+side's 3 repeats (one log or jsonl per run), as `run.py report` does for a Miles/VERL pair.
 
     python -m tests.benchmark.framework_writers_validation --miles-root MILES_TREE --miles-python PYTHON \
         --pairs 100 --steps 24 200
@@ -30,7 +30,7 @@ from scripts.benchmark.analysis.learning import LEVEL_NOT_COMPARABLE, signal_row
 from scripts.benchmark.contracts.report import DIFFERENT, SAME
 from scripts.benchmark.frameworks.sinks import build_step_records
 from scripts.benchmark.frameworks.verl.learning import VERL_CLIP_RATIO_KEY, VERL_LEARNING_KEYS, VERL_LENGTH_MAX_KEY
-from tests.benchmark.learning_validation import PLANTED, PLANTED_SIGNAL, plant, shared_level, side
+from tests.benchmark.learning_validation import PLANTED, PLANTED_SIGNAL, REPEATS, generate_pair, shown
 from tests.benchmark.test_miles_reader import TRAIN_RANK, miles_log_calls
 from tests.benchmark.test_verl_reader import load_file_logger_class, verl_step_metrics
 
@@ -42,16 +42,6 @@ MAX_RESPONSE = 8192
 OPTIMIZER_STEPS = 2
 MILES_CTX = RunContext.build(arch=None, num_train_gpus=8, optimizer_steps_per_step=OPTIMIZER_STEPS)
 VERL_CTX = RunContext.build(arch=None, num_train_gpus=8, max_response_tokens=MAX_RESPONSE)
-
-
-def generate_pair(rng: np.random.Generator, steps: int, planted: str | None) -> tuple[dict, dict]:
-    """(candidate, reference): signal -> per-step values, learning_validation.py's model."""
-    candidate, reference = {}, {}
-    for name in LEARNING_SIGNALS:
-        level = shared_level(name, steps, rng)
-        reference[name] = side(name, level, rng)
-        candidate[name] = plant(name, side(name, level, rng), planted)
-    return candidate, reference
 
 
 def miles_rollouts(values: dict[str, np.ndarray], steps: int) -> list[dict]:
@@ -85,26 +75,44 @@ def write_verl(path: Path, values: dict[str, np.ndarray], steps: int, file_logge
     logger.finish()
 
 
-def judge(miles_log: Path, verl_jsonl: Path, steps: int) -> dict[str, str]:
-    """Per signal, the guard's verdict on the pair as the readers read it back (every step, or the run stops)."""
-    miles = build_step_records("miles", [miles_log], MILES_CTX)
-    verl = build_step_records("verl", [verl_jsonl], VERL_CTX)
-    if len(miles) != steps or len(verl) != steps:
-        raise SystemExit(f"{miles_log.name}: {len(miles)} Miles and {len(verl)} VERL steps read back, not {steps}")
+def read_side(paths: list[Path], framework: str, ctx: RunContext, steps: int) -> list[dict[int, dict[str, float]]]:
+    """Each run's records read back, step -> signals (every step, or the run stops)."""
+    out = []
+    for path in paths:
+        records = build_step_records(framework, [path], ctx)
+        if len(records) != steps:
+            raise SystemExit(f"{path.name}: {len(records)} {framework} steps read back, not {steps}")
+        out.append({r.step: r.learning for r in records})
+    return out
+
+
+def judge(miles_logs: list[Path], verl_jsonls: list[Path], steps: int) -> dict[str, str]:
+    """Per signal, the guard's verdict on the pair's runs as the readers read them back, judged with each side's
+    repeats as `run.py report` does."""
+    sides = read_side(miles_logs, "miles", MILES_CTX, steps), read_side(verl_jsonls, "verl", VERL_CTX, steps)
     verdicts = {}
     for name in LEARNING_SIGNALS:
-        candidate = {r.step: r.learning[name] for r in miles if r.learning.get(name) is not None}
-        reference = {r.step: r.learning[name] for r in verl if r.learning.get(name) is not None}
-        row = signal_row(name, candidate, reference, None, family=len(LEARNING_SIGNALS), labels=("Miles", "VERL"))
+        repeats = [[{s: v[name] for s, v in run.items() if v.get(name) is not None} for run in side] for side in sides]
+        means = [{s: float(np.mean([run[s] for run in side if s in run])) for s in side[0]} for side in repeats]
+        row = signal_row(
+            name,
+            *means,
+            None,
+            family=len(LEARNING_SIGNALS),
+            labels=("Miles", "VERL"),
+            repeats=(repeats[0], repeats[1]),
+        )
         verdicts[name] = row["verdict"]
     return verdicts
 
 
-def write_and_judge(args, folder: Path, pairs: list[tuple[dict, dict]], steps: int) -> list[dict[str, str]]:
-    """Every pair written (Miles's side through one worker run), read back and judged."""
+def write_and_judge(args, folder: Path, pairs: list[dict], steps: int) -> list[dict[str, str]]:
+    """Every run of every pair written (Miles's side through one worker run), read back and judged."""
+    names = [[(f"{i}-{j}", j) for j in range(REPEATS)] for i in range(len(pairs))]
     runs = [
-        {"path": str(folder / f"miles-{i}.log"), "rollouts": miles_rollouts(c, steps)}
-        for i, (c, _) in enumerate(pairs)
+        {"path": str(folder / f"miles-{tag}.log"), "rollouts": miles_rollouts(_run(pair, 0, j), steps)}
+        for pair, tags in zip(pairs, names, strict=True)
+        for tag, j in tags
     ]
     request = folder / "request.json"
     request.write_text(json.dumps({"runs": runs}))
@@ -115,16 +123,25 @@ def write_and_judge(args, folder: Path, pairs: list[tuple[dict, dict]], steps: i
         raise SystemExit(f"the Miles log worker failed under {args.miles_python}:\n{done.stderr[-3000:]}")
     file_logger = load_file_logger_class(VERL_ROOT)
     with contextlib.redirect_stdout(io.StringIO()):  # FileLogger prints the path it creates
-        for i, (_, reference) in enumerate(pairs):
-            write_verl(folder / f"verl-{i}.jsonl", reference, steps, file_logger)
-    return [judge(folder / f"miles-{i}.log", folder / f"verl-{i}.jsonl", steps) for i in range(len(pairs))]
+        for pair, tags in zip(pairs, names, strict=True):
+            for tag, j in tags:
+                write_verl(folder / f"verl-{tag}.jsonl", _run(pair, 1, j), steps, file_logger)
+    return [
+        judge([folder / f"miles-{t}.log" for t, _ in tags], [folder / f"verl-{t}.jsonl" for t, _ in tags], steps)
+        for tags in names
+    ]
+
+
+def _run(pair: dict, side: int, repeat: int) -> dict[str, np.ndarray]:
+    """One run's series of every signal: side 0 the candidate (Miles), 1 the reference (VERL)."""
+    return {name: runs[side][repeat] for name, runs in pair.items()}
 
 
 def rates(args, steps: int) -> dict[str, float]:
-    """learning_validation.py's rates over pairs written by the frameworks' writers."""
+    """learning_validation.py's rates over pairs written by the frameworks' writers (3 repeats a side)."""
     rng = np.random.default_rng(args.seed)
     families = (None, *PLANTED, "at margin")
-    pairs = [generate_pair(rng, steps, planted) for planted in families for _ in range(args.pairs)]
+    pairs = [generate_pair(rng, steps, planted, REPEATS) for planted in families for _ in range(args.pairs)]
     with tempfile.TemporaryDirectory() as tmp:
         calls = write_and_judge(args, Path(tmp), pairs, steps)
     by_family = {planted: calls[i * args.pairs : (i + 1) * args.pairs] for i, planted in enumerate(families)}
@@ -148,9 +165,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     for steps in args.steps:
-        print(f"\n{steps} steps, {args.pairs} pairs", flush=True)
+        print(f"\n{steps} steps, {args.pairs} pairs, {REPEATS} repeats a side", flush=True)
         for name, rate in rates(args, steps).items():
-            print(f"| {name} | {rate:.1%} |", flush=True)
+            print(f"| {name} | {shown(name, rate, args.pairs)} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -357,3 +357,20 @@ def test_the_layout_draws_the_stage_table_the_house_test_enforces():
 
     drawn = stage_table((REPO_ROOT / ENTRY_PAGE).read_text(encoding="utf-8"))
     assert drawn == MAY_IMPORT
+
+
+def test_the_adding_a_framework_page_names_every_member_of_the_adapter_protocol():
+    """The protocol table of docs/benchmark/adding-a-framework.md lists every member a new adapter may answer."""
+    import inspect
+    from typing import get_type_hints
+
+    from scripts.benchmark.frameworks.adapter import FrameworkAdapter
+
+    members = [*get_type_hints(FrameworkAdapter)]
+    members += [
+        name for name, v in vars(FrameworkAdapter).items() if not name.startswith("_") and inspect.isfunction(v)
+    ]
+    text = (REPO_ROOT / PAGES_DIR / "adding-a-framework.md").read_text(encoding="utf-8")
+    section = text.split("## The adapter protocol", 1)[1].split("\n## ", 1)[0]
+    missing = [name for name in members if not re.search(rf"`{name}[`(]", section)]
+    assert not missing, f"adding-a-framework.md's protocol table does not name {missing}"

@@ -1,6 +1,6 @@
 """Golden files of the emitted commands, one per preset x backend x layout (Miles's tests/snapshots idea): the exact
-per-cell scripts of the Miles and the VERL cell, with machine paths as placeholders. A diff here is the review
-artifact for any change to a preset or a launch builder.
+per-cell scripts of the Miles and the VERL cell, with machine paths as placeholders, then the parity.md of the pair.
+A diff here is the review artifact for any change to a preset, a launch builder or a parity row.
 
 Regenerate: MILES_BENCH_UPDATE_GOLDEN=1 python -m pytest -q tests/benchmark/test_golden_commands.py
 """
@@ -14,6 +14,7 @@ import pytest
 from scripts.benchmark.frameworks import registry
 from scripts.benchmark.frameworks.miles.launch import MilesPaths
 from scripts.benchmark.plan.build import PlanOptions, build_plan, cell_prepare_steps, render_cell_script
+from scripts.benchmark.plan.parity import parity_markdown
 from scripts.benchmark.spec import BACKENDS, LAYOUTS, load_preset, preset_names, with_overrides
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
@@ -38,6 +39,7 @@ def golden_text(preset: str, backend: str, layout: str) -> str:
     for cell in plan.data["cells"]:
         prepare = cell_prepare_steps(cell, plan.data["prepare"])
         parts.append(f"### {cell['script']}\n" + render_cell_script(cell, prepare, OUTPUT_DIR))
+    parts.append("### parity.md\n" + parity_markdown(plan.parity, plan.title, plan.sides))
     return "\n".join(parts)
 
 

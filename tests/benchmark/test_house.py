@@ -8,6 +8,8 @@ import ast
 import re
 from pathlib import Path
 
+from scripts.benchmark.frameworks import registry
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BENCHMARK = REPO_ROOT / "scripts" / "benchmark"
 SOURCES = sorted([*BENCHMARK.rglob("*.py"), *(REPO_ROOT / "miles" / "utils").glob("bench_*.py")])
@@ -38,8 +40,6 @@ analysis reads measured ceilings from calibration/ (MFU against the measured pea
 rooflines (the cost estimate, plan/cost.py)."""
 
 TOP_LEVEL_STAGE = {"errors": "common", "model_config": "spec", "run": "entry", "calibrate": "entry"}
-FRAMEWORK_WORDS = ("miles", "verl")
-"""The frameworks the registry ships; a test of the registry checks this list against it."""
 NAMES_ALLOWED: dict[str, set[str]] = {
     "scripts/benchmark/frameworks/registry.py": {"*"},
     "scripts/benchmark/spec/pins.py": {"miles", "verl"},
@@ -178,8 +178,10 @@ def _key_words(text: str) -> list[str]:
     return [w.lower() for w in re.findall(r"[A-Za-z]+", text)]
 
 
-def framework_names_in(source: str, words: tuple[str, ...] = FRAMEWORK_WORDS) -> list[tuple[int, str]]:
-    """(line, word) for every identifier or string literal (not a docstring, not an import) naming a framework."""
+def framework_names_in(source: str, words: tuple[str, ...] | None = None) -> list[tuple[int, str]]:
+    """(line, word) for every identifier or string literal (not a docstring, not an import) naming a framework: by
+    default, one the registry holds now."""
+    words = registry.names() if words is None else words
     tree = ast.parse(source)
     docstrings, hits = _docstring_nodes(tree), []
     for node in ast.walk(tree):
@@ -225,6 +227,17 @@ def test_imports_point_down_the_pipeline():
         if not _allowed(importer, imported)
     ]
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_entry_point_imports_every_command_where_this_check_sees_it():
+    """run.py imports each command module by name (no importlib), so the stage table's entry -> commands row is
+    checked like any other import."""
+    commands = {
+        _module_name(path)
+        for path in (BENCHMARK / "commands").glob("*.py")
+        if "\ndef register(" in path.read_text(encoding="utf-8")
+    }
+    assert len(commands) > 5 and commands <= set(_import_graph()["scripts.benchmark.run"])
 
 
 def test_module_imports_have_no_cycle_function_local_imports_included():
@@ -293,3 +306,15 @@ def test_no_benchmark_module_looks_like_a_miles_launcher():
         p.relative_to(REPO_ROOT).as_posix() for p in BENCHMARK.rglob("*.py") if LAUNCHER_TEXT in p.read_text()
     )
     assert (named, texted) == ([], [])
+
+
+def test_the_framework_names_looked_for_are_the_registrys():
+    from tests.benchmark.toy_framework import ADAPTER as TOY
+
+    assert set(registry.names()) >= {"miles", "verl"}
+    assert framework_names_in('SINK = "toy-jsonl"\n') == []
+    registry.register(TOY)
+    try:
+        assert framework_names_in('SINK = "toy-jsonl"\n') == [(1, "toy")]
+    finally:
+        registry.unregister(TOY.name)

@@ -252,15 +252,16 @@ def add_learning(run_dir: Path, drift_by_framework: dict[str, dict]) -> None:
     (run_dir / "plan.json").write_text(json.dumps(plan))
 
 
-def learning_run(tmp_path: Path, *, miles_drift: dict | None = None, miles_length: float = 3000.0):
+def learning_run(tmp_path: Path, *, miles_drift: dict | None = None, miles_length: float = 3000.0, repeats: int = 3):
     cells = [
         SyntheticCell(
             framework="miles",
             response_length=miles_length,
             phase_means={"generate": 60.0 * miles_length / 3000, "old_logprob": 8.0, "train": 30.0},
             seed=1,
+            repeats=repeats,
         ),
-        SyntheticCell(framework="verl", seed=2),
+        SyntheticCell(framework="verl", seed=2, repeats=repeats),
     ]
     run_dir = write_run_folder(tmp_path / "run", cells)
     add_learning(run_dir, {"miles": miles_drift or {}})
@@ -280,12 +281,11 @@ class TestEquivalenceVerdicts:
         assert "learning.svg" in written and "## Do both learn the same?" in (run_dir / "report.md").read_text()
 
     def test_a_planted_reward_drift_is_called_different_and_warned_in_the_headline(self, tmp_path):
-        run_dir, doc, _ = learning_run(
-            tmp_path, miles_drift={"reward": 0.12, "after": 0}
-        )  # > 2x the margin, from the start
+        # +0.2 on a -1/+1 score whose level (from -1) is about 1.45: a 14% higher solve rate, > 2x the 5% margin
+        run_dir, doc, _ = learning_run(tmp_path, miles_drift={"reward": 0.2, "after": 0})
         assert verdicts(doc)["reward_mean"] == DIFFERENT
         row = next(r for r in doc.learning[0].signals if r.signal == "reward_mean")
-        assert row.ci_low > 0.02 and row.difference == pytest.approx(0.12, abs=0.03)
+        assert row.ci_low > 0.05 and row.difference == pytest.approx(0.2 / 1.45, rel=0.2)
         verdict = (run_dir / "report.md").read_text().split("## At a glance", 1)[1].split("\n## ", 1)[0]
         pair_line = next(line for line in verdict.splitlines() if "**fsdp / colocate**" in line)
         assert "Warning: learning differs" in pair_line and "reward_mean" in pair_line
@@ -316,12 +316,13 @@ class TestEquivalenceVerdicts:
         assert collapsed.verdict == DIFFERENT and collapsed.tested["drift"].ci_high < -0.15
 
     def test_a_divergence_that_grows_is_called_different(self, tmp_path):
-        """Reward falls behind from step 40 on, 0.08 by step 80: the last third is beyond the margin, the window mean
-        is not (a whole-window test alone would leave it unsettled)."""
-        _, doc, _ = learning_run(tmp_path, miles_drift={"reward_growth": -0.08, "after": 40})
+        """Reward falls behind from step 40 on, 0.24 (about 15% of its level from -1) by step 80: the last third is
+        beyond the margin, the window mean is not (a whole-window test alone would leave it unsettled)."""
+        _, doc, _ = learning_run(tmp_path, miles_drift={"reward_growth": -0.24, "after": 40})
         row = next(r for r in doc.learning[0].signals if r.signal == "reward_mean")
         assert row.verdict == DIFFERENT and "last third" in row.why, row
-        assert row.tested["level"].ci_low < -0.02 < row.tested["level"].ci_high and row.tested["late"].ci_high < -0.02
+        assert row.tested["level"].call != DIFFERENT and row.tested["level"].ci_low > -0.05 * 1.2
+        assert row.tested["late"].ci_high < -0.05
         assert "Warning: learning differs" in learning_warning(doc, "fsdp", "colocate")
 
     def test_records_without_learning_signals_say_so_beside_the_verdict(self, tmp_path):
@@ -405,6 +406,7 @@ class TestRunToRunVariation:
             d, 0.02, alpha=0.05, family=8, between=between_repeats(c, r, steps, "absolute", False)
         )
         assert result["verdict"] == UNSETTLED and "repeats a side would tell" in result["why"], result
+        assert f"about {result['repeats_needed']} repeats a side" in result["why"] and result["steps_needed"] is None
         assert equivalence_test(d, 0.02, alpha=0.05, family=8)["verdict"] == SAME  # the step means alone: too sure
 
 
@@ -435,7 +437,8 @@ class TestLearningHistory:
         )
         code, text, _ = check_history(store_url, report_with_learning(tmp_path / "b", seed=9, reward=0.55), tmp_path)
         assert "learning changed" not in same_text
-        assert "learning changed: `miles-fsdp-colocate` reward_mean 0.4 -> 0.55 (+0.15, margin ±0.02)" in text
+        # math_dapo's -1/+1 score: the level is measured from -1, so 0.40 -> 0.55 is a 10.7% higher solve rate
+        assert "learning changed: `miles-fsdp-colocate` reward_mean 0.4 -> 0.55 (+10.7%, margin ±5%)" in text
         assert code == same_code  # a learning change is reported, not gated as speed
 
 

@@ -1,4 +1,5 @@
-"""The learning guard's targets on generated pairs (learning_validation.py's noise model, its docstring).
+"""The learning guard's targets on generated pairs (learning_validation.py's noise model, its docstring), judged as
+`run.py report` judges a pair with 3 repeats a side.
 
 Seeded, smaller versions of `python -m tests.benchmark.learning_validation`; a rate bound allows the sampling error
 of the number of pairs (one-sided 95%), so that a correct method passes and one that is off by more fails.
@@ -22,22 +23,28 @@ def sampling_margin(rate: float, n: int) -> float:
     return 1.645 * math.sqrt(rate * (1 - rate) / n)
 
 
-@pytest.fixture(scope="module")
-def at_200_steps() -> dict[str, float]:
-    return rates(PAIRS, 200, seed=1)
+@pytest.fixture(scope="module", params=[24, 200])
+def generated(request) -> tuple[int, dict[str, float]]:
+    return request.param, rates(PAIRS, request.param, seed=1)
 
 
-def test_equal_learning_is_almost_never_called_different(at_200_steps):
-    assert at_200_steps["A/A any different"] <= 0.05 + sampling_margin(0.05, PAIRS)
+def test_equal_learning_is_almost_never_called_different(generated):
+    _, found = generated
+    assert found["A/A any different"] <= 0.05 + sampling_margin(0.05, PAIRS)
 
 
 @pytest.mark.parametrize("planted", PLANTED)
-def test_each_planted_difference_is_called_different_at_200_steps(at_200_steps, planted):
-    assert at_200_steps[f"{planted}: different"] >= 0.90 - sampling_margin(0.90, PAIRS)
+def test_each_planted_difference_is_caught_at_3_repeats_or_at_the_repeats_the_guard_names(generated, planted):
+    """9 times in 10 with the default 3 repeats a side, or with the repeats a side the guard names from the spread
+    between repeats (3 repeats could not see it then, and the card says so)."""
+    steps, found = generated
+    at = found.get(f"{planted}: different at the repeats named", found[f"{planted}: different"])
+    assert at >= 0.90 - sampling_margin(0.90, PAIRS), (steps, found)
 
 
-def test_a_gap_equal_to_the_margin_is_almost_never_called_same(at_200_steps):
-    same = {k: v for k, v in at_200_steps.items() if k.endswith("gap = margin: same")}
+def test_a_gap_equal_to_the_margin_is_almost_never_called_same(generated):
+    _, found = generated
+    same = {k: v for k, v in found.items() if k.endswith("gap = margin: same")}
     assert len(same) == 7 and max(same.values()) <= 0.05 + sampling_margin(0.05, PAIRS), same
 
 

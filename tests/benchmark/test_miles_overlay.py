@@ -90,6 +90,7 @@ def overlay(tmp_path_factory) -> dict:
         **os.environ,
         "PATH": f"{OVERLAY_VENV / 'bin'}{os.pathsep}{os.environ['PATH']}",
         "PYTHONPATH": os.pathsep.join([str(miles), str(megatron)]),  # as Miles's CPU CI: the repo, then Megatron
+        "MILES_BENCH_UPSTREAM": str(UPSTREAM),  # the snapshots sit beside this checkout, not beside the overlay
     }
     env.pop("VIRTUAL_ENV", None)
     return {"miles": miles, "megatron": megatron, "check": check, "changed": changed, "env": env}
@@ -456,11 +457,11 @@ def test_the_learning_validation_writes_through_miles_and_verl_own_loggers(overl
     pairs = [writers.generate_pair(np.random.default_rng(seed), 24, "KL 3x") for seed in (1, 2)]
     args = Namespace(miles_root=str(overlay["miles"]), miles_python=str(OVERLAY_VENV / "bin" / "python"))
     verdicts = writers.write_and_judge(args, tmp_path, pairs, 24)
-    miles = writers.build_step_records("miles", [tmp_path / "miles-0.log"], writers.MILES_CTX)
-    verl = writers.build_step_records("verl", [tmp_path / "verl-0.jsonl"], writers.VERL_CTX)
-    assert "log_utils.py" in (tmp_path / "miles-0.log").read_text()  # printed by Miles's own module
-    for name, values in pairs[0][0].items():
-        assert [r.learning[name] for r in miles] == values.tolist(), name
-        assert [r.learning[name] for r in verl] == pairs[0][1][name].tolist(), name
+    miles = writers.build_step_records("miles", [tmp_path / "miles-0-0.log"], writers.MILES_CTX)
+    verl = writers.build_step_records("verl", [tmp_path / "verl-0-0.jsonl"], writers.VERL_CTX)
+    assert "log_utils.py" in (tmp_path / "miles-0-0.log").read_text()  # printed by Miles's own module
+    for name, (candidate, reference) in pairs[0].items():
+        assert [r.learning[name] for r in miles] == candidate[0].tolist(), name
+        assert [r.learning[name] for r in verl] == reference[0].tolist(), name
     assert all(v["approx_kl"] == "different" for v in verdicts)
     assert not any(call == "different" for v in verdicts for name, call in v.items() if name != "approx_kl")

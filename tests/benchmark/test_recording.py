@@ -24,12 +24,12 @@ import pytest
 import torch
 from scripts.benchmark.errors import UserError
 from scripts.benchmark.frameworks import registry
-from scripts.benchmark.frameworks.adapter import AdapterDefaults
 from scripts.benchmark.frameworks.recorded import RecordedSample, RecordedStep, Recording, digest_of, float32
 from scripts.benchmark.frameworks.recording import read_recording, recording_digest, write_recording
 from scripts.benchmark.frameworks.verl.config import find_verl_root
 from scripts.benchmark.frameworks.verl.own_checks import find_check_python
 from scripts.benchmark.frameworks.verl.recording import project_dump_dir
+from tests.benchmark.toy_framework.adapter import ToyAdapter
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RUN_PY = REPO_ROOT / "scripts" / "benchmark" / "run.py"
@@ -379,7 +379,7 @@ def test_log_probs_on_some_samples_of_a_step_only_are_refused_for_verl(tmp_path,
 
 
 def test_a_framework_without_a_recording_format_is_refused_by_name(tmp_path):
-    class NoRecording(AdapterDefaults):
+    class NoRecording(ToyAdapter):
         name, label, sink_formats = "norecording", "No Recording", ()
 
     registry.register(NoRecording())

@@ -366,6 +366,18 @@ class TestRepeatsAndFaults:
         text = written["report.md"].read_text()
         assert "(no CI)" in text and "No steady state: `miles-fsdp-colocate`" in text
 
+    def test_a_cell_too_noisy_to_place_its_warmup_end_is_not_claimed_steady_in_the_headline(self, tmp_path):
+        """Step CV 10% in one cell: its steady state is refused with the sentence and the spread, beside its numbers;
+        the quiet cell keeps its claim."""
+        cells = [SyntheticCell(framework="miles", cv=0.10, seed=1), SyntheticCell(framework="verl", cv=0.01, seed=2)]
+        doc, written = report_impl(write_run_folder(tmp_path, cells), AnalysisSettings(reps=REPS))
+        miles, verl = doc.cells
+        assert not miles.steady_state.reached and verl.steady_state.reached
+        assert miles.steady_state.noise > 0.05 and "too noisy" in miles.steady_state.method
+        assert miles.summaries["step_time_s"].median is not None
+        text = written["report.md"].read_text()
+        assert f"`miles-fsdp-colocate` (step time too noisy, {miles.steady_state.noise:.1%}" in text
+
     def test_records_written_in_schema_v1_are_read_like_their_v2_lines(self, tmp_path):
         """Folders recorded before schema v2 (no rollout_wait, no overlap_s) still report, with the same numbers."""
         cells = [SyntheticCell(framework="miles", seed=1), SyntheticCell(framework="verl", seed=2)]

@@ -63,6 +63,16 @@ class TestSteadyState:
         stretch = detect_steady_state([150.0, 100.0, 400.0, 300.0, *steady])
         assert stretch.reached and stretch.start_index == 5, stretch
 
+    def test_a_series_too_noisy_to_place_the_warmup_end_is_not_claimed_and_says_why(self):
+        """Step CV 10%: a warm-up step 20% slower hides in the noise, so the claim is refused with the numbers (the
+        steady steps' spread and the warm-up it could hide), the cut is kept and no more steps are asked for."""
+        result = detect_steady_state(step_times(warmup_steps=4, cv=0.10, seed=1))
+        assert not result.reached and result.more_steps is None, result
+        assert result.noise == pytest.approx(0.10, rel=0.5)
+        assert "too noisy to place the end of the warm-up" in result.method
+        assert f"vary by {result.noise:.1%}" in result.method and "steady state not claimed" in result.method
+        assert detect_steady_state(step_times(warmup_steps=4, cv=0.01, seed=1)).reached
+
     def test_empty_series(self):
         result = detect_steady_state([None, math.nan])
         assert result.start_index is None and not result.reached

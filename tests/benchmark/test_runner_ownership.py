@@ -450,7 +450,7 @@ class TestSecretsNeverReachTheRunFolder:
         prefix = "env WANDB_API_KEY=prefix-literal-5555"
         result = run_harness(str(plan), "--output-dir", str(tmp_path / "run"), "--verl-prefix", prefix)
         assert result.returncode == 2
-        assert "a literal secret in --verl-prefix: WANDB_API_KEY" in result.stderr
+        assert "a literal secret in --side-prefix verl: WANDB_API_KEY" in result.stderr
         assert "prefix-literal-5555" not in result.stderr and not (tmp_path / "run" / "manifest.json").exists()
 
     def test_a_secret_value_passed_in_a_prefix_appears_in_no_file_of_the_run_folder(self, tmp_path: Path):

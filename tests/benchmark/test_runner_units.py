@@ -528,8 +528,9 @@ def test_resume_reads_per_framework_options_of_manifests_written_before_pythons_
     stored = {"repeats": 2, "miles_python": "/opt/m/bin/python", "verl_prefix": "<redacted>", "miles_prefix": None}
     options = options_from_manifest(stored)
     assert options == {"repeats": 2, "pythons": {"miles": "/opt/m/bin/python"}}
-    assert ExecuteOptions(**options).runtime("miles").python == "/opt/m/bin/python"
-    assert ExecuteOptions(**options).runtime("verl") == ExecuteOptions().runtime("verl")
+    miles_base, verl = {"side": "miles-base", "framework": "miles"}, {"side": "verl", "framework": "verl"}
+    assert ExecuteOptions(**options).runtime(miles_base).python == "/opt/m/bin/python"  # by framework, every side
+    assert ExecuteOptions(**options).runtime(verl) == ExecuteOptions().runtime(verl)
     current = {"pythons": {"verl": "/v"}, "prefixes": {"miles": "docker exec -i m", "verl": "<redacted>"}}
     assert options_from_manifest(current) == {"pythons": {"verl": "/v"}, "prefixes": {"miles": "docker exec -i m"}}
 

@@ -188,7 +188,9 @@ class TestRolloutEngine:
         assert flag_default(inventory, "megatron", "--sglang-cuda-graph-backend-prefill") is None
         miles = list(_launches("smoke", "megatron", "colocate")[0])
         explicit = miles + ["--sglang-cuda-graph-backend-prefill", "tc_piecewise"]
-        assert parse_miles(explicit, "megatron", inventory)["prefill_cuda_graphs"] == "tc_piecewise"
+        assert (
+            parse_miles(explicit, "megatron", inventory)["prefill_cuda_graphs"] == "tc_piecewise (set by the launch)"
+        )
 
 
 class TestLoop:

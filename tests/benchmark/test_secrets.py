@@ -126,5 +126,5 @@ def test_a_secret_in_the_spec_or_the_flags_is_refused_before_anything_is_written
     clean = write_plan(tmp_path / "clean", [standin_cell("verl", steps=1)])
     prefix = f"env HF_TOKEN={HUGGING_FACE}"
     refused = run_harness(str(clean), "--output-dir", str(tmp_path / "run"), "--verl-prefix", prefix)
-    assert refused.returncode == 2 and "--verl-prefix" in refused.stderr, refused.stderr
+    assert refused.returncode == 2 and "--side-prefix verl" in refused.stderr, refused.stderr
     assert _found(refused.stdout + refused.stderr) == [] and not (tmp_path / "run").exists()

@@ -44,14 +44,27 @@ class TestSteadyState:
         assert rates.not_reached >= 0.8, rates
 
     def test_a_warmup_longer_than_the_run_allows_asks_for_more_steps(self):
-        """16-18 warm-up steps in 24: no 10 steady steps exist. The rule says so in about 57% of runs (the last
+        """16-18 warm-up steps in 24: no 10 steady steps exist. The rule says so in about 88% of runs (the last
         half it takes as reference is itself warm-up; see the docs' limits); every such verdict names the steps
-        the spec still needs."""
+        the spec still needs, or that the steps left vary too much to place the warm-up's end."""
         runs = generate_runs(np.random.default_rng(7), 200, steps=24, warmup_lengths=(16, 18))
         found = [detect_steady_state(runs.step_time[i]) for i in range(200)]
         asked = [f for f in found if not f.reached]
-        assert len(asked) >= 0.45 * len(found)
-        assert all(f.more_steps and f.more_steps > 0 and "more steps" in f.method for f in asked)
+        assert len(asked) >= 0.8 * len(found)
+        assert all(
+            (f.more_steps and f.more_steps > 0 and "more steps" in f.method) or "too noisy" in f.method for f in asked
+        )
+
+    @pytest.mark.parametrize(
+        "steps, runs, cv, lengths", [(24, 1000, 0.10, (3, 8)), (200, 300, 0.10, (3, 8)), (24, 1000, 0.05, (12, 12))]
+    )
+    def test_at_high_noise_the_warmup_is_cut_within_a_step_or_the_claim_refused(self, steps, runs, cv, lengths):
+        """Step CV 10%, or a 12-step warm-up at CV 5%: a warm-up step a few SDs slow cannot be told from noise, so
+        the cut is within one step of the truth or the steady state is not claimed, in >= 90% of runs (the rule
+        alone: 56-65%), and a claimed steady state keeps a warm-up step in at most 1 run in 20."""
+        rates = steady_state_rates(seed=8, runs=runs, steps=steps, cv=cv, warmup_lengths=lengths)
+        assert rates.placed_or_refused >= 0.90, rates
+        assert rates.kept_silently <= 0.05, rates
 
 
 def test_a_periodic_checkpoint_step_does_not_let_the_warmup_through():

@@ -161,7 +161,7 @@ def test_every_manual_page_is_in_the_docs_navigation(applied):
         return set()
 
     navigation = listed(json.loads((docs / "docs.json").read_text())["navigation"])
-    assert pages - navigation == set() and len(pages) == 13
+    assert pages - navigation == set() and len(pages) == 14
 
 
 def test_the_tier_table_of_the_docs_is_the_registration_tables():

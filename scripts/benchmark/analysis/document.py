@@ -74,6 +74,7 @@ def _steady_repeat(repeat_number: int, columns: StepColumns, skip_first: int = 0
         "reached": steady.reached,
         "method": method,
         "more_steps": steady.more_steps,
+        "noise": steady.noise,
         "steps": len(columns.steps),
         "steady_steps": n_steady,
     }
@@ -96,8 +97,14 @@ def _cell_steady_state(repeats: list[dict[str, Any]]) -> dict[str, Any]:
     starts = [info["start_step"] for info in repeats if info["start_step"] is not None]
     reached = all(info["reached"] for info in repeats)
     more = [info["more_steps"] for info in repeats if not info["reached"] and info["more_steps"]]
+    noisy = [info["noise"] for info in repeats if not info["reached"] and info.get("noise") is not None]
     method = ", ".join(sorted({info["method"].split(":")[0] for info in repeats}))
-    if not reached:
+    if noisy:
+        method += (
+            f"; steady state not claimed: the step time of at least one repeat is too noisy (robust SD "
+            f"{max(noisy):.1%} of its level) to place the end of the warm-up"
+        )
+    elif not reached:
         method += "; no steady state in at least one repeat" + (
             f": the spec needs at least {max(more)} more steps" if more else ""
         )
@@ -105,6 +112,7 @@ def _cell_steady_state(repeats: list[dict[str, Any]]) -> dict[str, Any]:
         "start_step": max(starts) if starts else None,
         "reached": reached,
         "more_steps": max(more) if more else None,
+        "noise": max(noisy) if noisy else None,
         "method": method,
         "repeats": repeats,
     }

@@ -15,8 +15,9 @@ enough steps to tell, over the steady window.
   1 - 2 alpha/k interval (k: judged signals x quantities, Bonferroni) lies beyond one margin; "not enough steps to
   tell" otherwise, with the paired steps that would tell at the observed noise. "not judged" says why.
 - With repeats, each side's value of a step is the mean over its repeats first; where both sides have two or more,
-  each quantity's error is also taken from the spread of the per-repeat quantities (pooled t), and the larger one
-  is used: run-to-run variation is in the interval, and "not enough" then names the repeats that would tell.
+  each quantity's error is the spread of the per-repeat quantities (pooled t, each repeat one unit): run-to-run
+  variation is in the interval, and "not enough" names the repeats that would tell. With one repeat a side there
+  is no verdict (`MIN_REPEATS`): the step noise model cannot see a run's own drift; the row keeps its interval.
 - Window: from the later steady-state start of the two cells (the steps whose speed the report compares), or the
   spec's `learning.from_step`.
 - `length_explains`: how much of the generate-time gap longer responses explain (generate seconds per response
@@ -30,7 +31,7 @@ from typing import Any
 
 import numpy as np
 from scipy import special
-from scripts.benchmark.analysis import serial_noise
+from scripts.benchmark.analysis import learning_power, serial_noise
 from scripts.benchmark.analysis.folder_reader import Cell
 from scripts.benchmark.contracts.report import DIFFERENT, NOT_JUDGED, SAME, UNSETTLED
 from scripts.benchmark.contracts.sides import SidePair
@@ -39,6 +40,9 @@ from scripts.benchmark.spec.learning import LearningSpec
 from miles.utils.bench_metrics import LEARNING_SIGNALS
 
 MIN_PAIRED_STEPS = 6
+MIN_REPEATS = 2
+"""Repeats a side a verdict needs: with one, a run's own drift (seeds drift apart) cannot be told from a difference
+(one-repeat 90% intervals covered 64% of A/A pairs at 21 steps under slow drift)."""
 LEVEL_NOT_COMPARABLE = ("entropy",)
 """Signals whose two levels may measure different things (not_comparable_reason): then only their drift is judged."""
 MIN_GENERATE_GAP = 0.02
@@ -116,12 +120,14 @@ def _column(repeat, name: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def paired_differences(
-    candidate: dict[int, float], reference: dict[int, float], kind: str
+    candidate: dict[int, float], reference: dict[int, float], kind: str, level_from: float = 0.0
 ) -> tuple[list[int], np.ndarray]:
+    """Steps both sides logged and d per step; relative: the log ratio of the levels measured from `level_from`."""
     c, r = candidate, reference
-    steps = [s for s in c if s in r and (kind == "absolute" or (c[s] > 0 and r[s] > 0))]
     if kind == "relative":
-        return steps, np.asarray([math.log(c[s] / r[s]) for s in steps])
+        steps = [s for s in c if s in r and c[s] > level_from and r[s] > level_from]
+        return steps, np.asarray([math.log((c[s] - level_from) / (r[s] - level_from)) for s in steps])
+    steps = [s for s in c if s in r]
     return steps, np.asarray([c[s] - r[s] for s in steps])
 
 
@@ -184,7 +190,9 @@ def equivalence_test(
     """The three-way call (module docstring) on every quantity of `quantities`: "same" when each 1 - 2 alpha
     interval lies inside (-bound, bound); "different" when one 1 - 2 alpha/k interval lies beyond it (k: the
     judged signals times the quantities, Bonferroni); otherwise not enough steps (or repeats), with how many would
-    tell. `between` (`between_repeats`): a quantity's error from the spread between repeats, used where larger."""
+    tell. `between` (`between_repeats`): a quantity's error from the spread between repeats, used in place of the
+    step noise model's: model-free, run-to-run variation in it, and it shrinks with repeats where the model's does
+    not (a plant the trend cannot fit reads as slow noise, and more repeats only make that misfit stand out)."""
     if len(d) < MIN_PAIRED_STEPS:
         why = f"only {len(d)} paired steps"
         return {"verdict": UNSETTLED, "why": why, "difference": None, "steps_needed": MIN_PAIRED_STEPS}
@@ -193,13 +201,13 @@ def equivalence_test(
     k = max(1, family) * len(tested)
     calls, needed = {}, []
     for name, (estimate, error, df) in tested.items():
-        count, unit = len(d), "paired steps"
-        if between and name in between and between[name][0] > error:
+        count, unit, step_error = len(d), "paired steps", error
+        if between and name in between:
             error, df, count = between[name]
             unit = "repeats a side"
         low, high = _interval(estimate, error, df, 1 - 2 * alpha)
         wide_low, wide_high = _interval(estimate, error, df, 1 - 2 * alpha / k)
-        calls[name] = {"estimate": estimate, "ci_low": low, "ci_high": high}
+        calls[name] = {"estimate": estimate, "ci_low": low, "ci_high": high, "step_error": step_error}
         calls[name]["call"] = (
             SAME
             if -bound < low and high < bound
@@ -225,20 +233,36 @@ def _combine(calls: dict[str, dict], needed: list[tuple[int | None, str]], n: in
         return {**result, "verdict": UNSETTLED, "why": "the difference sits on the margin", "steps_needed": None}
     count, unit = max(needed)
     why = f"{n} steps; about {count} {unit} would tell"
-    return {**result, "verdict": UNSETTLED, "why": why, "steps_needed": count if unit == "paired steps" else None}
+    by_steps = unit == "paired steps"
+    return {
+        **result,
+        "verdict": UNSETTLED,
+        "why": why,
+        "steps_needed": count if by_steps else None,
+        "repeats_needed": None if by_steps else count,
+    }
 
 
-def _repeat_quantities(series: dict[int, float], steps: list[int], kind: str, drift_only: bool) -> dict[str, float]:
+def _repeat_quantities(
+    series: dict[int, float], steps: list[int], kind: str, drift_only: bool, level_from: float = 0.0
+) -> dict[str, float]:
     """One repeat's own level, last third and drift over the paired steps (log scale for relative signals)."""
-    x = np.asarray([series[s] for s in steps if s in series and (kind == "absolute" or series[s] > 0)], dtype=float)
-    x = np.log(x) if kind == "relative" else x
+    x = np.asarray(
+        [series[s] for s in steps if s in series and (kind == "absolute" or series[s] > level_from)], dtype=float
+    )
+    x = np.log(x - level_from) if kind == "relative" else x
     third = max(1, len(x) // 3)
     late, early = float(x[-third:].mean()), float(x[:third].mean())
     return {"drift": late - early} if drift_only else {"level": float(x.mean()), "late": late}
 
 
 def between_repeats(
-    candidate: list[dict[int, float]], reference: list[dict[int, float]], steps: list[int], kind: str, drift_only: bool
+    candidate: list[dict[int, float]],
+    reference: list[dict[int, float]],
+    steps: list[int],
+    kind: str,
+    drift_only: bool,
+    level_from: float = 0.0,
 ) -> dict[str, tuple[float, float, int]]:
     """Name -> (standard error, degrees of freedom, repeats a side) of each quantity from the spread between
     repeats (pooled over both sides, Student t): run-to-run variation, which the step-paired noise of the repeat
@@ -246,7 +270,7 @@ def between_repeats(
     sides = [[r for r in side if any(s in r for s in steps)] for side in (candidate, reference)]
     if min(len(side) for side in sides) < 2 or len(steps) < MIN_PAIRED_STEPS:
         return {}
-    values = [[_repeat_quantities(r, steps, kind, drift_only) for r in side] for side in sides]
+    values = [[_repeat_quantities(r, steps, kind, drift_only, level_from) for r in side] for side in sides]
     out = {}
     for name in values[0][0]:
         c, r = (np.asarray([q[name] for q in side]) for side in values)
@@ -289,7 +313,8 @@ def signal_row(
     variation in the intervals where both sides have several."""
     spec, settings = LEARNING_SIGNALS[name], learning_settings(plan)
     margin = settings.margin(name)
-    steps, d = paired_differences(candidate, reference, spec.margin_kind)
+    steps, d = paired_differences(candidate, reference, spec.margin_kind, spec.level_from)
+    counts = [max(1, sum(1 for r in side if r)) for side in repeats]
     row: dict[str, Any] = {
         "signal": name,
         "unit": spec.unit,
@@ -301,6 +326,7 @@ def signal_row(
         "difference": None,
         "ci_low": None,
         "ci_high": None,
+        "repeats": counts,
     }
     missing = [label for label, series in zip(labels, (candidate, reference), strict=True) if not series]
     reason = not_comparable_reason(name, plan, same_framework=same_framework)
@@ -312,11 +338,34 @@ def signal_row(
     if reason is not None and not drift_only:
         return {**row, "verdict": NOT_JUDGED, "why": reason}
     bound = math.log1p(margin) if spec.margin_kind == "relative" else margin
-    between = between_repeats(*repeats, steps, spec.margin_kind, drift_only)
+    between = between_repeats(*repeats, steps, spec.margin_kind, drift_only, spec.level_from)
     row.update(_judge(d, steps, bound, spec.margin_kind, settings, family, drift_only=drift_only, between=between))
+    spreads = learning_power.run_spreads(name, between, row.get("tested", {}), counts)
+    row["power"] = learning_power.power_statement(
+        name,
+        len(steps),
+        margin,
+        spreads,
+        alpha=settings.alpha,
+        family=family,
+        repeats=min(counts),
+        drift_only=drift_only,
+    )
+    if min(counts) < MIN_REPEATS and row["verdict"] in (SAME, DIFFERENT, UNSETTLED):
+        row.update(verdict=UNSETTLED, why=one_repeat_reason(row["power"]), steps_needed=None)
     if drift_only:
         row["why"] += f" (levels not compared: {reason})"
     return row
+
+
+def one_repeat_reason(power: dict[str, Any] | None) -> str:
+    """Why a side with one repeat gets no verdict, and what would give one."""
+    needs = "at least 2 repeats a side give a verdict"
+    if power is not None:
+        count = power["repeats_needed"]
+        needs += f"; {f'about {count}' if count else f'more than {learning_power.MAX_REPEATS}'} see "
+        needs += f"{power['planted']} 9 times in 10"
+    return f"one repeat a side: a run's own drift is not in the interval, which covers these two runs only; {needs}"
 
 
 def _window_mean(cell: Cell, from_step: int, value) -> float | None:

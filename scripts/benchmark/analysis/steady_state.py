@@ -19,10 +19,13 @@
   within one step in about 97%.
 - Not reached (`reached=False`, with `more_steps` = how many more steps the spec needs where that can be said):
   fewer than 2 x `MIN_STEADY_STEPS` finite steps; a warm-up block that runs into the last `MIN_STEADY_STEPS` steps;
-  or a steady window that still drifts: its least-squares trend over the window is more than `DRIFT_SES` (4)
+  a steady window that still drifts: its least-squares trend over the window is more than `DRIFT_SES` (4)
   autocorrelation-corrected standard errors and more than `DRIFT_MIN_CHANGE` (8%) of the level, or more than 2.5
-  SEs and 15% of the level. The numbers then
-  describe the last half (or the window found), flagged.
+  SEs and 15% of the level; or a window too noisy for the claim: its robust scale (`window_noise`) above
+  `MAX_NOISE` of its level, where a warm-up step `MIN_SEEN_WARMUP` (9%) slower sits under the rule's line and can
+  be kept unseen (at step CV 10% the cut was within one step in about 64% of runs and kept a warm-up step in 60%;
+  more steps do not help, so none are asked for). The numbers then describe the last half (or the window found),
+  flagged.
 - Indices are positions in the series given; the caller maps them to step numbers.
 
 Caveats:
@@ -55,6 +58,11 @@ _MEAN_ABS_TO_SD = 1.2533
 """The mean absolute deviation of a normal sample times this is its standard deviation."""
 TRIM_SHARE = 0.2
 """The share of the largest absolute deviations of the reference left out of the scale."""
+MIN_SEEN_WARMUP = 0.09
+"""The smallest warm-up excess (a step this much slower than the level) a claimed steady state promises to have cut."""
+MAX_NOISE = MIN_SEEN_WARMUP / WARMUP_SDS
+"""The largest robust scale of the steady window, as a share of its level, at which a steady state is claimed: the
+rule sees a warm-up step only when it is more than WARMUP_SDS scales slow."""
 
 
 def _trimmed_abs_to_sd(kept_share: float) -> float:
@@ -72,6 +80,18 @@ def trimmed_scale(deviations: np.ndarray) -> float:
     return _trimmed_abs_to_sd(kept / len(ordered)) * float(np.mean(ordered[:kept]))
 
 
+def robust_scale(deviations: np.ndarray) -> float:
+    """The smaller of the trimmed scale and 1.2533 x the mean absolute deviation (module docstring, step 1)."""
+    return min(trimmed_scale(deviations), _MEAN_ABS_TO_SD * float(np.mean(np.abs(deviations))))
+
+
+def window_noise(window: np.ndarray) -> float:
+    """The robust scale of the steady window around its median, as a share of that median: the noise a warm-up step
+    must stand out of. Over the whole window, not the last half: 12 slowly correlated steps hide part of it."""
+    level = float(np.median(window))
+    return robust_scale(window - level) / abs(level) if level else math.inf
+
+
 @dataclass(frozen=True, kw_only=True)
 class SteadyState:
     start_index: int | None
@@ -82,6 +102,8 @@ class SteadyState:
     n_steady: int
     more_steps: int | None = None
     """When not reached: how many more steps a run needs for the rule to find a steady state (None: unknown)."""
+    noise: float | None = None
+    """The steady window's robust scale as a share of its level (`window_noise`); None before a window is found."""
 
 
 def _warmup_cut(finite: np.ndarray) -> tuple[int, float, float]:
@@ -89,8 +111,7 @@ def _warmup_cut(finite: np.ndarray) -> tuple[int, float, float]:
     n = len(finite)
     reference = finite[n // 2 :]
     level = float(np.median(reference))
-    robust = min(trimmed_scale(reference - level), _MEAN_ABS_TO_SD * float(np.mean(np.abs(reference - level))))
-    scale = max(robust, 1e-3 * abs(level), 1e-12)
+    scale = max(robust_scale(reference - level), 1e-3 * abs(level), 1e-12)
     z = (finite - level) / scale
     last = -1
     for i in range(n - MIN_STEADY_STEPS):
@@ -156,22 +177,36 @@ def detect_steady_state(values: Sequence[float | None] | np.ndarray) -> SteadySt
         # A window that drifts may be a long warm-up: the rule needs as many steps again to see the end of it.
         reason = f"the step time still moves {change:+.1%} over the last {n - cut} steps"
         return _not_reached(positions, n, cut, n, reason)
+    noise = window_noise(finite[cut:])
+    if noise > MAX_NOISE:
+        reason = (
+            f"too noisy to place the end of the warm-up: the steady steps vary by {noise:.1%} (robust SD), so a "
+            f"warm-up step up to {WARMUP_SDS * noise:.0%} slower cannot be told from noise (a claim needs under "
+            f"{MIN_SEEN_WARMUP:.0%})"
+        )
+        return _not_reached(positions, n, cut, None, reason, noise=noise)
     return SteadyState(
         start_index=int(positions[cut]),
         reached=True,
         method=f"threshold rule: {cut} warm-up steps dropped",
         n_total=n,
         n_steady=n - cut,
+        noise=noise,
     )
 
 
-def _not_reached(positions: np.ndarray, n: int, start: int, more: int | None, reason: str) -> SteadyState:
-    needs = f"; run at least {more} more steps" if more else "; run more steps"
+def _not_reached(
+    positions: np.ndarray, n: int, start: int, more: int | None, reason: str, noise: float | None = None
+) -> SteadyState:
+    """`noise` set: refused for noise, where more steps do not help; otherwise the steps the spec needs."""
+    needs = "" if noise is not None else f"; run at least {more} more steps" if more else "; run more steps"
+    claim = "; steady state not claimed" if noise is not None else "; no steady state"
     return SteadyState(
         start_index=int(positions[start]),
         reached=False,
-        method=f"threshold rule: {reason}; no steady state{needs}, steps from {int(positions[start])} kept",
+        method=f"threshold rule: {reason}{claim}{needs}, steps from {int(positions[start])} kept",
         n_total=n,
         n_steady=n - start,
         more_steps=more,
+        noise=noise,
     )

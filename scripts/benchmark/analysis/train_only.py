@@ -125,8 +125,8 @@ def _agreement(signal: str, candidate: float, reference: float) -> tuple[float, 
     difference = candidate - reference
     if spec.margin is None:
         return difference, None, None
-    if spec.margin_kind == "relative":
-        scale = max(abs(candidate), abs(reference))
+    if spec.margin_kind == "relative":  # a share of the level, measured from where the signal's level starts
+        scale = max(abs(spec.level(candidate)), abs(spec.level(reference)))
         difference = difference / scale if scale > 0 else 0.0
     return difference, spec.margin, abs(difference) <= spec.margin
 

@@ -6,6 +6,8 @@
   regression check's table, appends it to the GitHub step summary, prints it.
 - A folder whose sides are two different frameworks (Miles against VERL) is refused: its verdict is the report's
   headline, not a regression check.
+- Beside the verdict: the learning guard's words on head vs base and its power (the repeats a side that see each
+  planted difference 9 times in 10, with the plan's cost at that number); they never change the exit code.
 - Exit codes as `check`'s: 1 the head regressed, 2 could not judge (no report, another kind of run, too few usable
   repeats, a disturbed run left inconclusive), 0 otherwise.
 - Needs no history store: nothing here imports the `analysis` extra's database packages.
@@ -59,9 +61,22 @@ def judge_pairs(run_dir: Path):
         "balanced; intervals over the repeats (ratio of geometric means of each repeat's steady steps)",
         *notes,
         *moved_phase_notes(report),
+        *_learning_notes(report, run_dir),
     ]
     markdown = render_check_markdown(checks, title="Paired check (head vs base)", notes=notes)
     return markdown, checks, notes, decided_looks
+
+
+def _learning_notes(report, run_dir: Path) -> list[str]:
+    """The learning guard's words on head vs base per pair, then its power with the plan's cost at the repeats it
+    needs (power_notes.py): a head that learns differently is named beside the speed verdict, never inside it."""
+    from scripts.benchmark.commands.power_notes import read_plan_data, report_power_lines
+
+    lines = []
+    for pair in report.learning:
+        calls = [f"{row.signal} {row.verdict}" for row in pair.signals if row.verdict != "not judged"]
+        lines.append(f"{pair.backend}/{pair.layout} learning, head vs base: {', '.join(calls) or 'nothing judged'}")
+    return lines + report_power_lines(report, read_plan_data(run_dir))
 
 
 def _used(decided) -> str:

@@ -53,7 +53,7 @@ def execute_impl(
         return 2
     explicit = {k: v for k, v in overrides.items() if v is not None}
     merged = {**_planned(plan_path, resume), **stored, **explicit}
-    for key in ("pythons", "prefixes"):  # per framework: an option given now replaces only that framework's
+    for key in ("pythons", "prefixes"):  # per side or framework: an option given now replaces only that name's
         merged[key] = {**stored.get(key, {}), **explicit.get(key, {})}
     options = ExecuteOptions(**merged)
     preflight = preflight and options.preflight
@@ -103,12 +103,28 @@ def run_folder_looks(run_dir: Path):
     return RunFolderLooks(run_dir)
 
 
-def framework_runtimes(pythons: dict[str, str | None], prefixes: dict[str, str | None]) -> dict[str, Any]:
-    """The per-framework --<name>-python / --<name>-prefix options as ExecuteOptions' `pythons` and `prefixes`."""
-    return {
-        "pythons": {name: value for name, value in pythons.items() if value is not None} or None,
-        "prefixes": {name: value for name, value in prefixes.items() if value is not None} or None,
-    }
+def side_runtimes(
+    side_python: list[str] | None, side_prefix: list[str] | None, aliases: tuple[dict[str, str | None], ...]
+) -> dict[str, Any]:
+    """--side-python / --side-prefix NAME=VALUE (and their aliases, --<framework>-python / --<framework>-prefix) as
+    ExecuteOptions' `pythons` and `prefixes`; UserError for a word that is not NAME=VALUE or a name given twice."""
+    from scripts.benchmark.errors import UserError
+
+    runtimes = []
+    for option, words, alias in (
+        ("--side-python", side_python, aliases[0]),
+        ("--side-prefix", side_prefix, aliases[1]),
+    ):
+        table = {name: value for name, value in alias.items() if value is not None}
+        for word in words or []:
+            name, sep, value = word.partition("=")
+            if not (sep and name and value):
+                raise UserError(f"{option} {word!r}: expected NAME=VALUE, NAME a side or a framework of the plan")
+            if table.get(name, value) != value:
+                raise UserError(f"{option} {name}: given twice ({table[name]!r}, {value!r}), once maybe by its alias")
+            table[name] = value
+        runtimes.append(table or None)
+    return {"pythons": runtimes[0], "prefixes": runtimes[1]}
 
 
 def _first_line(exc: Exception) -> str:
@@ -165,17 +181,34 @@ def register(app: typer.Typer) -> None:
         preflight: Annotated[
             bool, typer.Option("--preflight/--no-preflight", help="check GPUs, frameworks and data first")
         ] = True,
+        side_python: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--side-python",
+                metavar="NAME=PATH",
+                help="NAME=PATH: the interpreter of a side's cells (NAME: a side of the plan, or a framework for all "
+                "its sides); repeatable",
+            ),
+        ] = None,
+        side_prefix: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--side-prefix",
+                metavar="NAME=CMD",
+                help='NAME=CMD: a launch prefix of a side\'s cells, e.g. verl="docker exec -i v"',
+            ),
+        ] = None,
         miles_python: Annotated[
-            str | None, typer.Option("--miles-python", help="interpreter of the Miles environment")
+            str | None, typer.Option("--miles-python", help="alias of --side-python miles=PATH")
         ] = None,
         verl_python: Annotated[
-            str | None, typer.Option("--verl-python", help="interpreter of the VERL environment")
+            str | None, typer.Option("--verl-python", help="alias of --side-python verl=PATH")
         ] = None,
         miles_prefix: Annotated[
-            str | None, typer.Option("--miles-prefix", help='launch prefix, e.g. "docker exec -i miles"')
+            str | None, typer.Option("--miles-prefix", help="alias of --side-prefix miles=CMD")
         ] = None,
         verl_prefix: Annotated[
-            str | None, typer.Option("--verl-prefix", help='launch prefix, e.g. "docker exec -i verl"')
+            str | None, typer.Option("--verl-prefix", help="alias of --side-prefix verl=CMD")
         ] = None,
         cell_timeout_s: Annotated[
             float | None,
@@ -247,7 +280,11 @@ def register(app: typer.Typer) -> None:
             repeats=repeats,
             fail_fast=fail_fast,
             skip_prepare=skip_prepare,
-            **framework_runtimes(*registry.option_runtimes(miles_python, verl_python, miles_prefix, verl_prefix)),
+            **side_runtimes(
+                side_python,
+                side_prefix,
+                registry.option_runtimes(miles_python, verl_python, miles_prefix, verl_prefix),
+            ),
             cell_timeout_s=cell_timeout_s,
             first_step_timeout_s=first_step_timeout_s,
             stall_timeout_s=stall_timeout_s,

@@ -5,7 +5,9 @@
   trusted again when the next run of its series passes. Cells already recorded
   are skipped and named, so rerunning an interrupted `record` completes it.
 - `check DIR --store URL`: judge DIR against the trusted history; writes DIR/check.md (and appends it to
-  $GITHUB_STEP_SUMMARY); exit 1 regression, 0 pass, 2 could not judge.
+  $GITHUB_STEP_SUMMARY); exit 1 regression, 0 pass, 2 could not judge. Its notes add the learning guard's power:
+  the repeats a side that see each planted difference 9 times in 10, from the spread between the history's repeats,
+  with the plan's cost at that number (power_notes.py).
 - `untrust --store URL (--run-id N ... | --commit SHA) --reason TEXT`: revoke trust (rows are kept); --restore undoes.
 - `history --store URL`: change points per series and gated metric, with a trend PNG each; under them, the
   `run.py bisect` command of every change point where a series of the nightly's own framework got slower.
@@ -81,6 +83,7 @@ def check_impl(
     run_dir: Path, store_url: str, settings: CheckSettings, output: Path | None, *, create: bool = False
 ) -> int:
     """Judge run_dir, write the markdown verdict (and check.json) and return the exit code."""
+    from scripts.benchmark.commands.power_notes import history_power_lines, read_plan_data
     from scripts.benchmark.contracts.outputs import refuse_overwrite
     from scripts.benchmark.history.check import render_check_markdown
     from scripts.benchmark.history.gate import check_runs
@@ -95,8 +98,9 @@ def check_impl(
     with HistoryStore(store_url, create=create) as store:
         runs = read_report_runs(run_dir)
         checks, notes = check_runs(store, runs, settings)
-        margins = read_report(run_dir).learning_margins
-        notes += learning_changes(store, runs, window=settings.window, margins=margins)
+        report = read_report(run_dir)
+        notes += learning_changes(store, runs, window=settings.window, margins=report.learning_margins)
+        notes += history_power_lines(store, store_url, runs, report, read_plan_data(run_dir))
     markdown = render_check_markdown(checks, title="Performance check", notes=notes)
     return write_verdict(markdown, checks, notes, output)
 

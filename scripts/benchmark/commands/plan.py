@@ -112,7 +112,7 @@ def plan_impl(
     if aside is not None:
         typer.echo(f"moved the previous contents of {out} to {aside}")
     written = write_plan_atomically(out, lambda tmp: write_plan(plan, out, into=tmp))
-    print_summary(plan, written, out, repeats, estimate)
+    print_summary(plan, written, out, repeats, estimate, cost_store=cost.cost_store)
     if compares:
         _plan_stage_checks(plan)
     if dry_run:

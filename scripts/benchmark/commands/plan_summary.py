@@ -1,12 +1,14 @@
 """What the main command prints once a plan is written: its cells, repeats, cost (plan/cost.py), train-only or
-learning-run facts, preparation steps and parity counts."""
+learning-run facts (with the learning guard's power and the cost at the repeats it needs: power_notes.py),
+preparation steps and parity counts."""
 
 from __future__ import annotations
 
 import typer
 
 
-def print_summary(plan, written, out, repeats: int, cost) -> None:
+def print_summary(plan, written, out, repeats: int, cost, cost_store: str | None = None) -> None:
+    from scripts.benchmark.commands.power_notes import plan_power_lines
     from scripts.benchmark.plan.cost import cost_lines
 
     data = plan.data
@@ -36,6 +38,8 @@ def print_summary(plan, written, out, repeats: int, cost) -> None:
         typer.echo(line)
     if data["spec"]["run"].get("mode") == "learning":
         typer.echo(_learning_run_line(data))
+        for line in plan_power_lines(data, cost, cost_store):
+            typer.echo(line)
     if data.get("recording"):
         typer.echo(_recording_line(data["recording"]))
     for step in data["prepare"]:

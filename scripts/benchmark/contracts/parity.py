@@ -10,8 +10,8 @@
   is neither matched nor a declared asymmetry with its note).
 
 Caveats:
-- Values are JSON values as each adapter's knob reader returns them (numbers, strings, lists); equality is decided
-  by the planner, never re-decided from this file.
+- Values are JSON values of the types frameworks/knobs.py declares (numbers, shared spellings, notes), as each
+  adapter's knob reader returns them; equality is decided by the planner, never re-decided from this file.
 """
 
 from __future__ import annotations

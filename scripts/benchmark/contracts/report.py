@@ -26,6 +26,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from scripts.benchmark.contracts.learning import (  # noqa: F401 (the learning words are report.json's)
+    DIFFERENT,
+    NOT_JUDGED,
+    SAME,
+    UNSETTLED,
+    LearningSignalModel,
+    LengthExplainsModel,
+    SeriesPairModel,
+)
 from scripts.benchmark.contracts.parity import ParityFile
 from scripts.benchmark.contracts.sides import Side, SidePair
 from scripts.benchmark.spec.report import DEFAULT_PRACTICAL_THRESHOLD
@@ -54,6 +63,8 @@ class RepeatSteadyModel(_Open):
     reached: bool
     method: str
     more_steps: int | None = None
+    noise: float | None = None
+    """The steady steps' robust scale as a share of their level (analysis/steady_state.py::window_noise)."""
     steps: int
     steady_steps: int
 
@@ -63,6 +74,8 @@ class SteadyStateModel(_Open):
     reached: bool
     method: str
     more_steps: int | None = None
+    noise: float | None = None
+    """Set when the claim is refused for noise: the largest robust scale (share of the level) of such a repeat."""
     repeats: list[RepeatSteadyModel] = Field(default_factory=list)
 
 
@@ -225,63 +238,6 @@ class CalibrationRowModel(_Open):
     weight_sync_floor_s: float | None = None
     weight_sync_floor_path: str | None = None
     weight_sync_over_floor: float | None = None
-
-
-class LastThirdModel(_Open):
-    verdict: str
-    difference: float | None = None
-    ci_low: float | None = None
-    ci_high: float | None = None
-
-
-SAME, DIFFERENT, UNSETTLED, NOT_JUDGED = "same", "different", "not enough steps to tell", "not judged"
-"""The learning guard's words per signal (analysis/learning.py)."""
-
-
-class TestedQuantityModel(_Open):
-    estimate: float
-    ci_low: float
-    ci_high: float
-    call: str
-
-
-class LearningSignalModel(_Open):
-    signal: str
-    unit: str
-    margin_kind: Literal["absolute", "relative"]
-    margin: float | None
-    candidate: float | None
-    reference: float | None
-    paired_steps: int
-    difference: float | None
-    ci_low: float | None = None
-    ci_high: float | None = None
-    verdict: str
-    why: str
-    block: float | None = None
-    last_third: LastThirdModel | None = None
-    """Written by reports before the level and last-third test; kept so they still load."""
-    steps_needed: int | None = None
-    """With "not enough steps to tell": the paired steps that would tell at the observed noise."""
-    tested: dict[str, TestedQuantityModel] = Field(default_factory=dict)
-    """Per quantity tested (level, late, drift): its estimate, 1 - 2 alpha interval and call."""
-
-
-class PointsModel(_Open):
-    steps: list[int]
-    values: list[float]
-
-
-class SeriesPairModel(_Open):
-    candidate: PointsModel
-    reference: PointsModel
-
-
-class LengthExplainsModel(_Open):
-    generate_ratio: float | None
-    length_ratio: float | None
-    per_token_ratio: float | None
-    share: float | None
 
 
 class LearningPairModel(PairModel):

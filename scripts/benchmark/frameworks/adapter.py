@@ -10,6 +10,8 @@ plan is two sides (contracts/sides.py), each an adapter plus its target.
 - `FrameworkAdapter`: build a cell's launch, read its parity knobs back, read its native sink into step records,
   name its learning signals, run its own checks, preflight a machine, report its versions and targets, read and
   write its rollout dump (`recording_codec`).
+- `protocol_problems(adapter)`: the members an object lacks or has of another type than the protocol declares
+  (the registry refuses such an adapter when it registers, rather than fail in a command later).
 
 Caveats:
 - `read_sink` returns records with their `learning` block set but not derived (frameworks/sinks.py derives TFLOPs,
@@ -18,10 +20,12 @@ Caveats:
 
 from __future__ import annotations
 
+import inspect
+import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, Union, get_args, get_origin, get_type_hints, runtime_checkable
 
 from scripts.benchmark.contracts.sides import Side
 from scripts.benchmark.frameworks.launch import FrameworkLaunch, RecordingPass
@@ -149,13 +153,19 @@ class FrameworkAdapter(Protocol):
         """The literal words of `argv` that set `knob` ("" when none does); None when it has no source table."""
         ...
 
-    def inherent_differences(self, backend: str, layout: str) -> dict[str, str]:
-        """Knob -> note: asymmetries declared whenever this framework is compared with another one."""
+    def inherent_differences(self, backend: str, layout: str, other: str) -> dict[str, str]:
+        """Knob -> note: asymmetries declared when this framework is compared with the framework named `other`; a
+        note that describes the other framework's behaviour is returned for that framework only."""
         ...
 
-    def incomparable_phases(self, layout: str) -> dict[str, str]:
-        """Phase -> why this framework's phase is not the same quantity as another framework's in `layout` (the
-        report shows it, marked, and leaves its gap out of the attribution)."""
+    def absent_knobs(self, backend: str, layout: str) -> dict[str, str]:
+        """Knob -> why its launches cannot have it (its parser leaves it out); any other knob it leaves out while
+        the other side reads it is a mismatch."""
+        ...
+
+    def incomparable_phases(self, layout: str, other: str) -> dict[str, str]:
+        """Phase -> why this framework's phase is not the same quantity as the framework named `other`'s in `layout`
+        (the report shows it, marked, and leaves its gap out of the attribution)."""
         ...
 
     def read_sink(self, paths: list[Path], ctx: RunContext) -> list[StepRecord]:
@@ -179,6 +189,62 @@ class FrameworkAdapter(Protocol):
         ...
 
     def sglang_accepts(self, key: str, version: str) -> bool: ...
+
+
+def protocol_problems(adapter: object) -> list[str]:
+    """What `adapter` lacks of `FrameworkAdapter`, or has of another type: one line per member, [] when none."""
+    problems = []
+    for name, hint in get_type_hints(FrameworkAdapter).items():
+        if not hasattr(adapter, name):
+            problems.append(f"{name} is missing")
+        elif not _fits(getattr(adapter, name), hint):
+            problems.append(f"{name} is {type(getattr(adapter, name)).__name__}, not {_hint_text(hint)}")
+    for name, declared in vars(FrameworkAdapter).items():
+        if name.startswith("_") or not inspect.isfunction(declared):
+            continue
+        method = getattr(adapter, name, None)
+        parameters = list(inspect.signature(declared).parameters)[1:]
+        if method is None:
+            problems.append(f"{name}() is missing")
+        elif not callable(method):
+            problems.append(f"{name} is {type(method).__name__}, not a method")
+        elif not _takes(method, parameters):
+            problems.append(f"{name}{inspect.signature(method)} cannot be called with ({', '.join(parameters)})")
+    return problems
+
+
+def _takes(method: Any, parameters: list[str]) -> bool:
+    try:
+        inspect.signature(method).bind(*parameters)
+    except TypeError:
+        return False
+    return True
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether `value` is of the annotation `hint`, as far as it can be told at run time (a protocol that is not
+    runtime-checkable is taken on trust)."""
+    origin, args = get_origin(hint), get_args(hint)
+    if origin in (Union, types.UnionType):
+        return any(_fits(value, arg) for arg in args)
+    if hint is None or hint is type(None):
+        return value is None
+    if origin is tuple:
+        return isinstance(value, tuple) and all(_fits(item, args[0]) for item in value)
+    if origin is not None:
+        return isinstance(value, origin)
+    try:
+        return isinstance(value, hint)
+    except TypeError:
+        return True
+
+
+def _hint_text(hint: Any) -> str:
+    if get_origin(hint) in (Union, types.UnionType):
+        return " | ".join(_hint_text(arg) for arg in get_args(hint))
+    if hint is type(None):
+        return "None"
+    return str(hint) if get_origin(hint) else getattr(hint, "__name__", str(hint))
 
 
 class AdapterDefaults:
@@ -234,10 +300,13 @@ class AdapterDefaults:
     def launch_words(self, knob: str, argv: list[str]) -> str | None:
         return None
 
-    def inherent_differences(self, backend: str, layout: str) -> dict[str, str]:
+    def inherent_differences(self, backend: str, layout: str, other: str) -> dict[str, str]:
         return {}
 
-    def incomparable_phases(self, layout: str) -> dict[str, str]:
+    def absent_knobs(self, backend: str, layout: str) -> dict[str, str]:
+        return {}
+
+    def incomparable_phases(self, layout: str, other: str) -> dict[str, str]:
         return {}
 
     def refused(self, launch_argv: list[str]) -> list[str]:

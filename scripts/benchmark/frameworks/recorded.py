@@ -23,7 +23,7 @@ import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from scripts.benchmark.errors import UserError
 
@@ -59,6 +59,7 @@ class Recording:
     """Step 1, 2, ... of the replay, in order."""
 
 
+@runtime_checkable
 class RecordingCodec(Protocol):
     """A framework's dump format: `read` a recording from it, `write` one in it (atomically)."""
 

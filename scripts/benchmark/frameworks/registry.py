@@ -1,15 +1,18 @@
 """The framework registry: adapter name -> adapter, and how a command line's words become the sides of a plan.
 
-- `register(adapter)` / `unregister(name)`, `get(name)` (ValueError naming the known ones), `names()`,
-  `label_of(name)` (the name itself when unknown), `by_sink_format(format)` (ValueError when no adapter reads it).
+- `register(adapter)` (refused, naming each member, unless it implements the adapter protocol) /
+  `unregister(name)`, `get(name)` (ValueError naming the known ones), `names()`, `label_of(name)` (the name itself
+  when unknown), `by_sink_format(format)` (ValueError when no adapter reads it).
 - `own_checks(cells, stage)`: each framework's own acceptance check of its cells (adapter.own_checks).
 - `DEFAULT_PAIR`: the (candidate, reference) frameworks of folders written before sides existed.
 - `side_arg(role, text)`: a `NAME[@TARGET]` argument (--candidate / --reference) as a `Side`; `make_pair(candidate,
   reference)` names and labels the two so they differ (Miles against Miles: the reference is `miles-base`, both
   labels carry their target).
-- `pair_example(candidate, reference)`, `no_reference_note()`: the words of parity.md that belong to a pair.
+- `pair_example(candidate, reference)`, `no_reference_note(candidate)`: the words of parity.md that belong to a pair
+  (or to a plan without a reference), never another framework's.
 - `option_pair(compare_verl, miles_version)`, `option_runtimes(...)`: the one place the historical options
-  (--compare-verl, --miles-version, --miles-python, ...) map onto sides and frameworks; `default_sides()` is the
+  (--compare-verl, --miles-version, and the aliases --miles-python, ... of --side-python NAME=PATH, ...) map onto
+  sides and frameworks; `default_sides()` is the
   candidate alone; `settings(options)` each adapter's launch settings from the command line.
 
 The two real entries are registered on import; a test registers its own adapter with `register` and takes it away
@@ -23,7 +26,7 @@ from typing import Any
 
 from scripts.benchmark.contracts.sides import Role, Side, SidePair
 from scripts.benchmark.errors import declare_extras
-from scripts.benchmark.frameworks.adapter import CheckStage, FrameworkAdapter, OwnCheck
+from scripts.benchmark.frameworks.adapter import CheckStage, FrameworkAdapter, OwnCheck, protocol_problems
 from scripts.benchmark.frameworks.miles import ADAPTER as _MILES
 from scripts.benchmark.frameworks.verl import ADAPTER as _VERL
 
@@ -36,6 +39,11 @@ _ADAPTERS: dict[str, FrameworkAdapter] = {}
 
 
 def register(adapter: FrameworkAdapter) -> None:
+    """Add a framework; TypeError naming every member of the protocol (frameworks/adapter.py) it lacks or has of
+    another type, ValueError when its name or a sink format is already taken."""
+    if problems := protocol_problems(adapter):
+        name = getattr(adapter, "name", type(adapter).__name__)
+        raise TypeError(f"framework adapter {name!r} does not implement FrameworkAdapter: " + "; ".join(problems))
     if adapter.name in _ADAPTERS and _ADAPTERS[adapter.name] is not adapter:
         raise ValueError(f"a framework named {adapter.name!r} is already registered")
     clash = [f for a in _ADAPTERS.values() if a is not adapter for f in a.sink_formats if f in adapter.sink_formats]
@@ -64,8 +72,13 @@ def incomparable_phases(candidate: str, reference: str, layout: str) -> dict[str
     unregistered one (its phases are taken as comparable)."""
     if candidate == reference:
         return {}
-    adapters = [a for a in (_ADAPTERS.get(candidate), _ADAPTERS.get(reference)) if a is not None]
-    return {phase: why for adapter in adapters for phase, why in adapter.incomparable_phases(layout).items()}
+    pairs = [(_ADAPTERS.get(candidate), reference), (_ADAPTERS.get(reference), candidate)]
+    return {
+        phase: why
+        for a, other in pairs
+        if a is not None
+        for phase, why in a.incomparable_phases(layout, other).items()
+    }
 
 
 def note_flags() -> tuple[str, ...]:
@@ -100,14 +113,16 @@ def own_checks(cells: list[dict[str, Any]], stage: CheckStage) -> list[OwnCheck]
     return checks
 
 
-def pair_example(candidate: str, reference: str | None) -> str:
+def pair_example(candidate: str, reference: str) -> str:
     """The example sentence of parity.md's legend for a pair of frameworks ("" when it has none)."""
-    return _PAIR_EXAMPLES.get((candidate, reference or DEFAULT_PAIR[1]), "")
+    return _PAIR_EXAMPLES.get((candidate, reference), "")
 
 
-def no_reference_note() -> str:
-    """What parity.md says when the plan has no reference side."""
-    return "No VERL cells planned (run with --compare-verl): nothing to compare."
+def no_reference_note(candidate: str) -> str:
+    """What parity.md says when the plan has no reference side: the default candidate's usual partner, or none."""
+    if candidate == DEFAULT_PAIR[0]:
+        return "No VERL cells planned (run with --compare-verl): nothing to compare."
+    return "No reference side planned (run with --reference NAME): nothing to compare."
 
 
 def side_arg(role: Role, text: str, root: str | None = None) -> Side:

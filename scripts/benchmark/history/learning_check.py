@@ -7,6 +7,9 @@
   the spec's `learning.margins`, else bench_metrics.LEARNING_SIGNALS; absolute or relative) gives a "learning
   changed" note. A PR that changes what the policy learns is named as such, beside (never inside) the speed
   verdict, and does not change the check's exit code.
+- `recorded_repeat_values(store_url, plan)` / `series_repeat_values(store, series)`: per signal, the per-repeat
+  window means of recorded runs (of a plan's cells, or of a series' trusted runs): the spread between runs that the
+  learning guard's power statements use (analysis/learning_power.py).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from scripts.benchmark.history.store import HistoryStore, baseline_runs
 from miles.utils.bench_metrics import LEARNING_SIGNALS, is_finite_number
 
 LEARNING_PREFIX = "learning."
+SPREAD_RUNS = 20
+"""The newest recorded runs a spread between repeats is pooled over."""
 
 
 def learning_metric_values(cell: CellModel) -> list[MetricValue]:
@@ -43,13 +48,14 @@ def learning_metric_values(cell: CellModel) -> list[MetricValue]:
 
 
 def moved_beyond_margin(name: str, baseline: float, candidate: float, margin: float | None) -> float | None:
-    """The change (absolute, or relative for relative signals) when it leaves the margin, else None."""
+    """The change (absolute, or relative to the level for relative signals) when it leaves the margin, else None."""
     if margin is None:
         return None
-    if LEARNING_SIGNALS[name].margin_kind == "relative":
-        if baseline <= 0 or candidate <= 0:
+    spec = LEARNING_SIGNALS[name]
+    if spec.margin_kind == "relative":
+        if spec.level(baseline) <= 0 or spec.level(candidate) <= 0:
             return None
-        change = candidate / baseline - 1
+        change = spec.level(candidate) / spec.level(baseline) - 1
         return change if abs(math.log1p(change)) > math.log1p(margin) else None
     change = candidate - baseline
     return change if abs(change) > margin else None
@@ -85,3 +91,31 @@ def learning_changes(
             if change is not None:
                 notes.append(_note(run.cell_id, name, baseline, value, change, margins[name]))
     return notes
+
+
+def series_repeat_values(store: HistoryStore, series: list[str]) -> dict[str, list[list[float]]]:
+    """Signal -> each trusted run's per-repeat values, over the newest SPREAD_RUNS runs of each series."""
+    ids = [r.id for label in series for r in baseline_runs(store.runs(label))[-SPREAD_RUNS:]]
+    return _repeat_values(store, ids)
+
+
+def recorded_repeat_values(store_url: str, plan: dict) -> dict[str, list[list[float]]]:
+    """Signal -> each recorded run's per-repeat values, over the newest SPREAD_RUNS runs of each cell of `plan`
+    (same preset, spec hash and cell: a learning run's own series)."""
+    with HistoryStore(store_url, create=False) as store:
+        ids = [
+            run_id
+            for cell in plan["cells"]
+            for run_id in store.latest_cell_runs(
+                preset=plan.get("preset"), spec_hash=plan["spec_hash"], cell_id=cell["id"], limit=SPREAD_RUNS
+            )
+        ]
+        return _repeat_values(store, ids)
+
+
+def _repeat_values(store: HistoryStore, ids: list[int]) -> dict[str, list[list[float]]]:
+    out = {}
+    for name in LEARNING_SIGNALS:
+        stored = store.repeat_values(ids, LEARNING_PREFIX + name)
+        out[name] = [[v for v in values if is_finite_number(v)] for values in stored.values()]
+    return out

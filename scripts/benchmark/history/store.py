@@ -267,6 +267,19 @@ class HistoryStore:
             )
             return {r.run_id: r.value for r in rows}
 
+    def repeat_values(self, run_ids: Iterable[int], metric: str) -> dict[int, list[float | None]]:
+        """Run id -> the stored per-repeat values of `metric` (empty where the run has none)."""
+        ids = list(run_ids)
+        if not ids:
+            return {}
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(VALUES.c.run_id, VALUES.c.repeat_values).where(
+                    VALUES.c.run_id.in_(ids), VALUES.c.metric == metric
+                )
+            )
+            return {r.run_id: json.loads(r.repeat_values) for r in rows}
+
     def metrics(self, series: str) -> list[str]:
         with self.engine.connect() as conn:
             query = (

@@ -4,10 +4,14 @@
   `matched` or `asymmetry` (declared, with a one-line note of the expected throughput effect). A difference that is
   not declared raises `ParityError`. The values come from each side's adapter (`parity_knobs`); the literal words
   that set the knob in each launch (`candidate_launch`, `reference_launch`) from its `launch_words`, so the table can
-  be checked against the cell scripts word for word.
-- Declared asymmetries: when the two sides run different frameworks, the union of both adapters'
-  `inherent_differences`; two sides of one framework declare none, except their targets (a `target` row, which is
-  the change under comparison).
+  be checked against the cell scripts word for word. Rows follow frameworks/knobs.py's order; a value outside its
+  knob's declared type, or a knob it does not declare, is a `MISMATCH` naming the knob and the parser (even where
+  both sides agree).
+- Declared asymmetries: when the two sides run different frameworks, what each adapter's `inherent_differences`
+  declares against the other's framework (a note that describes the other framework is keyed by it); two sides of
+  one framework declare none, except their targets (a `target` row, which is the change under comparison). A knob
+  one side does not read is a mismatch unless that side's adapter says why its launches cannot have it
+  (`absent_knobs`).
 - `parity_file(...)`, `parity_markdown(...)`: what the plan writes as parity.json (contracts/parity.py) / parity.md
   (with a legend, in the sides' labels, and a link to the manual).
 """
@@ -24,6 +28,7 @@ from scripts.benchmark.contracts.parity import ParityFile, ParityPair, ParityRow
 from scripts.benchmark.contracts.sides import SidePair
 from scripts.benchmark.frameworks import registry
 from scripts.benchmark.frameworks.adapter import FrameworkAdapter
+from scripts.benchmark.frameworks.knobs import BY_NAME, KNOBS
 
 DOCS = "docs/benchmark/plan.md#the-parity-table-and-declared-asymmetries"
 NOT_SET = "not set: framework default"
@@ -74,48 +79,7 @@ class ParitySide:
     """The plan sink the launch writes (`FrameworkLaunch.sink["format"]`): the metric_sink row says what it is."""
 
 
-# (group, knob) in table order; a knob missing from both parses is skipped (backend-specific groups).
-KNOBS: list[tuple[str, str]] = [
-    ("data", k) for k in ("prompt_rows", "prompt_order", "chat_template", "max_prompt_tokens", "overlong_prompts")
-] + [
-    ("data", "max_response_tokens"),
-    ("reward", "reward_scorer"),
-    *[("batch", k) for k in ("prompts_per_step", "samples_per_prompt", "samples_per_optimizer_step")],
-    *[("batch", k) for k in ("optimizer_steps_per_step", "ppo_epochs", "dynamic_batching", "max_tokens_per_gpu")],
-    *[("batch", k) for k in ("logprob_max_tokens_per_gpu", "dp_load_balancing")],
-    *[("grpo", k) for k in ("advantage_estimator", "std_normalization", "clip_low", "clip_high", "dual_clip")],
-    *[("grpo", k) for k in ("loss_aggregation", "kl_loss", "kl_loss_coef", "kl_loss_type", "kl_in_reward")],
-    *[("grpo", k) for k in ("reference_model", "entropy_coef", "old_logprobs")],
-    *[("optimizer", k) for k in ("optimizer", "lr", "lr_schedule", "lr_warmup_steps", "weight_decay")],
-    *[("optimizer", k) for k in ("adam_beta1", "adam_beta2", "adam_eps", "clip_grad")],
-    *[("sampling", k) for k in ("temperature", "top_p", "top_k", "sampling_seed")],
-    *[("rollout", k) for k in ("rollout_engine", "gpus_per_engine", "mem_fraction", "max_running_requests")],
-    *[("rollout", k) for k in ("client_concurrency", "chunked_prefill", "rollout_attention_backend", "cuda_graphs")],
-    *[("rollout", k) for k in ("cuda_graph_max_bs", "weight_sync_bucket_mb", "rollout_memory_release")],
-    *[("rollout", k) for k in ("rollout_memory_saver", "completion_wait", "health_checks", "rollout_dumps")],
-    *[("rollout", k) for k in ("prefill_cuda_graphs", "rollout_engine_version")],
-    *[("fsdp", k) for k in ("gradient_checkpointing", "fsdp_version", "attn_implementation")],
-    *[("fsdp", k) for k in ("fsdp_cpu_offload_policy", "sequence_packing", "ulysses_sp", "cuda_allocator")],
-    *[("megatron", k) for k in ("tp", "pp", "cp", "ep", "etp", "sequence_parallel", "recompute", "dropout")],
-    *[("megatron", k) for k in ("megatron_attention_backend", "distributed_optimizer", "optimizer_cpu_offload")],
-    *[("megatron", k) for k in ("precision_aware_optimizer", "grad_reduce_dtype", "moe_kernels", "moe_router_dtype")],
-    ("megatron", "hf_weights_loading"),
-    *[("placement", k) for k in ("layout", "train_gpus", "rollout_gpus", "nodes", "train_state_offload")],
-    ("placement", "weight_cpu_backup"),
-    *[("loop", k) for k in ("rollout_loop", "loop_shape", "max_policy_lag", "weight_sync_cadence", "partial_rollout")],
-    ("loop", "first_steps_composition"),
-    *[("run", k) for k in ("steps", "training_seed", "evaluation", "checkpoint_save", "resume")],
-    *[("run", k) for k in ("external_trackers", "tracking", "metric_sink", "dead_or_ignored_keys")],
-    ("run", "rollout_replay"),
-]
-
-# Notes of matched knobs whose matched value still costs time (the same cost on both sides).
-_MATCHED_COST = {
-    "tracking": "wandb adds a network logger (background upload) to both runs; equal cost, never the metric sink",
-    "max_policy_lag": "the bound the launches set; the lag the runs log is in the report's policy_lag",
-}
-
-
+UNREAD = "nothing declares why it cannot exist there: read it back, or declare why in the adapter's absent_knobs"
 REPLAY_NOTE = (
     "kept out of the training-step comparison: a train-only report compares old_logprob, ref_logprob and train (and "
     "training tokens/s, TFLOP/s, MFU) only, never step time, generate or weight_sync"
@@ -124,11 +88,25 @@ REPLAY_NOTE = (
 
 
 def declared_asymmetries(candidate: FrameworkAdapter, reference: FrameworkAdapter, backend: str, layout: str):
-    """Knob -> note: both adapters' inherent differences when the frameworks differ, none otherwise."""
+    """Knob -> note: what each adapter declares against the other's framework when the frameworks differ (notes
+    keyed by the pair that makes them true), none otherwise."""
     if candidate.name == reference.name:
         return {}
-    inherent = {**candidate.inherent_differences(backend, layout), **reference.inherent_differences(backend, layout)}
-    return {**inherent, "rollout_replay": REPLAY_NOTE}
+    return {
+        **candidate.inherent_differences(backend, layout, reference.name),
+        **reference.inherent_differences(backend, layout, candidate.name),
+        "rollout_replay": REPLAY_NOTE,
+    }
+
+
+def _absent(knob: str, sides: tuple[tuple[ParitySide, dict[str, Any]], ...], backend: str, layout: str):
+    """(status, note) of a knob one side does not read: declared where that side's adapter says why its launches
+    cannot have it, a mismatch otherwise."""
+    side = next(side for side, knobs in sides if knob not in knobs)
+    why = side.adapter.absent_knobs(backend, layout).get(knob)
+    if why:
+        return "asymmetry", f"absent from {side.adapter.label}'s launches: {why}"
+    return "MISMATCH", f"absent from {side.adapter.label}'s launches: its parser does not read it ({UNREAD})"
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -171,23 +149,48 @@ def _knobs(side: ParitySide, backend: str) -> dict[str, Any]:
     return {**knobs, "metric_sink": described} if described else knobs
 
 
+def _mistyped(side: ParitySide, knobs: dict[str, Any], errors: list[str]) -> dict[str, str]:
+    """Knob -> why the side's parser returned a value outside its declared type (frameworks/knobs.py); a knob the
+    model does not declare goes straight to `errors`."""
+    parser, problems = f"{side.adapter.label}'s parity parser", {}
+    for name, value in knobs.items():
+        if name not in BY_NAME:
+            errors.append(f"{name}: {parser} returns a knob that frameworks/knobs.py does not declare")
+        elif (problem := BY_NAME[name].problem(value)) is not None:
+            problems[name] = f"{parser} returned {value!r}: {problem}"
+    return problems
+
+
 def build_parity(candidate: ParitySide, reference: ParitySide, backend: str, layout: str) -> list[ParityRow]:
     """All rows; raises ParityError (carrying the rows) if a knob differs and is not a declared asymmetry."""
     a_knobs, b_knobs = _knobs(candidate, backend), _knobs(reference, backend)
+    rows, errors = _target_row(candidate, reference), []
+    mistyped: dict[str, list[str]] = {}
+    for side, knobs in ((candidate, a_knobs), (reference, b_knobs)):
+        for knob, problem in _mistyped(side, knobs, errors).items():
+            mistyped.setdefault(knob, []).append(problem)
     declared = declared_asymmetries(candidate.adapter, reference.adapter, backend, layout)
     if candidate.adapter.name == reference.adapter.name and candidate.sink_format != reference.sink_format:
         declared["metric_sink"] = SINK_NOTE
     if candidate.adapter.name == reference.adapter.name and candidate.target != reference.target:
         declared.update(dict.fromkeys(BUNDLED_KNOBS, BUNDLED_NOTE))
-    rows, errors = _target_row(candidate, reference), []
-    for group, knob in KNOBS:
+    for declared_knob in KNOBS:
+        knob = declared_knob.name
         if knob not in a_knobs and knob not in b_knobs:
             continue
         a, b = a_knobs.get(knob, "<absent>"), b_knobs.get(knob, "<absent>")
         words = dict(zip(("candidate_launch", "reference_launch"), _words(knob, candidate, reference), strict=True))
-        row = {"knob": knob, "group": group, "candidate": a, "reference": b, **words}
-        if _same(a, b):
-            note = _MATCHED_COST.get(knob, "") if a not in ("off", "none") else ""
+        row = {"knob": knob, "group": declared_knob.group, "candidate": a, "reference": b, **words}
+        if knob in mistyped:
+            note = "; ".join(dict.fromkeys(mistyped[knob]))  # one parser on both sides says it once
+            rows.append(ParityRow(**row, status="MISMATCH", note=note))
+            errors.append(f"{knob}: {note}")
+        elif knob not in a_knobs or knob not in b_knobs:
+            status, note = _absent(knob, ((candidate, a_knobs), (reference, b_knobs)), backend, layout)
+            rows.append(ParityRow(**row, status=status, note=note))
+            errors += [f"{knob}: {note}"] if status == "MISMATCH" else []
+        elif _same(a, b):
+            note = declared_knob.matched_cost if a not in ("off", "none") else ""
             rows.append(ParityRow(**row, status="matched", note=note))
         elif knob in declared:
             rows.append(ParityRow(**row, status="asymmetry", note=declared[knob]))
@@ -195,7 +198,7 @@ def build_parity(candidate: ParitySide, reference: ParitySide, backend: str, lay
             rows.append(ParityRow(**row, status="MISMATCH", note="not a declared asymmetry"))
             errors.append(f"{knob}: {candidate.adapter.name}={a!r} {reference.adapter.name}={b!r}")
     if errors:
-        raise ParityError(f"{backend}/{layout}: " + "; ".join(errors), rows)
+        raise ParityError(f"{backend}/{layout}: " + "; ".join(dict.fromkeys(errors)), rows)
     return rows
 
 
@@ -215,18 +218,17 @@ def _launch_text(text: str | None) -> str:
 
 
 def parity_markdown(parity: ParityFile, title: str, sides: SidePair) -> str:
-    candidate = sides.candidate
-    reference_label = sides.reference.label if sides.reference else registry.label_of(registry.DEFAULT_PAIR[1])
-    example = registry.pair_example(candidate.framework, sides.reference.framework if sides.reference else None)
+    candidate, reference = sides.candidate, sides.reference
     lines = [
         f"# Parity: {title}",
         "",
         f"spec_hash `{parity.spec_hash}`; what each row means: [{DOCS}]({DOCS}).",
         "",
     ]
-    lines += [" ".join(legend(candidate.label, reference_label, example)), ""]
-    if not parity.pairs:
-        return "\n".join(lines + [registry.no_reference_note(), ""])
+    if reference is None or not parity.pairs:
+        return "\n".join(lines + [registry.no_reference_note(candidate.framework), ""])
+    example = registry.pair_example(candidate.framework, reference.framework)
+    lines += [" ".join(legend(candidate.label, reference.label, example)), ""]
     for pair in parity.pairs:
         c = pair.counts
         lines += [f"## {pair.candidate_cell} vs {pair.reference_cell}", ""]
@@ -238,7 +240,7 @@ def parity_markdown(parity: ParityFile, title: str, sides: SidePair) -> str:
             + [_launch_text(r.candidate_launch), _launch_text(r.reference_launch), _knob_text(r.note)]
             for r in pair.rows
         ]
-        header = ["group", "knob", candidate.label, reference_label, "status", f"{candidate.label} sets it with"]
-        header += [f"{reference_label} sets it with", "expected throughput effect"]
+        header = ["group", "knob", candidate.label, reference.label, "status", f"{candidate.label} sets it with"]
+        header += [f"{reference.label} sets it with", "expected throughput effect"]
         lines += [markdown_table(header, rows), ""]
     return "\n".join(lines)

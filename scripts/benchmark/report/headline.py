@@ -32,7 +32,7 @@ from scripts.benchmark.contracts.report import (
     signed_percent,
 )
 from scripts.benchmark.contracts.settle import MAX_REPEATS_TO_SETTLE, settle_estimate
-from scripts.benchmark.report.learning import learning_warning
+from scripts.benchmark.report.learning import learning_warning, power_warning
 from scripts.benchmark.report.palette import PHASE_COLORS, UNATTRIBUTED_COLOR, VERDICT_COLORS
 from scripts.benchmark.report.render import BarSegment, Bullets, Card, CardBar, Cards, Paragraph, render_markdown
 
@@ -213,7 +213,7 @@ def pair_card(doc: ReportDocument, backend: str, layout: str) -> Card:
         text=evidence,
         color=VERDICT_COLORS[verdict],
         bars=bars,
-        warnings=[learning] if learning else [],
+        warnings=[w for w in (learning, power_warning(doc, backend, layout)) if w],
     )
 
 
@@ -242,12 +242,9 @@ def _notes(doc: ReportDocument) -> list[str]:
         notes.append(single)
     unsteady = [c for c in doc.cells if not c.steady_state.reached]
     if unsteady:
-        needs = [
-            f"`{c.id}`" + (f" (needs {c.steady_state.more_steps} more steps)" if c.steady_state.more_steps else "")
-            for c in unsteady
-        ]
         notes.append(
-            "No steady state: " + ", ".join(needs) + " (their numbers include warm-up or drift; see Steady state)."
+            "No steady state: " + ", ".join(_unsteady(c) for c in unsteady) + " (their numbers may include warm-up "
+            "or drift; see Steady state)."
         )
     if doc.incomplete:
         notes.append(f"{len(doc.incomplete)} cell repeat(s) did not complete; see Incomplete cells.")
@@ -270,6 +267,13 @@ def _notes(doc: ReportDocument) -> list[str]:
     if doc.train_only is not None:
         notes.append(TRAIN_ONLY_NOTE)
     return notes
+
+
+def _unsteady(cell) -> str:
+    steady = cell.steady_state
+    if steady.noise is not None:
+        return f"`{cell.id}` (step time too noisy, {steady.noise:.1%}, to place the end of its warm-up)"
+    return f"`{cell.id}`" + (f" (needs {steady.more_steps} more steps)" if steady.more_steps else "")
 
 
 TRAIN_ONLY_NOTE = (

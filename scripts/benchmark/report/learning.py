@@ -7,6 +7,8 @@
   the judged window shaded.
 - `learning_warning(doc, backend, layout)`: the sentence a pair's throughput verdict must carry when its learning
   differs or its sameness is not shown, with the steps that would tell (None when every judged signal is the same).
+- `power_warning(doc, backend, layout)`: the sentence a card carries when the run has fewer repeats a side than the
+  guard needs to see its planted differences 9 times in 10 (analysis/learning_power.py).
 - `too_short_note(doc)`: when the run has fewer steps than a learning run (`LEARNING_RUN_STEPS`), that it is too
   short for the guard, and the learning-run command that settles it (None otherwise).
 """
@@ -63,14 +65,46 @@ def learning_warning(doc: ReportDocument, backend: str, layout: str) -> str | No
             "learning work, so their speeds are not a like-for-like comparison."
         )
     unsettled = [row for row in pair.signals if row.verdict == UNSETTLED]
+    if unsettled and all(row.repeats and min(row.repeats) < 2 for row in unsettled):
+        return (
+            "Learning not judged: one repeat a side, so a run's own drift is not in the interval; at least 2 "
+            "repeats a side give a verdict."
+        )
     if unsettled:
-        needed = [row.steps_needed for row in unsettled if row.steps_needed is not None]
-        tell = f"; about {max(needed)} paired steps would tell" if len(needed) == len(unsettled) else ""
+        needed = [row.repeats_needed for row in unsettled if row.repeats_needed is not None]
+        tell = f"; about {max(needed)} repeats a side would tell" if len(needed) == len(unsettled) else ""
+        steps = [row.steps_needed for row in unsettled if row.steps_needed is not None]
+        tell = f"; about {max(steps)} paired steps would tell" if len(steps) == len(unsettled) else tell
         names = ", ".join(row.signal for row in unsettled)
         return f"Same learning not shown ({names}: not enough steps to tell at {unsettled[0].paired_steps}{tell})."
     if not by_verdict.get(SAME):
         return "Learning not judged: no signal both frameworks log comparably."
     return None
+
+
+def power_warning(doc: ReportDocument, backend: str, layout: str) -> str | None:
+    """When this run has fewer repeats a side than the guard needs to see a planted difference 9 times in 10: which
+    ones, the repeats they need, and where the spread between runs comes from (None when it has enough)."""
+    pair = learning_pair(doc, backend, layout)
+    short = [row.power for row in (pair.signals if pair else []) if row.power and _too_few(row.power)]
+    if not short:
+        return None
+    parts = [
+        f"{p.planted} ({_needed(p.repeats_needed)}; {p.power:.0%} with {p.repeats})"
+        for p in sorted(short, key=lambda p: p.repeats_needed or 10**6)
+    ]
+    return (
+        f"Too few repeats for the learning guard: 9 times in 10 it would see {', '.join(parts)} "
+        f"(repeats a side; from {short[0].spread_source})."
+    )
+
+
+def _too_few(power) -> bool:
+    return power.repeats_needed is None or power.repeats_needed > power.repeats
+
+
+def _needed(count: int | None) -> str:
+    return f"about {count} needed" if count else "more than 64 needed"
 
 
 def _side_arg(side) -> str:
@@ -95,7 +129,8 @@ def too_short_note(doc: ReportDocument) -> str | None:
     backend = backends[0] if len(backends) == 1 else "all"
     return (
         f"This run ends at step {max(steps)}, too short for the learning guard: its verdicts are validated at "
-        f"{LEARNING_RUN_STEPS} steps, and at 24 steps a 10% reward drop is caught in about half the pairs. "
+        f"{LEARNING_RUN_STEPS} steps, and at 24 steps a 10% lower solve rate is caught in about 3 pairs in 10 with 3 "
+        "repeats a side. "
         f"To settle learning, plan a learning run ({LEARNING_RUN_STEPS} steps of the same batch, its own spec hash): "
         f"`python scripts/benchmark/run.py --backend {backend} --candidate {_side_arg(sides.candidate)}{reference} "
         f"{source} --learning-run --output-dir DIR` (docs/benchmark/analysis.md)."
@@ -141,7 +176,17 @@ def _signal_line(row: LearningSignalModel) -> list[str]:
         f"{_difference(row.difference, row.margin_kind)} [{interval}]",
         _margin(row),
         _verdict(row),
+        _power_cell(row),
     ]
+
+
+def _power_cell(row: LearningSignalModel) -> str:
+    """The planted difference's power with this run's repeats, and the repeats a side for 9 in 10."""
+    p = row.power
+    if p is None:
+        return "n/a"
+    needed = f"{p.repeats_needed}" if p.repeats_needed else "> 64"
+    return f"{p.planted}: {p.power:.0%} with {p.repeats}, 90% with {needed}"
 
 
 def length_sentence(pair: LearningPairModel, ratio: str) -> str:
@@ -179,7 +224,7 @@ def learning_blocks(doc: ReportDocument, images: dict[str, str]) -> list[Any]:
     short = too_short_note(doc)
     if short:
         blocks.append(Paragraph(short))
-    header = ["signal", "unit", c, r, f"{c} - {r} [{pct} CI]", "margin", "verdict"]
+    header = ["signal", "unit", c, r, f"{c} - {r} [{pct} CI]", "margin", "verdict", "power (repeats a side)"]
     for pair in pairs:
         blocks.append(Heading(3, f"{pair.backend} / {pair.layout}: from step {pair.from_step}"))
         warning = learning_warning(doc, pair.backend, pair.layout)
@@ -214,7 +259,8 @@ def _draw_panel(
     draw_y_axis(svg, frame, label="", size=PANEL_FONT, count=5)
     draw_x_axis(svg, frame, label="", size=PANEL_FONT, count=5, grid=False)
     draw_border(svg, frame)
-    title = f"{pair.backend}/{pair.layout} {row.signal} ({row.unit}): {row.verdict}"
+    verdict = "not settled" if row.verdict == UNSETTLED else row.verdict  # the panel's width holds ~70 characters
+    title = f"{pair.backend}/{pair.layout} {row.signal} ({row.unit}): {verdict}"
     svg.text(frame.left, frame.top - 12, title, size=PANEL_FONT + 1, cls="title")
 
 

@@ -1,10 +1,11 @@
 """What the runner executes for one cell repeat: the plan's launch_argv made concrete for this machine.
 
 - `${BENCH_CELL_DIR}` in argv, env values and the sink path becomes the absolute folder of the cell repeat.
-- `FrameworkRuntime` (from --miles-python/--verl-python and --miles-prefix/--verl-prefix): every bare `python` or
-  `python3` word of launch_argv becomes the framework's interpreter, and a leading bare `ray` becomes the `ray` next to
-  that interpreter when one exists; a prefix (e.g. `docker exec -i miles`) is put in front, and the plan's env then
-  travels as `env K=V ...` after the prefix (a container does not inherit the harness's environment).
+- `FrameworkRuntime` (from --side-python / --side-prefix NAME=..., by the cell's side or framework): every bare
+  `python` or `python3` word of launch_argv becomes the side's interpreter, and a leading bare `ray` becomes the
+  `ray` next to that interpreter when one exists; a prefix (e.g. `docker exec -i miles`) is put in front, and the
+  plan's env then travels as `env K=V ...` after the prefix (a container does not inherit the harness's
+  environment).
 - Ray: the cell's RAY_ADDRESS is the cluster's GCS address for `ray.init` users (VERL) and the dashboard URL for
   a Ray job submission (Miles); an `--address` already in a job submission's argv is replaced by the cluster's, and a
   `--submission-id` is added so the harness can `ray job stop` exactly its job.
@@ -56,7 +57,7 @@ class FrameworkRuntime:
 
 
 def framework_interpreter_argv(launch_argv: Sequence[str], runtime: FrameworkRuntime) -> list[str]:
-    """The interpreter that runs the framework: --<fw>-python, else the first python word of launch_argv."""
+    """The interpreter that runs the framework: --side-python's, else the first python word of launch_argv."""
     if runtime.python:
         return runtime.interpreter_argv()
     found = next((w for w in launch_argv if re.fullmatch(r"python[0-9.]*", Path(w).name)), "python3")

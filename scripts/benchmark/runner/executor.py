@@ -317,9 +317,9 @@ def _copy_plan_files(plan_path: Path | None, output_dir: Path, plan: dict[str, A
 def _check_prefix_secrets(options: ExecuteOptions) -> None:
     """A launch prefix is recorded (manifest options, logs): it must not carry a literal secret either."""
     problems = []
-    for framework, prefix in options.prefixes.items():
+    for name, prefix in options.prefixes.items():
         if prefix:
-            problems += find_words_secrets(shlex.split(prefix), f"--{framework}-prefix")
+            problems += find_words_secrets(shlex.split(prefix), f"--side-prefix {name}")
     if problems:
         raise RunError(
             "a literal secret in "

@@ -256,7 +256,7 @@ class MatrixRunner:
             return refused
         self._archive_previous_attempt(cell, cell_run, cell_dir)
         (cell_dir / "sink").mkdir(parents=True, exist_ok=True)
-        runtime = self.options.runtime(cell["framework"])
+        runtime = self.options.runtime(cell)
         label = f"{cell_run.id} rep {cell_run.repeat}"
         self.manifest.set_state(cell_run, "running")
         cell_run.steps_completed = 0

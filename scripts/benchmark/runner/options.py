@@ -34,9 +34,9 @@ class ExecuteOptions:
     fail_fast: bool = False
     skip_prepare: bool = False
     pythons: dict[str, str] = field(default_factory=dict)
-    """Framework name -> its interpreter (--<name>-python)."""
+    """Side or framework name -> the interpreter of its cells (--side-python NAME=PATH)."""
     prefixes: dict[str, str] = field(default_factory=dict)
-    """Framework name -> its launch prefix (--<name>-prefix, e.g. `docker exec -i <container>`)."""
+    """Side or framework name -> the launch prefix of its cells (--side-prefix NAME=CMD, e.g. `docker exec -i c`)."""
     cell_timeout_s: float = WatchdogLimits.cell_timeout_s
     first_step_timeout_s: float = WatchdogLimits.first_step_timeout_s
     stall_timeout_s: float = WatchdogLimits.stall_timeout_s
@@ -54,8 +54,10 @@ class ExecuteOptions:
     """--budget-minutes in seconds, counted from the start of the execution: no launch starts that would end past
     it, and a running one is stopped at it (runner/rounds.py)."""
 
-    def runtime(self, framework: str) -> FrameworkRuntime:
-        return FrameworkRuntime.from_options(self.pythons.get(framework), self.prefixes.get(framework))
+    def runtime(self, cell: Mapping[str, Any]) -> FrameworkRuntime:
+        """A cell's interpreter and prefix: those given for its side, else for its framework (every side of it)."""
+        python, prefix = (table.get(given_name(table, cell) or "") for table in (self.pythons, self.prefixes))
+        return FrameworkRuntime.from_options(python, prefix)
 
     def limits(self) -> WatchdogLimits:
         return WatchdogLimits(
@@ -63,6 +65,12 @@ class ExecuteOptions:
             first_step_timeout_s=self.first_step_timeout_s,
             stall_timeout_s=self.stall_timeout_s,
         )
+
+
+def given_name(table: Mapping[str, str], cell: Mapping[str, Any]) -> str | None:
+    """The name under which `table` (pythons or prefixes) holds the cell's value: its side's, else its framework's."""
+    side = cell.get("side") or cell["framework"]
+    return next((name for name in (side, cell["framework"]) if name in table), None)
 
 
 def needs_private_head(cell: Mapping[str, Any], options: ExecuteOptions) -> bool:
@@ -78,7 +86,8 @@ def harness_argv(argv: list[str]) -> list[str]:
 
 
 _PER_FRAMEWORK = re.compile(r"(?P<framework>[a-z][a-z0-9_]*)_(?P<kind>python|prefix)")
-"""`<name>_python` / `<name>_prefix`: how manifests written before `pythons`/`prefixes` existed stored them."""
+"""`<name>_python` / `<name>_prefix`: how manifests written before `pythons`/`prefixes` existed stored them (by
+framework, which the lookup by side falls back to)."""
 
 
 def options_from_manifest(stored: Mapping[str, Any]) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from scripts.benchmark.contracts.plan import checked_cells
 from scripts.benchmark.frameworks import registry
 from scripts.benchmark.frameworks.launch import ray_shell_problem, uses_ray_job_submit
 from scripts.benchmark.runner.cell_command import find_executable_problem
-from scripts.benchmark.runner.options import ExecuteOptions, harness_argv, needs_private_head
+from scripts.benchmark.runner.options import ExecuteOptions, given_name, harness_argv, needs_private_head
 from scripts.benchmark.runner.sglang_check import installed_sglang_version, sglang_key_problems
 
 
@@ -112,24 +112,35 @@ def launch_problems(plan: dict[str, Any], options: ExecuteOptions, run_dir: Path
                 f"prepare step {step['name']}: {problem} (it creates {step.get('creates')}; "
                 "install it, create that path, or pass --skip-prepare)"
             )
-    for framework, python in options.pythons.items():
-        runtime = options.runtime(framework)
-        if python and not runtime.prefix and (problem := find_executable_problem([python])):
-            problems.append(f"--{framework}-python: {problem}")
+    problems += _unknown_runtime_names(plan["cells"], options)
     for cell in plan["cells"]:
         problems += _cell_launch_problems(cell, options, run_dir)
     return sorted(set(problems))
 
 
+def _unknown_runtime_names(cells: list[dict[str, Any]], options: ExecuteOptions) -> list[str]:
+    """A --side-python / --side-prefix NAME that is neither a side nor a framework of the plan (a typo would
+    otherwise run that side in the wrong environment)."""
+    known = sorted({cell.get("side") or cell["framework"] for cell in cells} | {cell["framework"] for cell in cells})
+    return [
+        f"{option} {name}: the plan has no side or framework named {name!r} (it has {', '.join(known)})"
+        for option, table in (("--side-python", options.pythons), ("--side-prefix", options.prefixes))
+        for name in table
+        if name not in known
+    ]
+
+
 def _cell_launch_problems(cell: dict[str, Any], options: ExecuteOptions, run_dir: Path) -> list[str]:
     problems: list[str] = []
-    runtime = options.runtime(cell["framework"])
+    runtime = options.runtime(cell)
     if uses_ray_job_submit(cell["launch_argv"]) and (problem := ray_shell_problem(str(run_dir))):
         problems.append(f"cell {cell['id']}: run folder {problem}")
     if runtime.prefix:
         if problem := find_executable_problem(list(runtime.prefix)):
-            problems.append(f"--{cell['framework']}-prefix: {problem}")
+            problems.append(f"--side-prefix {given_name(options.prefixes, cell)}: {problem}")
         return problems
+    if runtime.python and (problem := find_executable_problem([runtime.python])):
+        problems.append(f"--side-python {given_name(options.pythons, cell)}: {problem}")
     argv = [runtime.python if runtime.python and w in ("python", "python3") else w for w in cell["launch_argv"]]
     if argv[0] == "ray":
         argv[0] = runtime.ray_argv()[-1]
@@ -138,7 +149,8 @@ def _cell_launch_problems(cell: dict[str, Any], options: ExecuteOptions, run_dir
     if needs_private_head(cell, options) and (problem := find_executable_problem(runtime.ray_argv())):
         problems.append(
             f"cell {cell['id']} needs a private Ray head, but {problem} "
-            "(use --{}-python of an environment with Ray, RAY_ADDRESS, or --ray none)".format(cell["framework"])
+            f"(use --side-python {cell.get('side') or cell['framework']}=PATH of an environment with Ray, "
+            "RAY_ADDRESS, or --ray none)"
         )
     return problems
 

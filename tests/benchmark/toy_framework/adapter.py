@@ -34,12 +34,8 @@ class ToyAdapter(AdapterDefaults):
 
     def build_launch(self, spec: BenchmarkSpec, backend: str, layout: str, ctx: LaunchContext) -> FrameworkLaunch:
         argv = [sys.executable, str(TRAINER), "--sink", SINK, "--steps", str(spec.run.num_steps)]
-        argv += [
-            "--step-s",
-            str(STEP_S),
-            "--samples",
-            str(spec.batch.prompts_per_step * spec.batch.samples_per_prompt),
-        ]
+        argv += ["--step-s", str(STEP_S), "--prompts", str(spec.batch.prompts_per_step)]
+        argv += ["--samples-per-prompt", str(spec.batch.samples_per_prompt)]
         argv += ["--target", ctx.side.target or "a"]
         return FrameworkLaunch(
             framework=self.name,
@@ -54,9 +50,14 @@ class ToyAdapter(AdapterDefaults):
     def parity_knobs(
         self, argv: list[str], backend: str, prepare_argv: list[str] | None, target: str | None = None
     ) -> dict[str, Any]:
+        """Knobs of frameworks/knobs.py, in their declared types (numbers here)."""
         return {
-            "steps": int(argv[argv.index("--steps") + 1]),
-            "samples_per_step": int(argv[argv.index("--samples") + 1]),
+            knob: int(argv[argv.index(flag) + 1])
+            for knob, flag in (
+                ("steps", "--steps"),
+                ("prompts_per_step", "--prompts"),
+                ("samples_per_prompt", "--samples-per-prompt"),
+            )
         }
 
     def read_sink(self, paths: list[Path], ctx: RunContext) -> list[StepRecord]:

@@ -20,11 +20,13 @@ def main() -> None:
     parser.add_argument("--sink", required=True)
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--step-s", type=float, default=0.05)
-    parser.add_argument("--samples", type=int, default=16)
+    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--samples-per-prompt", type=int, default=4)
     parser.add_argument("--target", default="a")
     args = parser.parse_args()
     sink = Path(args.sink)
     sink.parent.mkdir(parents=True, exist_ok=True)
+    samples = args.prompts * args.samples_per_prompt
     rng = random.Random(args.target)
     for step in range(1, args.steps + 1):
         seconds = args.step_s * SLOWER.get(args.target, 1.0) * rng.uniform(0.95, 1.05)
@@ -35,9 +37,9 @@ def main() -> None:
             "gen_s": seconds * 0.6,
             "train_s": seconds * 0.3,
             "sync_s": seconds * 0.05,
-            "n": args.samples,
-            "prompt_tok": args.samples * 100,
-            "response_tok": args.samples * rng.randint(200, 300),
+            "n": samples,
+            "prompt_tok": samples * 100,
+            "response_tok": samples * rng.randint(200, 300),
             "score": 0.1 + 0.01 * step,
             "h": 0.5,
         }

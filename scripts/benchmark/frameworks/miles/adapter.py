@@ -55,24 +55,27 @@ from miles.utils.bench_metrics import RunContext, StepRecord
 _CUDA_GRAPH_FLAGS = ("--sglang-cuda-graph-max-bs", "--sglang-cuda-graph-max-bs-decode")
 _ALWAYS = {
     "sampling_seed": "none on cost per token; response lengths vary run to run on both sides (compare medians)",
+    "rollout_engine_version": "each framework pins its own SGLang release (scheduler, kernels and defaults differ): "
+    "a rollout-time gap includes the engine version",
+}
+_AGAINST_VERL = {
     "metric_sink": "none: a Miles with the benchmark tracking backend (the in-tree target) writes one JSON line per "
     "log call to its own file (BENCH_TRACKING_DIR), a released Miles prints its perf lines to stdout whatever the "
     "harness does (plan.json's sink.format says which); VERL's FileLogger appends one JSON line per step from the "
     "driver (milliseconds)",
-    "rollout_engine_version": "each framework pins its own SGLang release (scheduler, kernels and defaults differ): "
-    "a rollout-time gap includes the engine version",
     "prefill_cuda_graphs": "colocated, both prefill without graphs (Miles turns them off under --colocate against "
     "NVLS memory, the VERL cell passes SGLang's switch). Disaggregated, each SGLang captures its default: Miles's "
     "0.5.16 breakable graphs (segmented capture, no torch.compile), VERL's 0.5.12 piecewise graphs (torch.compile "
     "pieces split at attention); the prefill cost of the two is not measured here and lands in rollout time",
 }
+"""Notes that describe VERL's side too: true of a Miles/VERL pair only."""
 TRACKING_SINK_WORDS = "benchmark tracking backend (BENCH_TRACKING_DIR)"
 """The metric_sink row of a cell whose sink is the tracking backend's folder."""
 _FSDP = {
     "training_seed": "none: weights come from the checkpoint and no dropout is active",
     "cuda_allocator": "memory only (fragmentation, OOM margin); Miles's stock FSDP setting is kept",
 }
-_MEGATRON = {
+_MEGATRON_COLOCATE = {
     "weight_cpu_backup": "Miles's colocated Megatron actor copies weights to CPU every step: extra time in the "
     "Miles step (train_wait)",
 }
@@ -149,8 +152,9 @@ class MilesAdapter(AdapterDefaults):
     def launch_words(self, knob: str, argv: list[str]) -> str | None:
         return launch_words(knob, argv)
 
-    def inherent_differences(self, backend: str, layout: str) -> dict[str, str]:
-        return {**_ALWAYS, **(_FSDP if backend == "fsdp" else _MEGATRON)}
+    def inherent_differences(self, backend: str, layout: str, other: str) -> dict[str, str]:
+        by_backend = _FSDP if backend == "fsdp" else (_MEGATRON_COLOCATE if layout == "colocate" else {})
+        return {**_ALWAYS, **by_backend, **(_AGAINST_VERL if other == "verl" else {})}
 
     def read_sink(self, paths: list[Path], ctx: RunContext) -> list[StepRecord]:
         issues: list[SinkIssue] = []

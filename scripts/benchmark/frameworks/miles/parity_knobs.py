@@ -12,7 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from scripts.benchmark.frameworks.knob_values import MIB, kl_type, on_off, recompute
+from scripts.benchmark.frameworks import knob_values as spelled
+from scripts.benchmark.frameworks.knob_values import MIB, kl_type, offload_state, on_off, recompute
 from scripts.benchmark.frameworks.miles.flags import flag_default, load_inventory, split_flags
 from scripts.benchmark.frameworks.sglang_version import SGLANG_DECODE_GRAPH_RENAME, version_tuple
 
@@ -69,7 +70,6 @@ REPLAY_EXTRAS = "recorded rollout, no SGLang engine (debug_train_only): no gener
 """What a Miles replay does besides training: nothing (arguments.py forces debug_train_only with the load switch)."""
 
 
-ONE_STEP_OFF_POLICY = "one-step off-policy: rollout N+1 generates while step N trains"
 # SGLang code facts: Miles @31f1ca9 runs its sglang-miles fork of 0.5.16, whose default prefill backend on CUDA is
 # breakable (segmented capture, no torch.compile: `default_prefill_backend`), read from the 0.5.16 release.
 MILES_SGLANG = "0.5.16"
@@ -82,38 +82,22 @@ def _miles_loop(m: _Miles) -> dict[str, Any]:
     weight update waits for it (`train_async.py`), so every sample is exactly --update-weights-interval stale.
     --fully-async: FullyAsyncRolloutFn's persistent producer (`_fully_async_loop`)."""
     interval = m.get("--update-weights-interval", int) or 1
-    shape = "one batch generated, then trained; nothing in flight at an update"
+    shape = spelled.SYNC_SHAPE
     if m.entry != "train_async.py":
-        loop, lag = "synchronous", 0
+        loop, lag = spelled.SYNCHRONOUS, 0
     elif m.has("--fully-async"):
         return _fully_async_loop(m, interval)
     else:
-        loop, lag = (ONE_STEP_OFF_POLICY if interval == 1 else f"off-policy by {interval} steps"), interval
-        shape = "one batch in flight, drained to the last sample; rollout GPUs idle through the tail and the update"
+        loop, lag = (spelled.ONE_STEP_OFF_POLICY if interval == 1 else f"off-policy by {interval} steps"), interval
+        shape = spelled.DRAIN_SHAPE
     return {
         "rollout_loop": loop,
         "loop_shape": shape,
         "max_policy_lag": lag,
         "weight_sync_cadence": "every step" if interval == 1 or m.entry == "train.py" else f"every {interval} steps",
-        "partial_rollout": "none: no request in flight at a weight update",
-        "first_steps_composition": "file batches in order",
+        "partial_rollout": spelled.NOTHING_IN_FLIGHT,
+        "first_steps_composition": spelled.FILE_BATCHES,
     }
-
-
-PAUSE_WORDS = {
-    "retract": "in-flight requests retracted to SGLang's waiting queue at each weight update and re-prefilled with "
-    "the new weights",
-    "in_place": "in-flight requests frozen at each weight update and resumed on their old KV cache",
-    "abort": "in-flight requests aborted at each weight update",
-}
-FINISH_VERSION = (
-    "by the weight version a sample finished under (SGLang stamps the engine's version when a request completes, "
-    "so a sample retracted across an update holds tokens of the version before: one more)"
-)
-
-
-RELEASED_WITHOUT_COPY = "released after generation; rollout weights dropped, no CPU copy"
-RELEASED_WITH_COPY = "released after generation; rollout weights copied to CPU at the release and back at the wake"
 
 
 def _memory_release(m: _Miles, colocate: bool) -> str:
@@ -122,7 +106,7 @@ def _memory_release(m: _Miles, colocate: bool) -> str:
     (`sglang_engine.py`): the update then overwrites weights it reallocated, never copied."""
     if not colocate:
         return "kept"
-    return RELEASED_WITH_COPY if m.has("--sglang-enable-weights-cpu-backup") else RELEASED_WITHOUT_COPY
+    return spelled.RELEASED_WITH_COPY if m.has("--sglang-enable-weights-cpu-backup") else spelled.RELEASED_WITHOUT_COPY
 
 
 def _fully_async_shape(m: _Miles) -> str:
@@ -132,13 +116,8 @@ def _fully_async_shape(m: _Miles) -> str:
     concurrent = m.get("--async-max-concurrent-samples", int)
     in_flight = concurrent // m.get("--n-samples-per-prompt", int) / batch if concurrent else 1
     buffered = int(m.get("--async-data-buffer-capacity-factor", float) * batch) / batch
-    return (
-        f"persistent producer: up to {in_flight:g} batch of prompt groups generating, refilled one group at a time, "
-        f"and up to {buffered:g} batches of finished groups buffered ({in_flight + buffered:g} generated ahead of "
-        "training); requests in flight through the update; at each drain, groups whose oldest weights are further "
-        "behind than the bound dropped, not regenerated (--async-unused-samples-handler "
-        f"{m.get('--async-unused-samples-handler')})"
-    )
+    counts = (f"{count:g}" for count in (in_flight, buffered, in_flight + buffered))
+    return spelled.FULLY_ASYNC_SHAPE.format(*counts, m.get("--async-unused-samples-handler"))
 
 
 def _fully_async_loop(m: _Miles, interval: int) -> dict[str, Any]:
@@ -148,17 +127,16 @@ def _fully_async_loop(m: _Miles, interval: int) -> dict[str, Any]:
     train_async.py drains the next batch before the update that precedes its training (`train_async.py`), so the
     policy that trains it is one version newer (weights updated every step): the lag bound against the training
     policy is the flag plus one, by the version each sample finished under."""
-    bound = m.get("--max-weight-staleness", int)
+    bound, pause = m.get("--max-weight-staleness", int), m.get("--pause-generation-mode") or "retract"
     lag = "unbounded" if bound is None else bound + 1
     one_step = lag == 1 and interval == 1
     return {
-        "rollout_loop": ONE_STEP_OFF_POLICY if one_step else f"fully async (staleness bound {lag})",
+        "rollout_loop": spelled.ONE_STEP_OFF_POLICY if one_step else f"fully async (staleness bound {lag})",
         "loop_shape": _fully_async_shape(m),
-        "max_policy_lag": lag if lag == "unbounded" else f"{lag} {FINISH_VERSION}",
+        "max_policy_lag": lag if lag == "unbounded" else spelled.FINISH_VERSION.format(lag),
         "weight_sync_cadence": "every step" if interval == 1 else f"every {interval} steps",
-        "partial_rollout": PAUSE_WORDS.get(m.get("--pause-generation-mode") or "retract", "unknown pause mode"),
-        "first_steps_composition": "by completion at every step: the prompt groups that finish first (the first "
-        "step the fastest prompts), never the file's batches",
+        "partial_rollout": spelled.PAUSED_IN_FLIGHT.get(pause, pause),  # an unknown mode: refused, named
+        "first_steps_composition": spelled.BY_COMPLETION_ALWAYS,
     }
 
 
@@ -168,13 +146,11 @@ def _miles_data(m: _Miles) -> dict[str, Any]:
     max_prompt = m.get("--rollout-max-prompt-len", int)
     kwargs = json.loads(m.get("--apply-chat-template-kwargs") or "{}")
     rm_type, reward_key = m.get("--rm-type"), m.get("--reward-key")
-    scorer = (
-        "math_dapo" if (rm_type, reward_key) == ("dapo", "score") else f"miles {rm_type} (reward key {reward_key})"
-    )
+    scorer = "math_dapo" if (rm_type, reward_key) == ("dapo", "score") else f"{rm_type}, key {reward_key} (own scorer)"
     if m.has("--custom-rm-path"):
         scorer = f"custom {m.get('--custom-rm-path')}"
     return {
-        "prompt_rows": f"{Path(path).name}{rows}",
+        "prompt_rows": f"{Path(path).name}{rows}" if rows else f"{Path(path).name} (whole file)",
         "prompt_order": f"shuffled (seed {m.get('--rollout-seed')})" if m.has("--rollout-shuffle") else "file order",
         "chat_template": f"applied {json.dumps(kwargs, sort_keys=True)}" if m.has("--apply-chat-template") else "raw",
         "max_prompt_tokens": max_prompt,
@@ -210,8 +186,8 @@ def _miles_batch_and_loss(m: _Miles) -> dict[str, Any]:
         "dual_clip": m.get("--eps-clip-c", float) or "off",
         "loss_aggregation": "token-mean" if m.has("--calculate-per-token-loss") else "seq-mean-token-mean",
         "kl_loss": kl_loss,
-        "kl_loss_coef": m.get("--kl-loss-coef", float) if kl_loss else "n/a (no KL loss)",
-        "kl_loss_type": kl_type(m.get("--kl-loss-type")) if kl_loss else "n/a (no KL loss)",
+        "kl_loss_coef": m.get("--kl-loss-coef", float) if kl_loss else spelled.NOT_KL,
+        "kl_loss_type": kl_type(m.get("--kl-loss-type")) if kl_loss else spelled.NOT_KL,
         "kl_in_reward": kl_coef != 0.0,
         "reference_model": "forward every step" if (kl_loss or kl_coef != 0.0) else "none",
         "entropy_coef": m.get("--entropy-coef", float),
@@ -255,7 +231,7 @@ def _miles_rollout(m: _Miles, colocate: bool, bundled_sglang: str | None) -> dic
         "cuda_graph_max_bs": (
             m.get("--sglang-cuda-graph-max-bs-decode", int)
             or m.get("--sglang-cuda-graph-max-bs", int)
-            or f"not set: the decode graphs' batch cap by the rule of sglang {bundled_sglang or MILES_SGLANG}"
+            or spelled.NO_CAP.format(bundled_sglang or MILES_SGLANG)
         ),
         "weight_sync_bucket_mb": (m.get("--update-weight-buffer-size", int) or 0) // MIB,
         "rollout_memory_release": _memory_release(m, colocate),
@@ -287,7 +263,7 @@ def _prefill_graphs(m: _Miles, colocate: bool, bundled_sglang: str | None) -> st
         chosen = "disabled"
     if chosen == "disabled":
         return "off"
-    return chosen or PREFILL_DEFAULT
+    return f"{chosen} (set by the launch)" if chosen else PREFILL_DEFAULT
 
 
 def _miles_backend(m: _Miles, backend: str, colocate: bool) -> dict[str, Any]:
@@ -300,7 +276,7 @@ def _miles_backend(m: _Miles, backend: str, colocate: bool) -> dict[str, Any]:
             "fsdp_version": "fsdp2",
             "attn_implementation": m.get("--attn-implementation"),
             "fsdp_cpu_offload_policy": cpu_offload,
-            "train_state_offload": "params+optimizer during rollout" if offload_train else "resident",
+            "train_state_offload": offload_state(offload_train, offload_train),
             "sequence_packing": "varlen (packed)",
             "ulysses_sp": 1,
             "training_seed": m.get("--seed", int),
@@ -308,6 +284,7 @@ def _miles_backend(m: _Miles, backend: str, colocate: bool) -> dict[str, Any]:
             "weight_cpu_backup": "none",
         }
     tp = m.get("--tensor-model-parallel-size", int)
+    offload_train = colocate and not m.has("--no-offload-train")
     return {
         "tp": tp,
         "pp": m.get("--pipeline-model-parallel-size", int),
@@ -324,14 +301,12 @@ def _miles_backend(m: _Miles, backend: str, colocate: bool) -> dict[str, Any]:
         "optimizer_cpu_offload": m.has("--optimizer-cpu-offload"),
         "precision_aware_optimizer": m.has("--use-precision-aware-optimizer"),
         "grad_reduce_dtype": "fp32" if m.has("--accumulate-allreduce-grads-in-fp32") else "bf16",
-        "moe_kernels": _moe(m) if m.has("--num-experts") else "n/a (dense)",
-        "moe_router_dtype": _router_dtype(m) if m.has("--num-experts") else "n/a (dense)",
+        "moe_kernels": _moe(m) if m.has("--num-experts") else spelled.DENSE,
+        "moe_router_dtype": _router_dtype(m) if m.has("--num-experts") else spelled.DENSE,
         "hf_weights_loading": (
             "megatron-bridge" if m.get("--megatron-to-hf-mode") == "bridge" else "torch_dist checkpoint"
         ),
-        "train_state_offload": (
-            "params+optimizer during rollout" if colocate and not m.has("--no-offload-train") else "resident"
-        ),
+        "train_state_offload": offload_state(offload_train, offload_train),
         "training_seed": m.get("--seed", int),
         "weight_cpu_backup": "every step" if colocate else "none",
     }
@@ -347,8 +322,8 @@ def _moe(m: _Miles) -> str:
 def _router_dtype(m: _Miles) -> str:
     """Bridge mode never copies --moe-router-dtype onto the provider: the router runs in the model dtype."""
     if m.get("--megatron-to-hf-mode") == "bridge":
-        return "model dtype (bf16)"
-    return m.get("--moe-router-dtype") or "model dtype (bf16)"
+        return spelled.MODEL_DTYPE
+    return m.get("--moe-router-dtype") or spelled.MODEL_DTYPE
 
 
 def _miles_run(m: _Miles, colocate: bool) -> dict[str, Any]:

@@ -49,14 +49,22 @@ _SGLANG_KEYS = (
     "disable_prefill_cuda_graph",
 )
 _ALWAYS = {
-    "client_concurrency": "small: both servers cap running requests at the same number; VERL queues the rest "
-    "in SGLang, Miles in its client",
     "completion_wait": "VERL's generate phase ends up to 2 s late per step (hard-coded poll_interval=2.0)",
     "cuda_graph_max_bs": "no cap in the launches: each SGLang release sizes its decode CUDA graphs by its own rule, "
     "so the largest decode batch run with a graph may differ (a larger one runs without); rollout.cuda_graph_max_bs "
     "pins both",
 }
 _DISAGGREGATED = {
+    "rollout_memory_saver": "VERL always enables SGLang's memory saver; without colocation it only adds "
+    "bookkeeping, no offload",
+}
+_AGAINST_MILES = {
+    "client_concurrency": "small: both servers cap running requests at the same number; VERL queues the rest "
+    "in SGLang, Miles in its client",
+}
+"""Notes that describe Miles's side too (each dict here and below named `..._MILES`): true of a Miles/VERL pair
+only."""
+_DISAGGREGATED_MILES = {
     "partial_rollout": "cannot be matched: VERL's separate_async always aborts the in-flight requests at the weight "
     "update and re-prefills them (prompt and tokens so far) under the new weights after the radix-cache flush. "
     "Miles's drain loop (train_async.py) has nothing in flight at the update; its continuous loop (--fully-async, "
@@ -82,8 +90,6 @@ _DISAGGREGATED = {
     "weight_cpu_backup": "VERL's decoupled PPO (bypass_mode=False) swaps the training model through CPU to give "
     "every mini-batch the step's first weights for old log-probs (in VERL's old_logprob phase); Miles recomputes "
     "old log-probs once, with no copy. Avoiding it means rollout log-probs on both sides (another algorithm)",
-    "rollout_memory_saver": "VERL always enables SGLang's memory saver; without colocation it only adds "
-    "bookkeeping, no offload",
 }
 
 ROLLOUT_WEIGHT_COPY_S = {
@@ -93,7 +99,7 @@ ROLLOUT_WEIGHT_COPY_S = {
 }
 """One save plus one restore of one GPU's bf16 rollout weights, into pinned and into pageable host memory, timed on
 an H200 (driver 580.159.04, torch 2.11, 2026-12-05): seconds per step (pinned, pageable)."""
-_COLOCATE = {
+_COLOCATE_MILES = {
     "rollout_memory_release": "VERL launches its hybrid SGLang servers with enable_weights_cpu_backup=True, set after "
     "the cell's engine_kwargs so no override turns it off (async_sglang_server.py launch_server; without it VERL's "
     "naive weight update could not restore the weight buffers): each sleep after generation copies the rollout "
@@ -103,14 +109,14 @@ _COLOCATE = {
     + ", ".join(f"{model} {low:g}-{high:g} s" for model, (low, high) in ROLLOUT_WEIGHT_COPY_S.items())
     + " (which host memory torch_memory_saver uses, and eight GPUs copying at once, not measured)",
 }
-_COLOCATE_PHASES = {
+_COLOCATE_PHASES_MILES = {
     "weight_sync": "VERL's includes restoring its rollout weights from CPU before the update overwrites them "
     "(enable_weights_cpu_backup, always on in its hybrid server: parity row rollout_memory_release); Miles's "
     "reallocates them with no copy",
 }
 
 # What VERL's separate_async books in each phase that Miles's train_async.py books elsewhere or never does.
-_DISAGGREGATED_PHASES = {
+_DISAGGREGATED_PHASES_MILES = {
     "old_logprob": "VERL's includes copying the training model to CPU and back for every mini-batch (decoupled "
     "PPO) and fetching the batch; Miles's is the log-prob forward alone",
     "rollout_wait": "Miles's includes handing the batch over and preprocessing it; VERL's fetch lands in its "
@@ -195,11 +201,17 @@ class VerlAdapter(AdapterDefaults):
     def launch_words(self, knob: str, argv: list[str]) -> str | None:
         return launch_words(knob, argv)
 
-    def inherent_differences(self, backend: str, layout: str) -> dict[str, str]:
-        return {**_ALWAYS, **(_DISAGGREGATED if layout == "disaggregated" else _COLOCATE)}
+    def inherent_differences(self, backend: str, layout: str, other: str) -> dict[str, str]:
+        disaggregated = layout == "disaggregated"
+        notes = {**_ALWAYS, **(_DISAGGREGATED if disaggregated else {})}
+        if other == "miles":
+            notes.update({**_AGAINST_MILES, **(_DISAGGREGATED_MILES if disaggregated else _COLOCATE_MILES)})
+        return notes
 
-    def incomparable_phases(self, layout: str) -> dict[str, str]:
-        return dict(_DISAGGREGATED_PHASES if layout == "disaggregated" else _COLOCATE_PHASES)
+    def incomparable_phases(self, layout: str, other: str) -> dict[str, str]:
+        if other != "miles":
+            return {}
+        return dict(_DISAGGREGATED_PHASES_MILES if layout == "disaggregated" else _COLOCATE_PHASES_MILES)
 
     def read_sink(self, paths: list[Path], ctx: RunContext) -> list[StepRecord]:
         issues: list[SinkIssue] = []

@@ -13,16 +13,16 @@ import json
 import re
 from typing import Any
 
+from scripts.benchmark.frameworks import knob_values as spelled
 from scripts.benchmark.frameworks.knob_values import NEUTRAL_DUAL_CLIP_MIN, kl_type, offload_state, on_off, recompute
 from scripts.benchmark.frameworks.verl.data import parse_converted_name
 
 AR = "actor_rollout_ref"
 # SGLang code facts: VERL 0.9.1 pins sglang==0.5.12, whose default captures piecewise prefill graphs
 # (ServerArgs.disable_piecewise_cuda_graph=False; from 0.5.14 the switch is disable_prefill_cuda_graph).
-ENGINE_VERSION = "sglang 0.5.12 (VERL 0.9.1's pin)"
-NO_CAP = "not set: the decode graphs' batch cap by the rule of sglang 0.5.12"  # that release's own choice
-HYBRID_RELEASE = "released after generation; rollout weights copied to CPU at the release and back at the wake"
-PREFILL_GRAPHS = "piecewise (sglang 0.5.12 default)"
+VERL_SGLANG = "0.5.12"
+ENGINE_VERSION = f"sglang {VERL_SGLANG} (VERL 0.9.1's pin)"
+PREFILL_GRAPHS = f"piecewise (sglang {VERL_SGLANG} default)"
 PREFILL_OFF_KEYS = ("disable_piecewise_cuda_graph", "disable_prefill_cuda_graph")
 
 # VERL 0.9.1 defaults of every key the parser reads (test_parity checks them against the real composed config).
@@ -200,13 +200,6 @@ def parse_verl(argv: list[str], prepare_argv: list[str] | None = None) -> dict[s
 REPLAY_EXTRAS = "recorded rollout (skip.rollout_tq), SGLang engines started and idle, weights synced to them each step"
 
 
-ONE_STEP_OFF_POLICY = "one-step off-policy: rollout N+1 generates while step N trains"
-SEPARATE_ASYNC_SHAPE = (
-    "next step's prompts submitted before waiting; up to 2 batches on the rollout pool, requests in flight through "
-    "the update"
-)
-
-
 def _verl_loop(v: _Verl) -> dict[str, Any]:
     """sync: generate, train, update in turn. separate_async (ReplayBufferAsync): num_warmup_batches batches are
     submitted ahead; with strategy wait the trainer blocks while an in-flight prompt is threshold steps old, so
@@ -216,12 +209,12 @@ def _verl_loop(v: _Verl) -> dict[str, Any]:
     mode = v.get("trainer.v1.trainer_mode")
     if mode == "sync":
         return {
-            "rollout_loop": "synchronous",
-            "loop_shape": "one batch generated, then trained; nothing in flight at an update",
+            "rollout_loop": spelled.SYNCHRONOUS,
+            "loop_shape": spelled.SYNC_SHAPE,
             "max_policy_lag": 0,
             "weight_sync_cadence": "every step",
-            "partial_rollout": "none: no request in flight at a weight update",
-            "first_steps_composition": "file batches in order",
+            "partial_rollout": spelled.NOTHING_IN_FLIGHT,
+            "first_steps_composition": spelled.FILE_BATCHES,
             "weight_cpu_backup": "none",
         }
     warmup = v.get(f"trainer.v1.{mode}.num_warmup_batches")
@@ -231,17 +224,17 @@ def _verl_loop(v: _Verl) -> dict[str, Any]:
     if strategy == "wait" and isinstance(lag, int):
         lag = min(warmup, lag)
     if strategy == "wait" and lag == 0:
-        loop = "synchronous"
+        loop = spelled.SYNCHRONOUS
     elif strategy == "wait" and lag == 1:
-        loop = ONE_STEP_OFF_POLICY
+        loop = spelled.ONE_STEP_OFF_POLICY
     else:
         loop = f"{mode} (warm-up {warmup}, threshold {threshold}, {strategy})"
     return {
         "rollout_loop": loop,
-        "loop_shape": SEPARATE_ASYNC_SHAPE,
+        "loop_shape": spelled.SUBMIT_AHEAD_SHAPE,
         "max_policy_lag": lag,
         "weight_sync_cadence": "every step",
-        "partial_rollout": "in-flight requests aborted at each weight update and re-prefilled with the new weights",
+        "partial_rollout": spelled.ABORTED_AND_REPREFILLED,
         "first_steps_composition": _first_steps(warmup),
         "weight_cpu_backup": _old_policy_copies(v, mode),
     }
@@ -251,8 +244,8 @@ def _first_steps(warmup: int) -> str:
     """The replay buffer hands the trainer the first prompts to finish: with warm-up batches in flight, the first
     step trains the fastest of the submitted prompts and the next the slowest (trainer_base.py)."""
     if not warmup:
-        return "file batches in order"
-    return f"by completion over {warmup + 1} submitted batches (first step: fastest prompts); {warmup} batch extra"
+        return spelled.FILE_BATCHES
+    return spelled.BY_COMPLETION_OVER.format(warmup + 1, warmup)
 
 
 def _old_policy_copies(v: _Verl, mode: str) -> str:
@@ -274,15 +267,16 @@ def _verl_data(v: _Verl, prepare_argv: list[str]) -> dict[str, Any]:
     parsed = parse_converted_name(train_file)
     prefix = "data.apply_chat_template_kwargs."
     kwargs = {k.removeprefix(prefix): val for k, val in v.overrides.items() if k.startswith(prefix)}
-    data_source = _prepare_value(prepare_argv, "--data-source") or "unknown (no convert-data step)"
+    data_source = _prepare_value(prepare_argv, "--data-source") or "no convert-data step"
     custom = v.get("reward.custom_reward_function.path")
     manager = v.get("reward.reward_manager.name")
-    scorer = f"custom {custom}" if custom else ("math_dapo" if data_source == "math_dapo" else f"{data_source}")
+    scorer = "math_dapo" if data_source == "math_dapo" else f"{data_source} (own scorer)"
+    scorer = f"custom {custom}" if custom else scorer
     if manager != "naive":
         scorer += f" via {manager} manager"
     shuffle = v.get("data.shuffle")
     return {
-        "prompt_rows": f"{parsed[0]}[{parsed[1]}:{parsed[2]}]" if parsed else train_file,
+        "prompt_rows": f"{parsed[0]}[{parsed[1]}:{parsed[2]}]" if parsed else f"{train_file} (whole file)",
         "prompt_order": f"shuffled (seed {v.get('data.seed')})" if shuffle else "file order",
         "chat_template": f"applied {json.dumps(kwargs, sort_keys=True)}",
         "max_prompt_tokens": v.get("data.max_prompt_length"),
@@ -322,8 +316,8 @@ def _verl_batch_and_loss(v: _Verl) -> dict[str, Any]:
         "dual_clip": "off" if dual >= NEUTRAL_DUAL_CLIP_MIN else dual,
         "loss_aggregation": v.get(f"{actor}.loss_agg_mode"),
         "kl_loss": kl_loss,
-        "kl_loss_coef": v.get(f"{actor}.kl_loss_coef") if kl_loss else "n/a (no KL loss)",
-        "kl_loss_type": kl_type(v.get(f"{actor}.kl_loss_type")) if kl_loss else "n/a (no KL loss)",
+        "kl_loss_coef": v.get(f"{actor}.kl_loss_coef") if kl_loss else spelled.NOT_KL,
+        "kl_loss_type": kl_type(v.get(f"{actor}.kl_loss_type")) if kl_loss else spelled.NOT_KL,
         "kl_in_reward": kl_reward,
         "reference_model": "forward every step" if (kl_loss or kl_reward) else "none",
         "entropy_coef": v.get(f"{actor}.entropy_coeff"),
@@ -386,7 +380,9 @@ def _verl_rollout(v: _Verl) -> dict[str, Any]:
         "chunked_prefill": sglang.get("chunked_prefill_size", "sglang default"),
         "rollout_attention_backend": sglang.get("attention_backend", "flashinfer"),
         "cuda_graphs": on_off(not v.get(f"{ro}.enforce_eager")),
-        "cuda_graph_max_bs": sglang.get("cuda_graph_max_bs_decode", sglang.get("cuda_graph_max_bs", NO_CAP)),
+        "cuda_graph_max_bs": sglang.get(
+            "cuda_graph_max_bs_decode", sglang.get("cuda_graph_max_bs", spelled.NO_CAP.format(VERL_SGLANG))
+        ),
         "weight_sync_bucket_mb": v.get(f"{ro}.checkpoint_engine.update_weights_bucket_megabytes"),
         "rollout_memory_release": _memory_release(hybrid, bool(v.get(f"{ro}.free_cache_engine"))),
         "prefill_cuda_graphs": _prefill_graphs(v, sglang),
@@ -411,7 +407,7 @@ def _memory_release(hybrid: bool, free_cache_engine: bool) -> str:
     with enable_weights_cpu_backup, forced on by `launch_server` whatever the cell passes (async_sglang_server.py)."""
     if not free_cache_engine:
         return "kept"
-    return HYBRID_RELEASE if hybrid else "KV pool released and re-allocated at every weight update"
+    return spelled.RELEASED_WITH_COPY if hybrid else spelled.KV_RELEASED
 
 
 def _verl_backend(v: _Verl) -> dict[str, Any]:
@@ -453,11 +449,11 @@ def _verl_backend(v: _Verl) -> dict[str, Any]:
         "optimizer_cpu_offload": bool(optimizer_override.get("optimizer_cpu_offload", False)),
         "precision_aware_optimizer": bool(v.get(f"{AR}.actor.optim.use_precision_aware_optimizer")),
         "grad_reduce_dtype": "fp32",
-        "moe_kernels": _verl_moe(extra) if any(k in extra for k in moe_keys) else "n/a (dense)",
+        "moe_kernels": _verl_moe(extra) if any(k in extra for k in moe_keys) else spelled.DENSE,
         "moe_router_dtype": (
-            (extra.get("moe_router_dtype") or "model dtype (bf16)")
+            (extra.get("moe_router_dtype") or spelled.MODEL_DTYPE)
             if any(k in extra for k in moe_keys)
-            else "n/a (dense)"
+            else spelled.DENSE
         ),
         "hf_weights_loading": "megatron-bridge" if v.get(f"{mg}.use_mbridge") else "torch_dist checkpoint",
         "train_state_offload": offload_state(v.get(f"{mg}.param_offload"), v.get(f"{mg}.optimizer_offload")),
