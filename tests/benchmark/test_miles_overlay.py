@@ -7,7 +7,7 @@ requirements-miles-overlay.txt names what it leaves out of Miles's own requireme
 a. the README main command's dry run;
 b. Miles's own tests/ci/run_suite.py lists the benchmark's CPU tests (fast tier on every PR, slow tier nightly, GPU
    tests in an H200 suite) and runs the fast tier green under Miles's pytest settings and root conftest; Miles's own
-   CI tests still pass with the patch series;
+   CI tests and launch-script tests (all of them) pass with the patch series wherever they pass without it;
 c. Miles's lint (its pre-commit hooks at the versions it pins, its settings) passes on every added or changed file;
 d. Miles's own parse_args() (Miles 31f1ca9, Megatron miles-main, SGLang 0.5.16) accepts every generated Miles launch
    of the default target (every preset x layout x backend), followed by the entry script's own checks before Ray
@@ -175,17 +175,38 @@ def test_run_suite_runs_the_fast_tier_green_under_miles_pytest_settings(overlay)
     assert " passed" in done.stdout and " failed" not in done.stdout.splitlines()[-1], tail
 
 
-def test_miles_own_ci_tests_pass_with_the_patch_series(overlay):
-    files = [
-        "tests/ci/test/test_run_suite.py",
-        "tests/ci/test/test_file_run.py",
-        "tests/ci/test/test_labels.py",
-        "tests/ci/test/test_ci_register.py",
-        "tests/ci/test/test_comment_ci_command.py",
-        "tests/ci/test/test_ci_discovery_coverage.py",
-    ]
-    done = run(["pytest", "-q", "-p", "no:cacheprovider", *files], overlay["miles"], overlay["env"])
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+MILES_OWN_TESTS = (
+    "tests/ci/test",
+    "tests/manual/launch_scripts/test_py_launch_scripts.py",
+    "tests/manual/launch_scripts/test_self_executing_launchers.py",
+)
+"""Miles's CI tests (all of them) and its manual launch-script tests, which record every launcher under scripts/."""
+
+
+def outcomes(miles: Path, env: dict) -> dict[str, set[str]]:
+    """Node ids of MILES_OWN_TESTS by outcome ("PASSED", "FAILED", "ERROR", ...), from pytest's -rA summary."""
+    env = {**env, "PYTHONPATH": os.pathsep.join([str(miles), env["PYTHONPATH"].split(os.pathsep, 1)[1]])}
+    done = run(["pytest", "-q", "-rA", "-p", "no:cacheprovider", *MILES_OWN_TESTS], miles, env)
+    found: dict[str, set[str]] = {}
+    for line in done.stdout.splitlines():
+        word, _, rest = line.partition(" ")
+        if word in ("PASSED", "FAILED", "ERROR", "SKIPPED", "XFAIL", "XPASS") and rest.startswith("tests/"):
+            found.setdefault(word, set()).add(rest.split(" - ", 1)[0])
+    assert found.get("PASSED"), done.stdout[-3000:] + done.stderr[-2000:]
+    return found
+
+
+def test_miles_own_ci_and_launch_script_tests_pass_with_the_patch_series(overlay, tmp_path):
+    """Every test green on the pristine tree is green on the applied one (tests that fail on both, for want of
+    what this machine lacks, are left aside), and the tests the series adds are green."""
+    pristine = tmp_path / "miles"
+    assert run(["git", "clone", "-q", str(overlay["miles"]), str(pristine)], tmp_path).returncode == 0
+    before, after = outcomes(pristine, overlay["env"]), outcomes(overlay["miles"], overlay["env"])
+    assert len(before["PASSED"]) > 800  # every file ran: Miles's CI tests and the launch-script recordings
+    assert before["PASSED"] - after["PASSED"] == set()
+    seen_before = set().union(*before.values())
+    new = set().union(*after.values()) - seen_before
+    assert new and new <= after["PASSED"], sorted(new - after["PASSED"])
 
 
 def test_miles_lint_passes_on_every_added_or_changed_file(overlay):
