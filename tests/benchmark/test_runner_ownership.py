@@ -18,10 +18,10 @@ import pytest
 from scripts.benchmark.contracts.manifest import CellProcesses, ProcessRecord
 from scripts.benchmark.frameworks.sinks import build_step_records
 from scripts.benchmark.runner import executor, folder_lock
+from scripts.benchmark.runner.folder_lock import RunLock, acquire_run_lock, release_run_lock
 from scripts.benchmark.runner.leftovers import find_leftovers
 from scripts.benchmark.runner.options import ExecuteOptions, RunError
 from scripts.benchmark.runner.process import boot_id, is_alive, read_proc_info
-from scripts.benchmark.runner.folder_lock import RunLock, acquire_run_lock, release_run_lock
 from tests.benchmark.standins.plans import (
     REPO_ROOT,
     alive_processes,

@@ -31,7 +31,6 @@ from scripts.benchmark.analysis.calibration_view import (
     calibration_view,
 )
 from scripts.benchmark.analysis.compare import PairKey, SideSamples, compare_sides, refusal_reason
-from scripts.benchmark.analysis.learning import analyse_learning, learning_margins
 from scripts.benchmark.analysis.folder_reader import (
     RESPONSE_LENGTH_EXTREMES,
     Cell,
@@ -41,6 +40,7 @@ from scripts.benchmark.analysis.folder_reader import (
     read_run_folder,
     stat_column,
 )
+from scripts.benchmark.analysis.learning import analyse_learning, learning_margins
 from scripts.benchmark.analysis.settings import AnalysisSettings
 from scripts.benchmark.analysis.staleness import bound_versions, lag_pairs, observed_lag
 from scripts.benchmark.analysis.stats import summarise

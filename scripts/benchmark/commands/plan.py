@@ -133,9 +133,7 @@ def _check_ray_folder(plan, out) -> None:
     problem = ray_shell_problem(str(out))
     cells = [cell["id"] for cell in plan.data["cells"] if uses_ray_job_submit(cell["launch_argv"])]
     if problem and cells:
-        _fail(
-            EXIT_BAD_INPUT, f"--output-dir {out}: {problem} (cells {', '.join(cells)} are submitted as Ray jobs)"
-        )
+        _fail(EXIT_BAD_INPUT, f"--output-dir {out}: {problem} (cells {', '.join(cells)} are submitted as Ray jobs)")
 
 
 def _check_miles_version(miles_version: str | None) -> None:

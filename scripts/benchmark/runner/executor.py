@@ -52,6 +52,12 @@ from scripts.benchmark.contracts.plan import RECORD_SCRIPT, Known, launch_digest
 from scripts.benchmark.contracts.sides import SidePair, sides_from_cells
 from scripts.benchmark.frameworks import registry
 from scripts.benchmark.runner.end_report import EndReport
+from scripts.benchmark.runner.folder_lock import (
+    RunLock,
+    acquire_run_lock,
+    refuse_a_live_previous_harness,
+    release_run_lock,
+)
 from scripts.benchmark.runner.leftovers import stop_leftovers
 from scripts.benchmark.runner.matrix import MatrixRunner
 from scripts.benchmark.runner.options import CannotExecute, ExecuteOptions, RunError
@@ -60,12 +66,6 @@ from scripts.benchmark.runner.process import become_child_subreaper
 from scripts.benchmark.runner.progress import MatrixProgress
 from scripts.benchmark.runner.relocate import relocated
 from scripts.benchmark.runner.rounds import LooksFor
-from scripts.benchmark.runner.folder_lock import (
-    RunLock,
-    acquire_run_lock,
-    refuse_a_live_previous_harness,
-    release_run_lock,
-)
 from scripts.benchmark.runner.write_errors import describe_write_error, write_error_in
 from scripts.benchmark.spec import spec_json_hash
 
