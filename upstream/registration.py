@@ -1,27 +1,28 @@
-"""Each benchmark test file's Miles CI registration, in one table, and the inserter that writes it into the Miles copy.
+"""Each benchmark test file's Miles CI registration, in one table, and where it goes in the Miles copy.
 
 Miles's runner (tests/ci/run_suite.py) runs a file under tests/benchmark/ only if the file calls
 `register_cpu_ci(...)` / `register_cuda_ci(...)` at top level (tests/ci/ci_register.py reads the call from the
 AST); a discovered test file without one stops every suite. The project itself has no tests/ci, so its files carry
-no call: `insert_registrations(miles)` appends it to each copied file at apply time (upstream/apply.py).
+no call: `with_registration(name, text)` gives a copied file its registration where Miles's own test files have it,
+the import sorted into the import block and the call after the imports (upstream/apply.py).
 
 Tiers, as Miles has them (stage-a fast, stage-b slower, GPU stages; nightly cadence):
 - FAST: suite benchmark-cpu, every PR. Unit tests of the harness.
 - SLOW: suite benchmark-cpu with nightly=True: statistical validations, real Ray nodes and Slurm, the browser,
   VERL's own checks in their own interpreter. Run on the nightly and weekly cadences (and by this project's CI).
 - GPU: register_cuda_ci on an H200 suite with the `benchmark` label (added by the patch series); run by Miles as
-  `python3 <file>`, so the file also gets a `__main__` block running its `gpu`-marked tests under pytest.
+  `python3 <file>`, so such a file ends with a `__main__` block running its `gpu`-marked tests under pytest.
 est_time: seconds measured on a 2-core machine shared with other work (pytest's junit times, 2026-12-03), rounded
 up; test_runner_slurm (skipped there without Slurm) and test_report_browser (without Chromium) are estimates.
 
     python upstream/registration.py             # the table: tier, suite, est_time per file, and the tier totals
+    python upstream/registration.py --markdown  # the tier table of docs/benchmark/landing-in-miles.md
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 SUITE_CPU = "benchmark-cpu"
 SUITE_GPU = "stage-b-2-gpu-h200"
@@ -122,20 +123,37 @@ PROJECT_ONLY = {
     "tests/benchmark/test_workflows.py": "lints this project's workflows with its actionlint wrapper (.ci/)",
     "tests/benchmark/test_miles_overlay.py": "builds a Miles overlay from ../shared/upstream: the project's check "
     "that this very apply works",
+    "tests/benchmark/test_upstream.py": "checks upstream/ (apply, the series, the registrations) on the snapshot",
+    "tests/benchmark/setup_env.sh": "builds this project's test environments (Miles's CI job installs its own)",
+    "tests/benchmark/requirements-test.txt": "this project's test environment",
+    "tests/benchmark/requirements-verl-checks.txt": "this project's VERL-check environment",
+    "tests/benchmark/requirements-miles-overlay.txt": "this project's copy of Miles's CPU-CI environment",
+    "tests/benchmark/requirements-no-deps.txt": "this project's copy of the job's no-deps list (Miles has "
+    "tests/ci/requirements-ci-benchmark-no-deps.txt)",
+    "scripts/benchmark/frameworks/miles/miles-cli.json": "Miles's flag inventory out of tree; in Miles its parser "
+    "answers (frameworks/miles/cli_inventory.py)",
 }
-"""Test files that test the project around the product, not the product: never copied into Miles."""
+"""Files that serve the project around the product, not the product: never copied into Miles."""
 
-MARKER = "# Miles CI registration (upstream/registration.py)."
+REGISTER_MODULE = "tests.ci.ci_register"
+FIRST_PARTY = ("miles", "miles_plugins")
+"""Miles's isort settings (pyproject.toml): only these are first-party; `scripts.` and `tests.` are third-party."""
 
 
-def top_level_imports(text: str) -> set[str]:
-    import ast
-
-    names = set()
-    for node in ast.parse(text).body:
-        if isinstance(node, ast.Import):
-            names |= {alias.asname or alias.name for alias in node.names}
-    return names
+def registration_calls(name: str) -> tuple[list[str], list[str]]:
+    """The names to import from tests.ci.ci_register, and the calls, of one test file."""
+    if name not in CPU_TESTS:
+        raise SystemExit(f"{name} has no row in upstream/registration.py: add its tier and est_time")
+    tier, est = CPU_TESTS[name]
+    arguments = [f"est_time={est}", f'suite="{SUITE_CPU}"'] + (["nightly=True"] if tier == SLOW else [])
+    if name in DISABLED_IN_MILES:
+        arguments.append(f"disabled={json.dumps(DISABLED_IN_MILES[name])}")
+    calls = [call("register_cpu_ci", arguments)]
+    if name not in GPU_TESTS:
+        return ["register_cpu_ci"], calls
+    labels = ", ".join(f'"{label}"' for label in GPU_LABELS)
+    calls.append(f'register_cuda_ci(est_time={GPU_TESTS[name]}, suite="{SUITE_GPU}", labels=[{labels}])')
+    return ["register_cpu_ci", "register_cuda_ci"], calls
 
 
 def call(function: str, arguments: list[str]) -> str:
@@ -146,43 +164,56 @@ def call(function: str, arguments: list[str]) -> str:
     return "\n".join([f"{function}(", *(f"    {argument}," for argument in arguments), ")"])
 
 
-def registration_block(name: str, text: str) -> str:
-    lines = ["", "", MARKER]
-    if name in GPU_TESTS:
-        missing = sorted({"sys", "pytest"} - top_level_imports(text))
-        lines += [f"import {module}  # noqa: E402" for module in missing]
-    imports = ["register_cpu_ci"] + (["register_cuda_ci"] if name in GPU_TESTS else [])
-    lines.append(f"from tests.ci.ci_register import {', '.join(imports)}  # noqa: E402")
-    lines.append("")
-    tier, est = CPU_TESTS[name]
-    arguments = [f"est_time={est}", f'suite="{SUITE_CPU}"'] + (["nightly=True"] if tier == SLOW else [])
-    if name in DISABLED_IN_MILES:
-        arguments.append(f"disabled={json.dumps(DISABLED_IN_MILES[name])}")
-    lines.append(call("register_cpu_ci", arguments))
-    if name in GPU_TESTS:
-        labels = ", ".join(f'"{label}"' for label in GPU_LABELS)
-        lines.append(f'register_cuda_ci(est_time={GPU_TESTS[name]}, suite="{SUITE_GPU}", labels=[{labels}])')
-        lines += [
-            "",
-            'if __name__ == "__main__":',
-            "    # Miles runs a CUDA registration as `python3 <file>`: its gpu-marked tests, under pytest.",
-            '    sys.exit(pytest.main([__file__, "-m", "gpu"]))',
-        ]
-    return "\n".join(lines) + "\n"
+def _section(node) -> str:
+    import ast
+
+    module = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
+    top = (module or "").split(".")[0]
+    if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+        return "future"
+    if top in sys.stdlib_module_names:
+        return "stdlib"
+    return "first" if top in FIRST_PARTY else "third"
 
 
-def insert_registrations(miles: Path) -> list[str]:
-    """Append the registration to every tests/benchmark/test_*.py of the Miles copy; each file must be in the table."""
-    done = []
-    for path in sorted((miles / "tests" / "benchmark").glob("test_*.py")):
-        if path.name not in CPU_TESTS:
-            raise SystemExit(f"{path.name} has no row in upstream/registration.py: add its tier and est_time")
-        text = path.read_text()
-        if MARKER in text:
-            continue
-        path.write_text(text.rstrip("\n") + "\n" + registration_block(path.name, text))
-        done.append(path.name)
-    return done
+def with_registration(name: str, text: str) -> str:
+    """The file with its registration where Miles puts it: `from tests.ci.ci_register import ...` sorted into the
+    first import block as isort sorts it (black profile: plain imports before from-imports in a section), and the
+    calls right after the file's last top-level import."""
+    import ast
+
+    names, calls = registration_calls(name)
+    lines = text.splitlines()
+    body = ast.parse(text).body
+    imports = [node for node in body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    if not imports:
+        raise SystemExit(f"{name}: no top-level import to put the Miles CI registration after")
+    block = []
+    for node in body[1 if isinstance(body[0], ast.Expr) else 0 :]:  # the first block, after the docstring
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            break
+        block.append(node)
+    importing = f"from {REGISTER_MODULE} import {', '.join(names)}"
+    third = [node for node in block if _section(node) == "third"]
+    after_us = [
+        node
+        for node in third
+        if isinstance(node, ast.ImportFrom) and (node.module or "").lower() > REGISTER_MODULE.lower()
+    ]
+    if after_us:
+        insert_at, new_lines = after_us[0].lineno - 1, [importing]
+    elif third:
+        insert_at, new_lines = third[-1].end_lineno, [importing]
+    else:  # a new third-party section, between the standard library's and Miles's
+        earlier = [node for node in block if _section(node) in ("future", "stdlib")]
+        insert_at = earlier[-1].end_lineno if earlier else block[0].lineno - 1
+        new_lines = ([""] if earlier else []) + [importing] + ([""] if len(earlier) < len(block) else [])
+    last_import = imports[-1].end_lineno
+    call_lines = ["", *calls]
+    out = lines[:insert_at] + new_lines + lines[insert_at:]
+    after = last_import + len(new_lines)  # the first block is never below the last import
+    out = out[:after] + call_lines + out[after:]
+    return "\n".join(out) + "\n"
 
 
 def tier_totals() -> dict[str, tuple[int, int]]:
@@ -195,7 +226,39 @@ def tier_totals() -> dict[str, tuple[int, int]]:
     return totals
 
 
+TIER_ROWS = {
+    FAST: (
+        "fast: the harness's unit tests, and the VERL and Miles release parsers on every generated launch",
+        "every PR",
+    ),
+    SLOW: (
+        "slow: statistical validations, real Ray nodes and Slurm, the browser, VERL's own checks",
+        "nightly, weekly",
+    ),
+}
+
+
+def tier_table() -> str:
+    """The tier table of docs/benchmark/landing-in-miles.md (between its `tiers` markers), from this file's table."""
+    rows = ["| tier | registration | runs | files enabled in Miles, est. time |", "|---|---|---|---|"]
+    for tier, (files, seconds) in tier_totals().items():
+        what, runs = TIER_ROWS[tier]
+        nightly = ", nightly=True" if tier == SLOW else ""
+        registration = f'`register_cpu_ci(est, "{SUITE_CPU}"{nightly})`'
+        rows.append(f"| {what} | {registration} | {runs} | {files} files, {seconds} s ({seconds / 60:.1f} min) |")
+    gpu = ", ".join(f"`{name}`" for name in GPU_TESTS)
+    labels = ", ".join(f'"{label}"' for label in GPU_LABELS)
+    rows.append(
+        f'| GPU: calibration on the device | `register_cuda_ci(est, "{SUITE_GPU}", labels=[{labels}])` '
+        f"| PRs labelled `run-ci-benchmark`, nightly, weekly | {gpu} |"
+    )
+    return "\n".join(rows)
+
+
 def main() -> int:
+    if sys.argv[1:] == ["--markdown"]:
+        print(tier_table())
+        return 0
     for name, (tier, est) in sorted(CPU_TESTS.items()):
         gpu = f"  + {SUITE_GPU} {GPU_TESTS[name]}s" if name in GPU_TESTS else ""
         print(f"{name:36} {SUITE_CPU} {tier:4} {est:4}s{gpu}")

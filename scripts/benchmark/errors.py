@@ -31,13 +31,19 @@ MODULE_EXTRAS: dict[str, str] = {
     "arch": "analysis",
     "sqlalchemy": "analysis",
     "psycopg": "analysis",
-    "otava": "analysis",
     "torch": "flops",
     "transformers": "flops",
 }
 
 # Database drivers a store URL can name that this project does not install.
 FOREIGN_DRIVERS: dict[str, str] = {"MySQLdb": "mysql", "pymysql": "mysql", "cx_Oracle": "oracle", "pyodbc": "mssql"}
+
+
+MODULE_INSTALLS: dict[str, str] = {
+    "otava": "pip install --no-deps apache-otava==0.8.0 (its own numpy pin would downgrade numpy; the change points "
+    "need only numpy and scipy)",
+}
+"""Optional dependencies no extra installs, and the command that does."""
 
 
 def declare_extras(extras: dict[str, str]) -> None:
@@ -60,6 +66,8 @@ def missing_module_error(exc: ModuleNotFoundError, extra: str | None = None) -> 
     """The UserError for an optional dependency that is not installed (installed by `extra`, else by the extra
     MODULE_EXTRAS names), or None when the module is not optional."""
     root = (exc.name or "").split(".")[0]
+    if root in MODULE_INSTALLS:
+        return MissingExtra(f"this command needs {root}, which is not installed: {MODULE_INSTALLS[root]}")
     if root in MODULE_EXTRAS:
         extra = extra or MODULE_EXTRAS[root]
         return MissingExtra(

@@ -233,7 +233,7 @@ CASES = [
          ("another spec", "--force"), lambda s: s.path("p")),
     Case("plan-into-a-full-folder", lambda s: _smoke(s, "home") if s.file("home/notes.txt", "mine") else [],
          ("not empty",), lambda s: s.path("home")),
-    Case("dry-run-folder-ray-refuses", lambda s: _smoke(s, "it's $(x)"), ("--output-dir", "ray job submit"),
+    Case("dry-run-folder-ray-refuses", lambda s: _smoke(s, "it's $(x)"), ("--output-dir", "Ray job submission"),
          lambda s: s.path("it's $(x)")),
     Case("check-miles-root-missing", lambda s: _smoke(s, "out", "--check-miles", "--miles-root",
                                                       str(s.path("no-miles"))),
@@ -287,7 +287,7 @@ CASES = [
          ("--emit-sbatch",), lambda s: s.read_only),
     Case("ray-unsafe-run-folder", lambda s: ["execute", str(s.plan(miles=True)), "--output-dir",
                                              str(s.path("$(touch pwned)")), "--ray", "none", "--no-preflight"],
-         ("ray job submit",), lambda s: s.path("$(touch pwned)")),
+         ("Ray job submission",), lambda s: s.path("$(touch pwned)")),
     Case("preflight-no-gpu", lambda s: ["execute", str(s.plan()), "--output-dir", str(s.path("run")), "--ray", "none"],
          ("nvidia-smi", "--no-preflight"), RUN, code=4),
     Case("plan-repeats-zero", lambda s: _execute(s, s.plan(mutate=lambda d: d.update(repeats=0))), ("repeats",), RUN),
@@ -519,3 +519,12 @@ def test_a_missing_extra_names_what_to_install(command, module, extra, argv, tmp
     assert f"'{extra}' extra" in result.stderr and f'pip install -e ".[{extra}]"' in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "missing").exists() and not (tmp_path / "data").exists()
+
+
+def test_a_missing_module_no_extra_installs_names_its_own_command():
+    """apache-otava is installed without its dependencies (its numpy pin): no extra can name it, the command can."""
+    from scripts.benchmark.errors import missing_module_error
+
+    error = missing_module_error(ModuleNotFoundError("No module named 'otava'", name="otava.analysis"))
+    assert error is not None and "pip install --no-deps apache-otava==0.8.0" in str(error)
+    assert "extra" not in str(error)

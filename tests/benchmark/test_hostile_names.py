@@ -86,7 +86,7 @@ def test_a_folder_name_round_trips_through_plan_scripts_and_execute(tmp_path: Pa
     out = tmp_path / name / "out"
     if name == HOSTILE:  # Ray would run Miles's command through /bin/sh: the dry run refuses the folder for Miles
         refused = _plan(tmp_path, out, env, code=2)
-        assert "ray job submit" in refused.stderr and "--output-dir" in refused.stderr and not out.exists()
+        assert "Ray job submission" in refused.stderr and "--output-dir" in refused.stderr and not out.exists()
     plan = _plan(tmp_path, out, env, *(["--candidate", "verl"] if name == HOSTILE else []))
     cell_dirs = {cell["framework"]: out / "cells" / cell["id"] / "rep-0" for cell in plan["cells"]}
     parquet = out / "data" / "prompts.rows-0-96.parquet"

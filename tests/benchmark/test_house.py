@@ -294,6 +294,20 @@ def test_the_checks_themselves_catch_what_they_look_for(tmp_path):
     assert framework_names_in('x = "see miles.utils.bench_metrics"\ny = "miles-bench"\n') == []
 
 
+LAUNCHER_TEXT = "ray job submit"
+"""What Miles's launch-script tests take for a self-executing launcher (tests/fast/launch_scripts/py_harness.py,
+iter_self_executing_launchers), as a `run_*.py` name under scripts/ is one of its launchers (iter_py_launch_scripts):
+each must have a recorded case there, which a benchmark module is not."""
+
+
+def test_no_benchmark_module_looks_like_a_miles_launcher():
+    named = sorted(p.relative_to(REPO_ROOT).as_posix() for p in BENCHMARK.rglob("run_*.py"))
+    texted = sorted(
+        p.relative_to(REPO_ROOT).as_posix() for p in BENCHMARK.rglob("*.py") if LAUNCHER_TEXT in p.read_text()
+    )
+    assert (named, texted) == ([], [])
+
+
 def test_the_framework_names_looked_for_are_the_registrys():
     from tests.benchmark.toy_framework import ADAPTER as TOY
 

@@ -7,12 +7,14 @@ requirements-miles-overlay.txt names what it leaves out of Miles's own requireme
 a. the README main command's dry run;
 b. Miles's own tests/ci/run_suite.py lists the benchmark's CPU tests (fast tier on every PR, slow tier nightly, GPU
    tests in an H200 suite) and runs the fast tier green under Miles's pytest settings and root conftest; Miles's own
-   CI tests still pass with the patch series;
+   CI tests and launch-script tests (all of them) pass with the patch series wherever they pass without it;
 c. Miles's lint (its pre-commit hooks at the versions it pins, its settings) passes on every added or changed file;
 d. Miles's own parse_args() (Miles 31f1ca9, Megatron miles-main, SGLang 0.5.16) accepts every generated Miles launch
    of the default target (every preset x layout x backend), followed by the entry script's own checks before Ray
    (train.py, train_async.py: Miles's files, run until their first Ray-bound call; miles_entry_worker.py); planted
-   mistakes are rejected by Miles's code.
+   mistakes are rejected by Miles's code;
+e. Miles's launcher, as a Miles user runs it (Miles installed editable, Megatron-LM first on PYTHONPATH):
+   `python scripts/run_mcore_fsdp.py --mode benchmark` gets to its `ray job submit`, the node's commands stood in.
 The one stand-in: the GPU's compute capability, which Megatron asks (answered 9.0 = H100/H200, only without a GPU).
 
 Project-only (upstream/registration.py PROJECT_ONLY): it is the project's check that the Miles PR it produces works.
@@ -102,7 +104,8 @@ def test_the_patch_series_applies_cleanly_and_apply_names_every_change(overlay):
     touched = sorted(line[3:] for line in status if line[3:] != ".cache")
     assert touched == overlay["changed"]
     modified = {line[3:] for line in status if line[:2] == " M"}
-    assert modified == set(apply.patched_files()), "only the patch series changes Miles's own files"
+    created = {line[3:] for line in status if line[:2] == "??"}  # new files, some of them the patches' own
+    assert modified == set(apply.patched_files()) - created, "only the patch series changes Miles's own files"
 
 
 def test_the_readme_main_command_dry_run_inside_miles(overlay, tmp_path):
@@ -175,17 +178,97 @@ def test_run_suite_runs_the_fast_tier_green_under_miles_pytest_settings(overlay)
     assert " passed" in done.stdout and " failed" not in done.stdout.splitlines()[-1], tail
 
 
-def test_miles_own_ci_tests_pass_with_the_patch_series(overlay):
-    files = [
-        "tests/ci/test/test_run_suite.py",
-        "tests/ci/test/test_file_run.py",
-        "tests/ci/test/test_labels.py",
-        "tests/ci/test/test_ci_register.py",
-        "tests/ci/test/test_comment_ci_command.py",
-        "tests/ci/test/test_ci_discovery_coverage.py",
-    ]
-    done = run(["pytest", "-q", "-p", "no:cacheprovider", *files], overlay["miles"], overlay["env"])
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+MILES_OWN_TESTS = (
+    "tests/ci/test",
+    "tests/manual/launch_scripts/test_py_launch_scripts.py",
+    "tests/manual/launch_scripts/test_self_executing_launchers.py",
+)
+"""Miles's CI tests (all of them) and its manual launch-script tests, which record every launcher under scripts/."""
+
+
+def outcomes(miles: Path, env: dict) -> dict[str, set[str]]:
+    """Node ids of MILES_OWN_TESTS by outcome ("PASSED", "FAILED", "ERROR", ...), from pytest's -rA summary."""
+    env = {**env, "PYTHONPATH": os.pathsep.join([str(miles), env["PYTHONPATH"].split(os.pathsep, 1)[1]])}
+    done = run(["pytest", "-q", "-rA", "-p", "no:cacheprovider", *MILES_OWN_TESTS], miles, env)
+    found: dict[str, set[str]] = {}
+    for line in done.stdout.splitlines():
+        word, _, rest = line.partition(" ")
+        if word in ("PASSED", "FAILED", "ERROR", "SKIPPED", "XFAIL", "XPASS") and rest.startswith("tests/"):
+            found.setdefault(word, set()).add(rest.split(" - ", 1)[0])
+    assert found.get("PASSED"), done.stdout[-3000:] + done.stderr[-2000:]
+    return found
+
+
+def test_miles_own_ci_and_launch_script_tests_pass_with_the_patch_series(overlay, tmp_path):
+    """Every test green on the pristine tree is green on the applied one (tests that fail on both, for want of
+    what this machine lacks, are left aside), and the tests the series adds are green."""
+    pristine = tmp_path / "miles"
+    assert run(["git", "clone", "-q", str(overlay["miles"]), str(pristine)], tmp_path).returncode == 0
+    before, after = outcomes(pristine, overlay["env"]), outcomes(overlay["miles"], overlay["env"])
+    assert len(before["PASSED"]) > 800  # every file ran: Miles's CI tests and the launch-script recordings
+    assert before["PASSED"] - after["PASSED"] == set()
+    seen_before = set().union(*before.values())
+    new = set().union(*after.values()) - seen_before
+    assert new and new <= after["PASSED"], sorted(new - after["PASSED"])
+
+
+STAND_INS = ("pkill", "sleep", "ray", "nvidia-smi")
+"""What execute_train runs on the node (stop every SGLang, Ray and Miles process by name, start a Ray head, submit),
+each replaced by a script that records its command line and succeeds: nothing of this machine is stopped."""
+
+
+@pytest.fixture(scope="module")
+def user_install(overlay, tmp_path_factory) -> dict:
+    """Miles installed as its users install it (`pip install -e . --no-deps`, in a venv layered on the overlay's),
+    Megatron-LM first on PYTHONPATH (its own top-level scripts/ shadows Miles's), the node's commands stood in."""
+    root = tmp_path_factory.mktemp("miles-user")
+    venv, bin_dir, log = root / "venv", root / "stand-ins", root / "commands.txt"
+    assert run([str(OVERLAY_VENV / "bin" / "python"), "-m", "venv", "--without-pip", str(venv)], root).returncode == 0
+    site = run([str(venv / "bin" / "python"), "-c", "import site; print(site.getsitepackages()[0])"], root)
+    overlay_site = run(
+        [str(OVERLAY_VENV / "bin" / "python"), "-c", "import site; print(site.getsitepackages()[0])"], root
+    )
+    Path(site.stdout.strip(), "zz_overlay.pth").write_text(
+        f"import site; site.addsitedir({overlay_site.stdout.strip()!r})\n"
+    )
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation"]
+    done = run([*pip, "-e", str(overlay["miles"])], root)
+    assert done.returncode == 0, done.stderr[-3000:]
+    bin_dir.mkdir()
+    for name in STAND_INS:
+        (bin_dir / name).write_text(f'#!/bin/sh\necho "{name} $*" >> "$STAND_IN_LOG"\n')
+        (bin_dir / name).chmod(0o755)
+    env = {k: v for k, v in overlay["env"].items() if k != "PYTHONPATH"}
+    env |= {"PATH": f"{bin_dir}{os.pathsep}{venv / 'bin'}{os.pathsep}/usr/bin:/bin", "STAND_IN_LOG": str(log)}
+    env["PYTHONPATH"] = str(overlay["megatron"])
+    return {"env": env, "log": log, "root": root}
+
+
+def test_the_launcher_mode_runs_from_an_editable_miles_install(overlay, user_install):
+    """`python scripts/run_mcore_fsdp.py --mode benchmark` from the checkout gets to its `ray job submit`, with the
+    benchmark's train argv, though `scripts` names Megatron-LM's folder first; a cell it cannot run is refused in a
+    sentence (exit 2) before any command."""
+    env, log, miles = user_install["env"], user_install["log"], overlay["miles"]
+    where = "import miles, scripts; print(miles.__path__[0]); print(list(scripts.__path__)[0])"
+    found = run(["python", "-c", where], user_install["root"], env).stdout.split()
+    assert found == [str(miles / "miles"), str(overlay["megatron"] / "scripts")]
+    out = user_install["root"] / "out"
+    for backend, layout, entry in (
+        ("fsdp", "--colocate", "train.py"),
+        ("megatron", "--no-colocate", "train_async.py"),
+    ):
+        log.unlink(missing_ok=True)
+        argv = ["--mode", "benchmark", "--benchmark-preset", "smoke", "--train-backend", backend, layout]
+        done = run(["python", "scripts/run_mcore_fsdp.py", *argv, "--output-dir", str(out)], miles, env)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        submit = [line for line in log.read_text().splitlines() if line.startswith("ray job submit")]
+        assert len(submit) == 1 and f"-- python3 {miles / entry} " in submit[0], log.read_text()[-2000:]
+        assert f"--train-backend {backend}" in submit[0] and f'"BENCH_TRACKING_DIR": "{out}/' in submit[0]
+    log.unlink(missing_ok=True)
+    argv = ["--mode", "benchmark", "--benchmark-preset", "qwen3-30b-a3b", "--train-backend", "megatron"]
+    done = run(["python", "scripts/run_mcore_fsdp.py", *argv], miles, env)
+    assert done.returncode == 2 and "Traceback" not in done.stderr and "qwen3-30B-A3B model script" in done.stderr
+    assert not log.exists()
 
 
 def test_miles_lint_passes_on_every_added_or_changed_file(overlay):

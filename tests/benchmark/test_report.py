@@ -607,7 +607,7 @@ RUN_PY = Path(__file__).resolve().parents[2] / "scripts/benchmark/run.py"
 HOLD_LOCK = """
 import sys
 from pathlib import Path
-from scripts.benchmark.runner.run_lock import hold_run_lock
+from scripts.benchmark.runner.folder_lock import hold_run_lock
 with hold_run_lock(Path(sys.argv[1])):
     print("locked", flush=True)
     sys.stdin.read()

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 from scripts.benchmark.contracts.manifest import CellProcesses, ProcessRecord
 from scripts.benchmark.frameworks.sinks import build_step_records
-from scripts.benchmark.runner import executor, run_lock
+from scripts.benchmark.runner import executor, folder_lock
+from scripts.benchmark.runner.folder_lock import RunLock, acquire_run_lock, release_run_lock
 from scripts.benchmark.runner.leftovers import find_leftovers
 from scripts.benchmark.runner.options import ExecuteOptions, RunError
 from scripts.benchmark.runner.process import boot_id, is_alive, read_proc_info
-from scripts.benchmark.runner.run_lock import RunLock, acquire_run_lock, release_run_lock
 from tests.benchmark.standins.plans import (
     REPO_ROOT,
     alive_processes,
@@ -119,7 +119,7 @@ class TestRunFolderLock:
         assert not (tmp_path / "run.lock").exists()
         third = acquire_run_lock(tmp_path)
         try:
-            assert not run_lock._is_the_file_at(late, tmp_path / "run.lock")
+            assert not folder_lock._is_the_file_at(late, tmp_path / "run.lock")
             with pytest.raises(RunError, match="is in use by"):
                 acquire_run_lock(tmp_path)
         finally:

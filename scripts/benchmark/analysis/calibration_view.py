@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from scripts.benchmark.analysis.run_folder import gpu_of
+from scripts.benchmark.analysis.folder_reader import gpu_of
 from scripts.benchmark.contracts.report import CalibrationRowModel
 
 MeasuredPeak = Callable[[str], "float | None"]

@@ -1,7 +1,7 @@
 """A run folder in, the typed report document out (contracts/report.py): steady state, summaries, comparisons,
 attribution, learning, calibration.
 
-- `analyse_run_folder(run_dir, ...)` reads the folder (run_folder.py, its sides from sides.py), detects each
+- `analyse_run_folder(run_dir, ...)` reads the folder (folder_reader.py, its sides from sides.py), detects each
   repeat's steady state on step time (steady_state.py), summarises every report metric per cell (stats.py),
   compares the candidate side's cell with the reference side's per backend and layout (compare.py) unless the
   parity proof (contracts/parity.py `unexplained`: rows neither matched nor a declared asymmetry with a note, a
@@ -31,8 +31,7 @@ from scripts.benchmark.analysis.calibration_view import (
     calibration_view,
 )
 from scripts.benchmark.analysis.compare import PairKey, SideSamples, compare_sides, refusal_reason
-from scripts.benchmark.analysis.learning import analyse_learning, learning_margins
-from scripts.benchmark.analysis.run_folder import (
+from scripts.benchmark.analysis.folder_reader import (
     RESPONSE_LENGTH_EXTREMES,
     Cell,
     Repeat,
@@ -41,6 +40,7 @@ from scripts.benchmark.analysis.run_folder import (
     read_run_folder,
     stat_column,
 )
+from scripts.benchmark.analysis.learning import analyse_learning, learning_margins
 from scripts.benchmark.analysis.settings import AnalysisSettings
 from scripts.benchmark.analysis.staleness import bound_versions, lag_pairs, observed_lag
 from scripts.benchmark.analysis.stats import summarise

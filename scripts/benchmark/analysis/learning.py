@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 from scipy import special
 from scripts.benchmark.analysis import learning_power, serial_noise
-from scripts.benchmark.analysis.run_folder import Cell
+from scripts.benchmark.analysis.folder_reader import Cell
 from scripts.benchmark.contracts.report import DIFFERENT, NOT_JUDGED, SAME, UNSETTLED
 from scripts.benchmark.contracts.sides import SidePair
 from scripts.benchmark.spec.learning import LearningSpec

@@ -19,8 +19,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from scripts.benchmark.analysis.folder_reader import Cell, RunFolder
 from scripts.benchmark.analysis.learning import step_means
-from scripts.benchmark.analysis.run_folder import Cell, RunFolder
 from scripts.benchmark.contracts.report import (
     AttributionModel,
     ComparisonModel,

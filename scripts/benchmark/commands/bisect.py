@@ -231,7 +231,7 @@ def _probe_cost(setup: ProbeSetup, commits: list[Commit], state: BisectState, re
     cost, plan = _plan_probe(setup, commits, len(commits) - 1 if head is None else head, state.good, request)
     problem = ray_shell_problem(str(setup.output_dir))
     if problem and any(uses_ray_job_submit(cell["launch_argv"]) for cell in plan["cells"]):
-        raise UserError(f"--output-dir {setup.output_dir}: {problem} (the probes submit through ray job submit)")
+        raise UserError(f"--output-dir {setup.output_dir}: {problem} (the probes are submitted as Ray jobs)")
     left_s = request.budget_minutes * 60 - state.spent_s
     for line in cost_lines(max(state.candidates, 1), cost, left_s, request.repeats):
         typer.echo(line)

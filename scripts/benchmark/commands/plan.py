@@ -126,16 +126,14 @@ def plan_impl(
 
 
 def _check_ray_folder(plan, out) -> None:
-    """A cell submitted through `ray job submit` can never run in a folder whose name /bin/sh would interpret: refuse
+    """A cell submitted as a Ray job can never run in a folder whose name /bin/sh would interpret: refuse
     the folder now (exit 2) rather than at the first GPU node."""
     from scripts.benchmark.frameworks.launch import ray_shell_problem, uses_ray_job_submit
 
     problem = ray_shell_problem(str(out))
     cells = [cell["id"] for cell in plan.data["cells"] if uses_ray_job_submit(cell["launch_argv"])]
     if problem and cells:
-        _fail(
-            EXIT_BAD_INPUT, f"--output-dir {out}: {problem} (cells {', '.join(cells)} submit through ray job submit)"
-        )
+        _fail(EXIT_BAD_INPUT, f"--output-dir {out}: {problem} (cells {', '.join(cells)} are submitted as Ray jobs)")
 
 
 def _check_miles_version(miles_version: str | None) -> None:

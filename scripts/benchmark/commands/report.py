@@ -20,7 +20,6 @@ Caveats:
 from __future__ import annotations
 
 import json
-
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -103,8 +102,8 @@ def _stopped_cleanly() -> Iterator[None]:
 def _run_folder_lock(run_dir: Path) -> Iterator[None]:
     """The run folder's lock for the writing: a second report, or a live run, is refused (exit 2), never mixed in."""
     from scripts.benchmark.errors import UserError
+    from scripts.benchmark.runner.folder_lock import acquire_run_lock, release_run_lock
     from scripts.benchmark.runner.options import RunError
-    from scripts.benchmark.runner.run_lock import acquire_run_lock, release_run_lock
 
     try:
         lock = acquire_run_lock(run_dir)

@@ -95,7 +95,7 @@ class RayRecord(BaseModel):
     dashboard_url: str | None = None
     submission_id: str | None = None
     ray_argv: list[str] = Field(default_factory=list)
-    """The words of the cell's `ray job submit` before `job`: the Ray CLI that stops the job."""
+    """The words of the cell's Ray job submission before `job`: the Ray CLI that stops the job."""
 
 
 class HarnessRecord(BaseModel):

@@ -2,7 +2,7 @@
 
 - `FrameworkLaunch`: framework, backend, layout, `argv` (the framework command), `launch_argv` (what the harness
   executes), `env` (no secrets), `sink` ({"format", "path"}), optional `ray_head_argv` (the private Ray head a
-  `ray job submit` launch needs), `blocks` (the named argv blocks, for review), `side` (the side it belongs to: the
+  Ray job submission needs), `blocks` (the named argv blocks, for review), `side` (the side it belongs to: the
   prefix of its cell id; the framework's name when empty).
 - `uses_ray_job_submit(argv)`: the launch submits a Ray job.
 - `render_argv(argv)`: one flag per line (a flag and its value share a line), shell-quoted, for goldens and scripts.
@@ -10,7 +10,7 @@
   step's rollout with the framework's own switch) or `replay` (train on the recording, no generation), and `root`,
   the recording's folder on the GPU node (each framework keeps its own format in its own subfolder).
 - `BENCH_CELL_DIR`: the literal placeholder the runner replaces by the absolute folder of one cell repeat.
-- `ray_shell_problem(path)` / `ray_entrypoint_guard()`: `ray job submit -- CMD...` joins CMD into one /bin/sh line
+- `ray_shell_problem(path)` / `ray_entrypoint_guard()`: a Ray job submission (`-- CMD...`) joins CMD into one /bin/sh line
   (subprocess.list2cmdline, which quotes spaces only), so a path with a shell character cannot pass through it
   intact; such a run folder is refused (by the runner before anything starts, by the cell script before the submit).
 
@@ -28,7 +28,7 @@ from typing import Literal
 
 BENCH_CELL_DIR = "${BENCH_CELL_DIR}"
 RAY_SHELL_SAFE = "A-Za-z0-9 _.,:=@%+/-"
-"""The characters a path may hold to reach a `ray job submit` entrypoint unchanged."""
+"""The characters a path may hold to reach a Ray job's entrypoint unchanged."""
 
 
 @dataclass(frozen=True)
@@ -88,16 +88,16 @@ def ray_shell_problem(path: str) -> str | None:
     if not bad:
         return None
     return (
-        f"{path!r} holds {''.join(bad)!r}: `ray job submit` runs the job's command as a /bin/sh line, where these "
+        f"{path!r} holds {''.join(bad)!r}: a Ray job submission runs the job's command as a /bin/sh line, where these "
         f"characters would be interpreted; use a folder of [{RAY_SHELL_SAFE}] only"
     )
 
 
 def ray_entrypoint_guard() -> list[str]:
-    """Bash lines that stop a cell script (exit 2) when its cell folder could not pass through `ray job submit`."""
+    """Bash lines that stop a cell script (exit 2) when its cell folder could not pass through a Ray job submission."""
     pattern = RAY_SHELL_SAFE.replace(" ", "\\ ")
     message = (
-        "error: BENCH_CELL_DIR=${BENCH_CELL_DIR} holds characters that ray job submit would pass to /bin/sh; "
+        "error: BENCH_CELL_DIR=${BENCH_CELL_DIR} holds characters that a Ray job submission would pass to /bin/sh; "
         f"use a folder of [{RAY_SHELL_SAFE}] only"
     )
     return [f'case "${{BENCH_CELL_DIR}}" in *[!{pattern}]*) echo {quote(message)} >&2; exit 2 ;; esac']

@@ -7,7 +7,7 @@
   plan's env then travels as `env K=V ...` after the prefix (a container does not inherit the harness's
   environment).
 - Ray: the cell's RAY_ADDRESS is the cluster's GCS address for `ray.init` users (VERL) and the dashboard URL for
-  `ray job submit` (Miles); an `--address` already in a `ray job submit` argv is replaced by the cluster's, and a
+  a Ray job submission (Miles); an `--address` already in a job submission's argv is replaced by the cluster's, and a
   `--submission-id` is added so the harness can `ray job stop` exactly its job.
 
 Caveats:
@@ -69,7 +69,7 @@ def substitute_cell_dir(value: str, cell_dir: Path) -> str:
 
 
 def _rewrite_ray_job_submit(argv: list[str], target: RayTarget, submission_id: str) -> list[str]:
-    """Point `ray job submit` at the cluster and give it a known submission id (only the part before `--`)."""
+    """Point the Ray job submission at the cluster and give it a known submission id (only the part before `--`)."""
     split = argv.index("--") if "--" in argv else len(argv)
     head, tail = argv[:split], argv[split:]
     out: list[str] = []

@@ -22,7 +22,7 @@
 - `--resume DIR`: complete cells (with all their steps on disk) are skipped; failed, interrupted, running (the
   harness died) and short cells rerun; the earlier attempt's folder is kept as rep-<k>.attempt-<n>. Before any cell
   runs, processes a killed harness left behind are found from the manifest and stopped (runner/leftovers.py).
-- The whole execution holds the run folder's lock (runner/run_lock.py): a second execute or --resume on a live run
+- The whole execution holds the run folder's lock (runner/folder_lock.py): a second execute or --resume on a live run
   is refused with exit 2 naming its pid and host.
 - Returns the exit status: 0 all complete, 1 some cell not complete, 130 interrupted.
 - At the end of every run (complete, failed or interrupted) where some cell repeat wrote a step, the report of
@@ -52,6 +52,12 @@ from scripts.benchmark.contracts.plan import RECORD_SCRIPT, Known, launch_digest
 from scripts.benchmark.contracts.sides import SidePair, sides_from_cells
 from scripts.benchmark.frameworks import registry
 from scripts.benchmark.runner.end_report import EndReport
+from scripts.benchmark.runner.folder_lock import (
+    RunLock,
+    acquire_run_lock,
+    refuse_a_live_previous_harness,
+    release_run_lock,
+)
 from scripts.benchmark.runner.leftovers import stop_leftovers
 from scripts.benchmark.runner.matrix import MatrixRunner
 from scripts.benchmark.runner.options import CannotExecute, ExecuteOptions, RunError
@@ -60,12 +66,6 @@ from scripts.benchmark.runner.process import become_child_subreaper
 from scripts.benchmark.runner.progress import MatrixProgress
 from scripts.benchmark.runner.relocate import relocated
 from scripts.benchmark.runner.rounds import LooksFor
-from scripts.benchmark.runner.run_lock import (
-    RunLock,
-    acquire_run_lock,
-    refuse_a_live_previous_harness,
-    release_run_lock,
-)
 from scripts.benchmark.runner.write_errors import describe_write_error, write_error_in
 from scripts.benchmark.spec import spec_json_hash
 

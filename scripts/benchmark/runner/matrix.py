@@ -448,7 +448,7 @@ class MatrixRunner:
             self.manifest.save()
 
     def _stop_ray_job(self, command: CellCommand, target: RayTarget | None) -> None:
-        """A Ray job outlives its `ray job submit` client: stop it by its submission id (before any private head);
+        """A Ray job outlives the client that submitted it: stop it by its submission id (before any private head);
         what Ray answers when that fails is kept in the manifest's warnings."""
         if command.submission_id is None or target is None:
             return

@@ -2,7 +2,7 @@
 
 - `launch_problems(plan, options) -> list[str]`: always checked: every executable the run will start exists (prepare
   steps, each cell's command or launch prefix, the interpreters, a Ray CLI where a private head is needed), and a
-  run folder that `ray job submit` can carry.
+  run folder that a Ray job submission can carry.
 - `check_can_execute(plan, skip_prepare=...) -> list[str]`: the machine (skippable with --no-preflight):
   nvidia-smi / enough GPUs, what each framework's adapter needs (its entry script, `ray` on PATH, its package
   importable by the cells' python3), the checkpoint and the prompt data (each either present, or downloadable by
@@ -104,7 +104,7 @@ def installed_check_rejections(plan: dict[str, Any]) -> tuple[list[str], list[st
 
 
 def launch_problems(plan: dict[str, Any], options: ExecuteOptions, run_dir: Path) -> list[str]:
-    """Every executable the run will start, and the run folder `ray job submit` must carry (one line each)."""
+    """Every executable the run will start, and the run folder a Ray job submission must carry (one line each)."""
     problems: list[str] = []
     for step in [] if options.skip_prepare else steps_to_prepare(plan):
         if problem := find_executable_problem(harness_argv(step["argv"])):

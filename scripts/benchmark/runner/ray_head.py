@@ -1,7 +1,7 @@
 """The Ray cluster a cell runs on: a private head started by the harness, or an existing cluster it joins.
 
 - `RayTarget`: where a cell's Ray clients connect: `gcs_address` ("host:port", what `ray.init` takes; VERL) and
-  `dashboard_url` ("http://host:port", what `ray job submit` takes; Miles).
+  `dashboard_url` ("http://host:port", what `ray job` takes; Miles).
 - `start_private_head(ray_argv0, ...)` runs `ray start --head --block` with its own temp dir and free ports in its own
   process group (via `ManagedProcess`), waits until the GCS and dashboard ports and the dashboard agent's HTTP port
   accept connections (the job server hands a submitted job to that agent: with the first two alone, `ray job
@@ -129,7 +129,7 @@ AUTH_MODE_ENV = "RAY_AUTH_MODE"
 
 
 def ray_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """The environment of every Ray command the harness runs (head, `ray job submit/stop`, the cells).
+    """The environment of every Ray command the harness runs (head, `ray job` submission and stop, the cells).
 
     Ray enables token authentication on a head it starts when RAY_AUTH_MODE is unset and a token exists
     (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token), but its clients read that token only in token mode:

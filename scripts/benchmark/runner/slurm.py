@@ -134,7 +134,7 @@ step_alive() {{  # every step started so far still runs; else say which node's R
     done
 }}
 # Ray turns token authentication on for a head it starts when a token exists and RAY_AUTH_MODE is unset, but its
-# clients (ray status, ray job submit/stop, the cells) read the token only in token mode: one mode for all of them.
+# clients (ray status, the ray job submission and stop, the cells) read the token only in token mode: one mode for all of them.
 if [ -z "${{RAY_AUTH_MODE:-}}" ] && {{ [ -n "${{RAY_AUTH_TOKEN:-}}" ] \\
     || [ -s "${{RAY_AUTH_TOKEN_PATH:-$HOME/.ray/auth_token}}" ]; }}; then
     export RAY_AUTH_MODE=token

@@ -223,7 +223,7 @@ class RunSpec(Section):
 
 
 RECORDING_PATH = re.compile(r"/[A-Za-z0-9_.,:=@%+/-]*")
-"""The characters a recording folder may hold: it reaches `ray job submit`'s /bin/sh line and Hydra overrides."""
+"""The characters a recording folder may hold: it reaches the Ray job's /bin/sh line and Hydra overrides."""
 
 
 class RecordingSpec(Section):

@@ -173,7 +173,7 @@ class MilesAdapter(AdapterDefaults):
         if not Path(train_py).is_file():
             missing.append(f"Miles train.py not found at {train_py} (set MILES_ROOT or --miles-root)")
         if shutil.which("ray") is None:
-            missing.append("ray not found on PATH (Miles cells run as `ray job submit`)")
+            missing.append("ray not found on PATH (Miles cells run as Ray job submissions)")
         return missing + _tracking_backend_problems(cells)
 
     def own_checks(self, cells: list[dict[str, Any]], stage: CheckStage) -> OwnCheck | None:
@@ -236,7 +236,7 @@ def parser_rejections(cells: list[dict[str, Any]], python: str | None = None) ->
 
 
 def _miles_path(cell: dict[str, Any]) -> list[str]:
-    """The PYTHONPATH of the cell's `ray job submit --runtime-env-json` (the Miles and Megatron checkouts)."""
+    """The PYTHONPATH of the cell's Ray job submission (--runtime-env-json) (the Miles and Megatron checkouts)."""
     argv = cell["launch_argv"]
     runtime_env = json.loads(argv[argv.index("--runtime-env-json") + 1])
     return [path for path in runtime_env["env_vars"].get("PYTHONPATH", "").split(os.pathsep) if path]

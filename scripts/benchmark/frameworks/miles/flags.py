@@ -1,7 +1,8 @@
 """Check a Miles train.py argv against the flags Miles accepts for its backend.
 
-- `load_inventory(path=None)`: the static inventory of every train.py flag per backend (env MILES_CLI_INVENTORY,
-  default scripts/benchmark/frameworks/miles/miles-cli.json): backend accepts = common + <backend>_only.
+- `load_inventory(path=None)`: every train.py flag per backend, with its default and choices (backend accepts =
+  common + <backend>_only), from Miles's own parsers (cli_inventory.py): inside a Miles checkout this checkout's
+  parser; outside one the inventory generated from it, frameworks/miles/miles-cli.json (or env MILES_CLI_INVENTORY).
 - `flag_problems(argv, backend, inventory) -> list[str]`: flags unknown to that backend, and values outside a flag's
   declared choices. `check_miles_argv` raises ValueError with all of them.
 - `check_with_miles_parser(argv)`: where Miles itself is importable, also parse with Miles's own flag provider
@@ -23,7 +24,8 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
-DEFAULT_INVENTORY = Path(__file__).resolve().parent / "miles-cli.json"
+GENERATED_INVENTORY = Path(__file__).resolve().parent / "miles-cli.json"
+"""Out of tree only (never copied into Miles, whose parser answers there); cli_inventory.py regenerates it."""
 
 
 @lru_cache(maxsize=4)
@@ -31,8 +33,18 @@ def _read_inventory(path: str) -> dict:
     return json.loads(Path(path).read_text())
 
 
+@lru_cache(maxsize=1)
+def _parser_inventory() -> dict:
+    from scripts.benchmark.frameworks.miles.cli_inventory import parser_inventory
+
+    return parser_inventory()
+
+
 def load_inventory(path: str | Path | None = None) -> dict:
-    return _read_inventory(str(path or os.environ.get("MILES_CLI_INVENTORY") or DEFAULT_INVENTORY))
+    explicit = path or os.environ.get("MILES_CLI_INVENTORY")
+    if explicit:
+        return _read_inventory(str(explicit))
+    return _read_inventory(str(GENERATED_INVENTORY)) if GENERATED_INVENTORY.is_file() else _parser_inventory()
 
 
 def backend_flags(inventory: dict, backend: str) -> dict[str, dict]:

@@ -1,6 +1,6 @@
 """The Miles launch of one benchmark cell: train.py (colocate) or train_async.py (disaggregated; with --fully-async
 when spec.placement.async_loop.schedule is continuous) argv per backend,
-wrapped in `ray job submit` like Miles's own launchers (miles/utils/external_utils/command_utils.py::execute_train),
+submitted as a Ray job like Miles's own launchers (miles/utils/external_utils/command_utils.py::execute_train),
 built from named blocks.
 
 - `build_miles_launch(spec, backend, layout, paths, target, side) -> FrameworkLaunch`; `MilesPaths` (Miles

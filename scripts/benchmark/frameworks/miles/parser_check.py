@@ -56,7 +56,7 @@ def entry_flags(argv: list[str]) -> list[str]:
 
 
 def job_env(launch_argv: list[str]) -> dict[str, str]:
-    """env_vars of the `ray job submit --runtime-env-json` the cell runs, without PYTHONPATH."""
+    """env_vars of the Ray job submission's --runtime-env-json the cell runs, without PYTHONPATH."""
     if "--runtime-env-json" not in launch_argv:
         return {}
     runtime_env = json.loads(launch_argv[launch_argv.index("--runtime-env-json") + 1])
