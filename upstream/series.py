@@ -182,11 +182,37 @@ def assign(files: list[str]) -> tuple[Part, ...]:
             where[rel] = min(users, default=where[rel])
     for rel in files:
         parts[where[rel]].files.append(rel)
-    return _spill(parts)
+    return _after_their_imports(_spill(parts))
 
 
 def _sourced(parts, rel: str) -> set[str]:
     return {rel} if any(fnmatch.fnmatch(rel, g) for p in parts for g in p.sources) else set()
+
+
+def landing_too_early(parts: tuple[Part, ...]) -> list[tuple[str, str]]:
+    """(file, product file it imports) where the file lands in an earlier part than the import. conftest.py is left
+    out: it lands with the core, and its one later import sits inside a fixture only later parts' tests ask for."""
+    where = {rel: i for i, part in enumerate(parts) for rel in part.files}
+    modules = {_module(rel): rel for rel in where if rel.endswith(".py")}
+    return [
+        (rel, dep)
+        for rel in where
+        if rel.endswith(".py") and not rel.endswith("conftest.py")
+        for dep in sorted(imports_of(rel, modules))
+        if where[dep] > where[rel]
+    ]
+
+
+def _after_their_imports(parts: tuple[Part, ...]) -> tuple[Part, ...]:
+    """A test file that imports another test file the spill moved on follows it into that part."""
+    while early := landing_too_early(parts):
+        where = {rel: i for i, part in enumerate(parts) for rel in part.files}
+        for rel, dep in early:
+            if rel in parts[where[rel]].files and where[dep] > where[rel]:
+                parts[where[rel]].files.remove(rel)
+                parts[where[dep]].files.append(rel)
+                where[rel] = where[dep]
+    return parts
 
 
 def _spill(parts: tuple[Part, ...]) -> tuple[Part, ...]:

@@ -146,6 +146,19 @@ def test_the_series_applies_part_by_part_and_ends_where_apply_does(pristine, lan
         assert diff.stdout == "", f"the series and apply.py differ under {path}:\n{diff.stdout[-3000:]}"
 
 
+def test_no_file_of_the_series_lands_before_a_file_it_imports():
+    """Each part's own tests import only what that part and the ones before it carry: a test that imports another
+    test file lands with it, however far the size limit moved that one."""
+    from apply import product_files
+
+    parts = series.assign(product_files())
+    assert series.landing_too_early(parts) == []
+    moved = [p for p in parts if p.tests_only and any(f.endswith("test_miles_reader.py") for f in p.files)]
+    assert moved, "the size limit no longer moves test_miles_reader.py: pick another test file that it moves"
+    where = {rel: i for i, part in enumerate(parts) for rel in part.files}
+    assert where["tests/benchmark/test_miles_stdout_defects.py"] >= where["tests/benchmark/test_miles_reader.py"]
+
+
 def test_every_manual_page_is_in_the_docs_navigation(applied):
     docs = applied["miles"] / "docs"
     pages = {p.relative_to(docs).with_suffix("").as_posix() for p in docs.glob("benchmark*.md")}
