@@ -3,8 +3,10 @@ purpose in one line, and where each test file goes.
 
 Source files go to the part that names them (`PARTS`, first match wins). A test file (or test helper) goes to the
 earliest part after which everything it needs is in the tree: every benchmark module it imports (at any depth,
-function-local imports included) and, when it runs the CLI (`run.py`, `calibrate.py`) as a program, the CLI part;
-tests of a part too large for one pull request move on to the test parts that follow it. The parts apply in order,
+function-local imports included), the data folders it reads (the docs, the golden launches) and, when it runs the
+CLI (`run.py`, `calibrate.py`) as a program, the CLI part; tests of a part too large for one pull request move on to
+the test parts that follow it, and what imports them with them. So each part's own tests pass on the tree the parts
+up to it make (docs/benchmark/landing-in-miles.md says how that was checked). The parts apply in order,
 each on the tree the previous ones made, and the last one leaves the tree `apply.py` makes in one go.
 
     python upstream/series.py       # each part: its purpose, files and added lines (the product, before patches)
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,6 +136,26 @@ def imports_of(rel: str, modules: dict[str, str]) -> set[str]:
     return found
 
 
+def data_parts(where: dict[str, int]) -> dict[str, int]:
+    """A data folder a part carries (docs/, tests/benchmark/golden/) -> the last part that adds to it."""
+    data: dict[str, int] = {}
+    for rel, part in where.items():
+        if not rel.endswith(".py") and rel.startswith(("docs/", "tests/benchmark/")):
+            folder = rel.split("/")[2] if rel.startswith("tests/") else "docs"
+            data[folder] = max(data.get(folder, 0), part)
+    return data
+
+
+def reads_of(rel: str, data: dict[str, int]) -> set[int]:
+    """Parts of the data folders `rel` reads: a folder of `data` (name -> its part) named by a string in its code,
+    alone or as the start of a path (`"docs"`, `"golden"`, `"docs/benchmark/plan.md"`)."""
+    found = set()
+    for node in ast.walk(ast.parse((PROJECT_ROOT / rel).read_text())):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.fullmatch(r"[\w./-]+", node.value):
+            found |= {part for name, part in data.items() if node.value.split("/")[0] == name}
+    return found
+
+
 def runs_the_cli(rel: str) -> bool:
     text = (PROJECT_ROOT / rel).read_text(errors="replace")
     return any(Path(cli).name in text for cli in CLI)
@@ -157,13 +180,16 @@ def assign(files: list[str]) -> tuple[Part, ...]:
     modules = {_module(rel): rel for rel in files if rel.endswith(".py")}
     tests = [rel for rel in files if rel not in where]
     cli = index["cli"]
+    data = data_parts(where)
     pending = {rel: imports_of(rel, modules) if rel.endswith(".py") else set() for rel in tests}
     while pending:  # a test after everything it needs; a helper's needs become its users'
         ready = {r: d for r, d in pending.items() if all(x in where for x in d)}
         if not ready:
             raise SystemExit(f"import cycle among test files: {sorted(pending)[:5]}")
         for rel, needs in ready.items():
-            earliest = max([where[x] for x in needs] + [cli if rel.endswith(".py") and runs_the_cli(rel) else 0])
+            code = rel.endswith(".py")
+            earliest = max([where[x] for x in needs] + [cli if code and runs_the_cli(rel) else 0])
+            earliest = max([earliest, *(reads_of(rel, data) if code else ())])
             where[rel] = earliest
             del pending[rel]
     helpers = [r for r in tests if r.endswith(".py") and not Path(r).name.startswith("test_")]
@@ -190,28 +216,31 @@ def _sourced(parts, rel: str) -> set[str]:
 
 
 def landing_too_early(parts: tuple[Part, ...]) -> list[tuple[str, str]]:
-    """(file, product file it imports) where the file lands in an earlier part than the import. conftest.py is left
-    out: it lands with the core, and its one later import sits inside a fixture only later parts' tests ask for."""
+    """(file, what it needs) where the file lands in an earlier part than a product file it imports or the data
+    folder it reads (a part's slug). conftest.py is left out: it lands with the core, and its one later import sits
+    inside a fixture only later parts' tests ask for."""
     where = {rel: i for i, part in enumerate(parts) for rel in part.files}
     modules = {_module(rel): rel for rel in where if rel.endswith(".py")}
-    return [
-        (rel, dep)
-        for rel in where
-        if rel.endswith(".py") and not rel.endswith("conftest.py")
-        for dep in sorted(imports_of(rel, modules))
-        if where[dep] > where[rel]
-    ]
+    data = data_parts(where)
+    early = []
+    for rel in where:
+        if rel.endswith(".py") and not rel.endswith("conftest.py"):
+            early += [(rel, dep) for dep in sorted(imports_of(rel, modules)) if where[dep] > where[rel]]
+            early += [(rel, parts[i].slug) for i in sorted(reads_of(rel, data)) if i > where[rel]]
+    return early
 
 
 def _after_their_imports(parts: tuple[Part, ...]) -> tuple[Part, ...]:
-    """A test file that imports another test file the spill moved on follows it into that part."""
+    """A file that imports another file the spill moved on, or reads a later part's data, follows it there."""
     while early := landing_too_early(parts):
         where = {rel: i for i, part in enumerate(parts) for rel in part.files}
+        slugs = {part.slug: i for i, part in enumerate(parts)}
         for rel, dep in early:
-            if rel in parts[where[rel]].files and where[dep] > where[rel]:
+            target = where[dep] if dep in where else slugs[dep]
+            if target > where[rel]:
                 parts[where[rel]].files.remove(rel)
-                parts[where[dep]].files.append(rel)
-                where[rel] = where[dep]
+                parts[target].files.append(rel)
+                where[rel] = target
     return parts
 
 

@@ -147,8 +147,9 @@ def test_the_series_applies_part_by_part_and_ends_where_apply_does(pristine, lan
 
 
 def test_no_file_of_the_series_lands_before_a_file_it_imports():
-    """Each part's own tests import only what that part and the ones before it carry: a test that imports another
-    test file lands with it, however far the size limit moved that one."""
+    """Each part's own tests import and read only what that part and the ones before it carry: a test that imports
+    another test file lands with it, however far the size limit moved that one; one that reads the docs or the golden
+    launches lands with them."""
     from apply import product_files
 
     parts = series.assign(product_files())
@@ -157,6 +158,9 @@ def test_no_file_of_the_series_lands_before_a_file_it_imports():
     assert moved, "the size limit no longer moves test_miles_reader.py: pick another test file that it moves"
     where = {rel: i for i, part in enumerate(parts) for rel in part.files}
     assert where["tests/benchmark/test_miles_stdout_defects.py"] >= where["tests/benchmark/test_miles_reader.py"]
+    slugs = [part.slug for part in parts]
+    assert slugs[where["tests/benchmark/test_golden_commands.py"]] == "goldens"  # reads tests/benchmark/golden/
+    assert slugs[where["tests/benchmark/test_knobs.py"]] == "docs"  # reads docs/benchmark/adding-a-framework.md
 
 
 def test_every_manual_page_is_in_the_docs_navigation(applied):
